@@ -1,0 +1,1 @@
+"""The web dashboard: a FastAPI app over `reports/` only."""

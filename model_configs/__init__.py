@@ -1,0 +1,1 @@
+"""Everything about models before they run: catalog, config resolution, shrinking, inputs."""

@@ -1,0 +1,1 @@
+"""The contract and the reading side: row schema, Parquet store, aggregations."""

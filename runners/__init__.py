@@ -1,0 +1,1 @@
+"""Running one model on one device: devices, the fallback recorder, stages, numerics."""

@@ -1,0 +1,129 @@
+"""The device interface every backend implements (cpu, cuda, mps, neuron, emulated neuron).
+
+A device knows how to put a model and its inputs on itself, which `torch.compile` backend to use,
+and how to record the ops that fell back to the CPU while a stage ran. Device-specific handling
+(re-tying weights after `.to()`, storage moves for save/load) lives here, never in stages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+
+@dataclass
+class OpFallback:
+    count: int = 0
+    bytes_h2d: int = 0
+    bytes_d2h: int = 0
+
+
+@dataclass
+class FallbackLog:
+    """What fell back to the CPU during one stage, per ATen op (`aten::name.overload`)."""
+
+    ops: dict[str, OpFallback] = field(default_factory=dict)
+    copy_bytes_h2d: int = 0  # explicit host -> device copies (inputs, .to())
+    copy_bytes_d2h: int = 0
+    compile_ops: dict[str, OpFallback] = field(default_factory=dict)  # unlowerable graph ops
+
+    def record(self, op: str, *, bytes_h2d: int = 0, bytes_d2h: int = 0, n: int = 1) -> None:
+        entry = self.ops.setdefault(op, OpFallback())
+        entry.count += n
+        entry.bytes_h2d += bytes_h2d
+        entry.bytes_d2h += bytes_d2h
+
+    def record_compile(self, op: str, n: int = 1) -> None:
+        self.compile_ops.setdefault(op, OpFallback()).count += n
+
+    @property
+    def op_count(self) -> int:
+        return len(set(self.ops) | set(self.compile_ops))
+
+    @property
+    def call_count(self) -> int:
+        return sum(e.count for e in self.ops.values()) + sum(
+            e.count for e in self.compile_ops.values()
+        )
+
+    @property
+    def bytes_h2d(self) -> int:
+        return self.copy_bytes_h2d + sum(e.bytes_h2d for e in self.ops.values())
+
+    @property
+    def bytes_d2h(self) -> int:
+        return self.copy_bytes_d2h + sum(e.bytes_d2h for e in self.ops.values())
+
+
+class Device(ABC):
+    """One PyTorch device. Subclasses set `name`; instances are cheap, `setup()` does the work."""
+
+    name: ClassVar[str]
+    emulated: ClassVar[bool] = False
+    compile_backend: str = "inductor"
+
+    def __init__(self, *, strict: bool = False, profile: str | None = None):
+        self.strict = strict  # a CPU fallback raises instead of running (where supported)
+        self.profile = profile
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    def setup(self) -> None:
+        """Make the device usable in this process (idempotent)."""
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.name)
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move a model to the device, repairing what the move breaks (tied weights)."""
+        model = model.to(self.torch_device)
+        tie = getattr(model, "tie_weights", None)
+        if callable(tie):
+            tie()
+        return model
+
+    def to_device(self, obj: Any) -> Any:
+        """Move tensors (also inside dicts, lists, tuples) to the device."""
+        if isinstance(obj, torch.Tensor):
+            return obj.to(self.torch_device)
+        if isinstance(obj, dict):
+            return {k: self.to_device(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.to_device(v) for v in obj)
+        return obj
+
+    def synchronize(self) -> None:
+        """Wait for queued work (no-op on synchronous devices)."""
+
+    @contextlib.contextmanager
+    def record_fallbacks(self) -> Iterator[FallbackLog]:
+        """Record CPU fallbacks while the block runs. Devices without fallbacks record none."""
+        yield FallbackLog()
+
+    def peak_memory_bytes(self) -> int | None:
+        return None
+
+    def reset_peak_memory(self) -> None:
+        return None
+
+    def profile_info(self) -> tuple[str | None, str | None]:
+        """(profile name, profile hash) of the native-op set, for emulated devices."""
+        return None, None
+
+    def versions(self) -> dict[str, str]:
+        """Software versions that matter for this device (the device package, driver...)."""
+        return {}
+
+    def supports_dtype(self, dtype: torch.dtype) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, emulated={self.emulated})"

@@ -1,0 +1,13 @@
+"""The CPU: the reference device. Nothing falls back, because everything is on the host."""
+
+from __future__ import annotations
+
+from runners.devices.base import Device
+
+
+class CpuDevice(Device):
+    name = "cpu"
+    compile_backend = "inductor"
+
+    def prepare_model(self, model):
+        return model  # already on the host: moving would be a no-op, and ties are intact

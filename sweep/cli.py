@@ -1,0 +1,90 @@
+"""`hfsweep`: the command-line entry point.
+
+Each sub-command lives in `sweep/commands/<name>.py` with `add_arguments(parser)` and
+`run(args) -> int`; they are imported only when chosen, so `hfsweep --help` stays fast and
+importing `sweep` never imports torch or Ray. Errors are caught here, once: a one-line message
+(and a hint) on stderr, the traceback only with `--debug`. Data goes to stdout.
+
+Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from reports.errors import SweepError, UsageError, format_error
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("sweep.commands.run", "sweep the catalog's top models on a device (Ray job)"),
+    "check": ("sweep.commands.check", "run one model (Hub id or local config) and print results"),
+    "catalog": ("sweep.commands.catalog", "show or refresh the model catalog"),
+    "report": ("sweep.commands.report", "summarise a run from the store"),
+    "diff": ("sweep.commands.diff", "compare two runs"),
+    "lookup": ("sweep.commands.lookup", "latest results for one model from the store"),
+    "dashboard": ("sweep.commands.dashboard", "serve the web dashboard over a store"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: exit 2 with a one-line message
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hfsweep",
+        description="Which Hugging Face models run on your PyTorch device, how far, "
+        "and what stops the rest.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    chosen = _chosen_command(sys.argv[1:])
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # import only the command that runs
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    for arg in argv:
+        if arg in COMMANDS:
+            return arg
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    debug = "--debug" in sys.argv[1:]
+    try:
+        parser = build_parser()
+        args = parser.parse_args(sys.argv[1:])
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return 2
+        module = importlib.import_module(COMMANDS[args.command][0])
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except SweepError as exc:
+        if debug:
+            traceback.print_exc()
+        print(format_error(exc), file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) or getattr(exc, "exit_code", 2) == 2 else 1
+    except Exception as exc:  # the boundary: never a bare traceback for users
+        if debug:
+            traceback.print_exc()
+        print(format_error(exc), file=sys.stderr)
+        print("hint: rerun with --debug for the traceback", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
