@@ -83,8 +83,11 @@ class DeviceError(SweepError):
 def format_error(exc: BaseException) -> str:
     """One line (plus an optional hint line) for a user, no traceback."""
     if isinstance(exc, SweepError):
-        where = [f"{k}={v}" for k, v in (("model", exc.model_id), ("stage", exc.stage),
-                                            ("device", exc.device)) if v]
+        where = [
+            f"{k}={v}"
+            for k, v in (("model", exc.model_id), ("stage", exc.stage), ("device", exc.device))
+            if v
+        ]
         text = f"error: {exc.message}" + (f" ({', '.join(where)})" if where else "")
         if exc.hint:
             text += f"\nhint: {exc.hint}"

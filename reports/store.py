@@ -125,10 +125,13 @@ class Store:
                 continue
             files.append(info.path)
         if table == "fallbacks" and files:
-            committed = {p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1]
-                         for p in self.part_files("results", run_id)}
-            files = [p for p in files if p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1]
-                     in committed]
+            committed = {
+                p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1]
+                for p in self.part_files("results", run_id)
+            }
+            files = [
+                p for p in files if p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] in committed
+            ]
         return sorted(files)
 
     def read(

@@ -1,0 +1,248 @@
+"""The catalog: which models exist, ranked by downloads.
+
+Two sources with the same columns: the bundled offline snapshot (`bundled`), and a fresh one
+built from the Hub with `refresh_catalog` (`hfsweep catalog refresh --top N`), which also caches
+each model's `config.json` / `model_index.json` (never weights) beside the catalog file.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from model_configs.spec import CatalogEntry
+from reports.errors import UsageError
+
+BUNDLED_NAME = "hub-top1000-2026-02-09.csv"
+CONFIG_FILES = ("config.json", "model_index.json")
+COLUMNS = (
+    "rank",
+    "model_id",
+    "downloads_30d",
+    "likes",
+    "pipeline_tag",
+    "library_name",
+    "model_type_hint",
+    "architectures_hint",
+    "custom_code",
+    "gated",
+    "license",
+    "tags",
+)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Entries ranked by downloads, plus where they came from and where cached configs live."""
+
+    name: str  # "bundled:<file>" or a path
+    entries: tuple[CatalogEntry, ...]
+    config_dir: Path | None = None  # <dir>/<org>/<name>/config.json, written by refresh
+
+    def top(self, n: int | None) -> list[CatalogEntry]:
+        return list(self.entries if n is None else self.entries[:n])
+
+    def get(self, model_id: str) -> CatalogEntry | None:
+        for entry in self.entries:
+            if entry.model_id == model_id:
+                return entry
+        return None
+
+
+def _bundled_path() -> Path:
+    return Path(str(resources.files("model_configs") / "data" / "catalogs" / BUNDLED_NAME))
+
+
+def _int(value: str | None) -> int | None:
+    if value is None or value.strip() == "":
+        return None
+    return int(float(value))
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"true", "1", "yes"}
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(v for v in (value or "").split("|") if v)
+
+
+def entry_from_row(row: dict[str, str]) -> CatalogEntry:
+    model_id = (row.get("model_id") or "").strip()
+    if not model_id:
+        raise ValueError("row without model_id")
+    return CatalogEntry(
+        model_id=model_id,
+        rank=_int(row.get("rank")),
+        downloads=_int(row.get("downloads_30d") or row.get("downloads")),
+        likes=_int(row.get("likes")),
+        pipeline_tag=(row.get("pipeline_tag") or None),
+        library=(row.get("library_name") or row.get("library") or None),
+        model_type_hint=(row.get("model_type_hint") or None),
+        architectures_hint=_split(row.get("architectures_hint")),
+        custom_code=_bool(row.get("custom_code")),
+        gated=_bool(row.get("gated")),
+        tags=_split(row.get("tags")),
+    )
+
+
+def load_catalog(source: str = "bundled") -> Catalog:
+    """Read a catalog: "bundled" or a path to a CSV with (at least) a `model_id` column.
+
+    Rows are ordered by rank (then file order); rows without a rank get one by position.
+    """
+    if source == "bundled":
+        path, name = _bundled_path(), f"bundled:{BUNDLED_NAME}"
+    else:
+        path, name = Path(source).expanduser(), str(source)
+    if not path.is_file():
+        raise UsageError(
+            f"catalog file not found: {path}",
+            hint="use --catalog bundled, or a CSV written by 'hfsweep catalog refresh'",
+        )
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or "model_id" not in reader.fieldnames:
+                raise UsageError(f"catalog {path} has no 'model_id' column")
+            entries = [entry_from_row(row) for row in reader]
+    except (UnicodeDecodeError, csv.Error, ValueError) as exc:
+        raise UsageError(f"catalog {path} is not a readable CSV: {exc}") from exc
+    entries = _ranked(entries)
+    config_dir = path.with_suffix("")  # refresh writes configs to <catalog>/ beside <catalog>.csv
+    return Catalog(name=name, entries=tuple(entries), config_dir=config_dir)
+
+
+def _ranked(entries: list[CatalogEntry]) -> list[CatalogEntry]:
+    from dataclasses import replace
+
+    ordered = sorted(enumerate(entries), key=lambda p: (p[1].rank is None, p[1].rank or 0, p[0]))
+    out = []
+    for position, (_, entry) in enumerate(ordered, start=1):
+        out.append(entry if entry.rank is not None else replace(entry, rank=position))
+    return out
+
+
+def write_catalog(entries: Iterable[CatalogEntry], path: Path, *, license_of=None) -> None:
+    """Write entries as a catalog CSV (the bundled snapshot's columns)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        for e in entries:
+            writer.writerow(
+                {
+                    "rank": e.rank,
+                    "model_id": e.model_id,
+                    "downloads_30d": e.downloads,
+                    "likes": e.likes,
+                    "pipeline_tag": e.pipeline_tag or "",
+                    "library_name": e.library or "",
+                    "model_type_hint": e.model_type_hint or "",
+                    "architectures_hint": "|".join(e.architectures_hint),
+                    "custom_code": e.custom_code,
+                    "gated": e.gated,
+                    "license": (license_of(e) if license_of else "") or "",
+                    "tags": "|".join(e.tags),
+                }
+            )
+    tmp.replace(path)
+
+
+def _license(tags: tuple[str, ...]) -> str:
+    for tag in tags:
+        if tag.startswith("license:"):
+            return tag.split(":", 1)[1]
+    return ""
+
+
+def refresh_catalog(
+    top: int,
+    out: Path,
+    *,
+    api: Any = None,
+    fetch_configs: bool = True,
+    token: str | None = None,
+    progress: Any = None,
+) -> Catalog:
+    """Build a catalog of the `top` most downloaded models from the Hub and cache their configs.
+
+    Uses `HfApi.list_models(sort="downloads")`, then downloads only `config.json` or
+    `model_index.json` for each model that has one (never weights). A model whose config cannot
+    be fetched (gated, deleted since) stays in the catalog; the sweep records it as a skip.
+    """
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(token=token)
+    infos = api.list_models(
+        sort="downloads",
+        limit=top,
+        expand=[
+            "downloads",
+            "likes",
+            "pipeline_tag",
+            "library_name",
+            "tags",
+            "config",
+            "gated",
+            "siblings",
+        ],
+    )
+    entries: list[CatalogEntry] = []
+    config_dir = out.with_suffix("")
+    for rank, info in enumerate(infos, start=1):
+        tags = tuple(info.tags or ())
+        cfg = info.config or {}
+        archs = cfg.get("architectures") or ()
+        entry = CatalogEntry(
+            model_id=info.id,
+            rank=rank,
+            downloads=info.downloads,
+            likes=info.likes,
+            pipeline_tag=info.pipeline_tag,
+            library=info.library_name,
+            model_type_hint=cfg.get("model_type"),
+            architectures_hint=tuple(archs) if isinstance(archs, list) else (),
+            custom_code="custom_code" in tags,
+            gated=bool(info.gated),
+            tags=tags,
+        )
+        entries.append(entry)
+        if fetch_configs:
+            siblings = {s.rfilename for s in (info.siblings or ())}
+            for filename in CONFIG_FILES:
+                if filename in siblings:
+                    _fetch_config(api, info.id, filename, config_dir, token=token)
+                    break
+        if progress is not None:
+            progress(rank)
+    write_catalog(entries, out, license_of=lambda e: _license(e.tags))
+    meta = {
+        "source": "huggingface_hub list_models(sort='downloads')",
+        "fetched_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "top": top,
+        "models": len(entries),
+    }
+    out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    return load_catalog(str(out))
+
+
+def _fetch_config(api: Any, model_id: str, filename: str, config_dir: Path, *, token) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    target = config_dir / model_id / filename
+    if target.is_file():
+        return
+    try:
+        local = api.hf_hub_download(model_id, filename, token=token)
+    except (HfHubHTTPError, OSError):
+        return  # gated or removed: resolution will record why
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(Path(local).read_bytes())

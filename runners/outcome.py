@@ -1,0 +1,108 @@
+"""Stage outcomes as plain data (no torch): what a runner returns and the driver turns into rows.
+
+Also the outcomes of models that never reach a device: skipped before running, or failed while
+being prepared (shrinking), so that every model asked for gets one row per stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reports.schema import STAGE_ORDER, Stage, Status
+from runners.signature import error_signature, op_in_message, short_message
+
+
+@dataclass
+class StageResult:
+    """One stage's outcome, without run/model metadata (the driver adds those)."""
+
+    stage: str
+    status: str
+    reason: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    error_signature: str | None = None
+    failing_op: str | None = None
+    duration_s: float | None = None
+    fallback_op_count: int = 0
+    fallback_call_count: int = 0
+    bytes_h2d: int = 0
+    bytes_d2h: int = 0
+    max_abs_error: float | None = None
+    graph_count: int | None = None
+    graph_break_count: int | None = None
+    partition_count: int | None = None
+    compile_s: float | None = None
+    step_s: float | None = None
+    peak_memory_bytes: int | None = None
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)  # op, count, bytes, source
+
+    def row(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data.pop("fallbacks")
+        return data
+
+
+@dataclass
+class ModelOutcome:
+    """Everything one model's run produced (picklable: it crosses Ray)."""
+
+    stages: list[StageResult]
+    param_count: int | None = None
+    worker: str | None = None
+
+
+def ordered(stages: list[Stage] | list[str]) -> list[Stage]:
+    wanted = {Stage(s) for s in stages}
+    return [s for s in STAGE_ORDER if s in wanted]
+
+
+def skipped(stages: list[Stage] | list[str], reason: str, message: str) -> ModelOutcome:
+    """Every stage a skip with the same reason: the model is still counted."""
+    return ModelOutcome(
+        [
+            StageResult(
+                stage=s.value,
+                status=Status.SKIP.value,
+                reason=reason,
+                error_message=short_message(message),
+            )
+            for s in ordered(stages)
+        ]
+    )
+
+
+def failed_before(
+    stages: list[Stage] | list[str],
+    status: Status,
+    error_type: str,
+    message: str,
+    *,
+    duration_s: float | None = None,
+) -> ModelOutcome:
+    """The first stage has `status` (fail / timeout / crash / oom), the rest not_run."""
+    order = ordered(stages)
+    results = []
+    for i, stage in enumerate(order):
+        if i == 0:
+            results.append(
+                StageResult(
+                    stage=stage.value,
+                    status=status.value,
+                    error_type=error_type,
+                    error_message=short_message(message),
+                    error_signature=error_signature(error_type, message),
+                    failing_op=op_in_message(message),
+                    duration_s=duration_s,
+                )
+            )
+        else:
+            results.append(
+                StageResult(
+                    stage=stage.value,
+                    status=Status.NOT_RUN.value,
+                    error_message=f"{order[0].value} did not pass",
+                )
+            )
+    return ModelOutcome(results)

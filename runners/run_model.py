@@ -1,0 +1,74 @@
+"""Run one tiny model through the requested stages on one device, in this process.
+
+`run_model` never raises for a model's failure: it returns one StageResult per stage. Callers
+that need protection from hangs and crashes use `runners.isolation.run_isolated`, which runs
+this in a child process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from model_configs.spec import TinySpec
+from reports.schema import SkipReason, Stage, Status
+from runners.outcome import ModelOutcome, StageResult, failed_before, ordered, skipped
+
+
+def run_model(
+    spec: TinySpec,
+    *,
+    device: Any,
+    dtype: str = "fp32",
+    stages: list[Stage] | list[str] | None = None,
+    seed: int = 0,
+    compare: bool | None = None,
+    on_stage: Callable[[StageResult], None] | None = None,
+) -> ModelOutcome:
+    """`device` is a Device (already set up) or a registry name."""
+
+    from runners.devices import get_device
+    from runners.stages import DTYPES, StageContext, release, run_stages
+
+    order = ordered(stages or list(Stage))
+    if isinstance(device, str):
+        device = get_device(device)
+        device.setup()
+    torch_dtype = DTYPES[dtype]
+    if not device.supports_dtype(torch_dtype):
+        outcome = skipped(
+            order,
+            SkipReason.DEVICE_UNSUPPORTED_FEATURE.value,
+            f"{device.name} does not support dtype {dtype}",
+        )
+        for r in outcome.stages:
+            if on_stage:
+                on_stage(r)
+        return outcome
+    ctx = StageContext(
+        spec=spec,
+        device=device,
+        dtype=torch_dtype,
+        compare=(device.name != "cpu") if compare is None else compare,
+        seed=seed,
+    )
+    results: list[StageResult] = []
+    start = time.perf_counter()
+    try:
+        for result in run_stages(ctx, order, on_stage=on_stage):
+            results.append(result)
+    except Exception as exc:  # a bug outside any stage: still rows, never an exception
+        done = {r.stage for r in results}
+        rest = [s for s in order if s.value not in done]
+        tail = failed_before(
+            rest, Status.FAIL, type(exc).__name__, str(exc), duration_s=time.perf_counter() - start
+        ).stages
+        for r in tail:
+            if on_stage:
+                on_stage(r)
+        results += tail
+    finally:
+        param_count = ctx.param_count
+        release(ctx)
+    return ModelOutcome(stages=results, param_count=param_count)

@@ -1,0 +1,386 @@
+"""The stages one model goes through on a device: load, forward, backward, compile, generate.
+
+Each stage is a class with a `name` and a `run(ctx)` that raises on failure; `run_stages` turns
+every outcome into a `StageResult` (status from the closed vocabulary, duration, error type,
+short message, signature, fallbacks). A stage that does not pass makes every later one `not_run`.
+Stages never deal with device specifics: those live in the Device.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from model_configs import build
+from model_configs.spec import TinySpec
+from reports.schema import SkipReason, Stage, Status
+from runners.devices.base import Device, FallbackLog
+from runners.outcome import StageResult
+from runners.signature import error_signature, op_in_message, short_message
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+MIN_GRAD_SHARE = 0.9  # share of trainable parameters that must receive a finite gradient
+GENERATE_TOKENS = 3
+
+
+class AccuracyError(Exception):
+    """Outputs or gradients differ from the CPU reference beyond the dtype's tolerance."""
+
+    def __init__(self, message: str, max_abs_error: float):
+        super().__init__(message)
+        self.max_abs_error = max_abs_error
+
+
+class StageSkipped(Exception):
+    """The stage does not apply to this model (a skip with a reason, not a failure)."""
+
+    def __init__(self, reason: SkipReason, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class StageContext:
+    """What stages share for one model on one device."""
+
+    spec: TinySpec
+    device: Device
+    dtype: torch.dtype
+    compare: bool  # compare against a CPU reference (devices other than the CPU)
+    seed: int = 0
+    model: Any = None
+    reference: Any = None  # the same weights on the CPU, for numerics
+    inputs: dict[str, Any] = field(default_factory=dict)  # on the device
+    cpu_inputs: dict[str, Any] = field(default_factory=dict)
+    param_count: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # per-stage metrics for the row
+
+
+class StageRunner(ABC):
+    name: ClassVar[Stage]
+
+    def applies(self, ctx: StageContext) -> bool:
+        return True
+
+    @abstractmethod
+    def run(self, ctx: StageContext) -> None:
+        """Do the stage; raise on failure. Metrics go to `ctx.extra`."""
+
+
+def _cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.to(dtype)
+        if isinstance(value, dict):
+            return {k: cast(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(cast(v) for v in value)
+        return value
+
+    return {k: cast(v) for k, v in inputs.items()}
+
+
+class LoadStage(StageRunner):
+    """Build from the shrunk config, save with safetensors, load back, move to the device."""
+
+    name = Stage.LOAD
+
+    def run(self, ctx: StageContext) -> None:
+        torch.manual_seed(ctx.seed)
+        built = build.build_model(ctx.spec)
+        with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
+            built.save_pretrained(tmp)
+            if not any(p.suffix == ".safetensors" for p in Path(tmp).rglob("*")):
+                raise RuntimeError("save_pretrained wrote no safetensors file")
+            loaded = type(built).from_pretrained(tmp)
+        del built
+        loaded = loaded.to(ctx.dtype).eval()
+        ctx.param_count = sum(p.numel() for p in loaded.parameters())
+        ctx.cpu_inputs = _cast_inputs(
+            build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
+        )
+        if ctx.compare:
+            ctx.reference = loaded
+            ctx.model = ctx.device.prepare_model(copy.deepcopy(loaded))
+        else:
+            ctx.model = ctx.device.prepare_model(loaded)
+        ctx.inputs = ctx.device.to_device(ctx.cpu_inputs)
+        ctx.device.synchronize()
+
+
+class ForwardStage(StageRunner):
+    """One forward pass without gradients; compared with the CPU when the device is not it."""
+
+    name = Stage.FORWARD
+
+    def run(self, ctx: StageContext) -> None:
+        with torch.no_grad():
+            outputs = ctx.model(**ctx.inputs)
+            ctx.device.synchronize()
+            if ctx.compare:
+                expected = ctx.reference(**ctx.cpu_inputs)
+                _check_close("forward output", expected, outputs, ctx)
+
+
+class BackwardStage(StageRunner):
+    """A real loss, backward, finite gradients reaching the parameters (eval mode: no dropout)."""
+
+    name = Stage.BACKWARD
+
+    def run(self, ctx: StageContext) -> None:
+        ctx.model.zero_grad(set_to_none=True)
+        outputs = ctx.model(**ctx.inputs)
+        loss = build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs)
+        if not math.isfinite(float(loss.detach().float().cpu())):
+            raise FloatingPointError(f"loss is not finite: {float(loss.detach().float().cpu())}")
+        loss.backward()
+        ctx.device.synchronize()
+        trainable = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
+        with_grad = [
+            (n, p)
+            for n, p in trainable
+            if p.grad is not None and bool(torch.isfinite(p.grad.detach().cpu()).all())
+        ]
+        total = sum(p.numel() for _, p in trainable) or 1
+        share = sum(p.numel() for _, p in with_grad) / total
+        ctx.extra["grad_share"] = share
+        if share < MIN_GRAD_SHARE:
+            raise RuntimeError(
+                f"only {share:.0%} of trainable parameters received a finite gradient"
+            )
+        if ctx.compare:
+            ctx.reference.zero_grad(set_to_none=True)
+            ref_out = ctx.reference(**ctx.cpu_inputs)
+            build.compute_loss(ctx.spec, ctx.reference, ref_out, ctx.cpu_inputs).backward()
+            expected = {
+                n: p.grad for n, p in ctx.reference.named_parameters() if p.grad is not None
+            }
+            actual = {n: p.grad for n, p in ctx.model.named_parameters() if n in expected}
+            _check_close("gradients", expected, actual, ctx)
+        ctx.model.zero_grad(set_to_none=True)
+
+
+class CompileStage(StageRunner):
+    """`torch.compile` with the device's backend: a training step compiled, then one steady."""
+
+    name = Stage.COMPILE
+
+    def run(self, ctx: StageContext) -> None:
+        import torch._dynamo as dynamo
+        from torch._dynamo.utils import counters
+
+        dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(ctx.model, backend=ctx.device.compile_backend)
+
+        def step() -> None:
+            ctx.model.zero_grad(set_to_none=True)
+            outputs = compiled(**ctx.inputs)
+            build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
+            ctx.device.synchronize()
+
+        start = time.perf_counter()
+        step()
+        ctx.extra["compile_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        step()
+        ctx.extra["step_s"] = time.perf_counter() - start
+        ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
+        ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
+        ctx.model.zero_grad(set_to_none=True)
+        dynamo.reset()
+
+
+class GenerateStage(StageRunner):
+    """A few greedy tokens, for generative models only."""
+
+    name = Stage.GENERATE
+
+    def applies(self, ctx: StageContext) -> bool:
+        return ctx.spec.generative
+
+    def run(self, ctx: StageContext) -> None:
+        cpu_inputs = _cast_inputs(
+            build.make_inputs(ctx.spec, ctx.model, seed=ctx.seed, purpose="generate"), ctx.dtype
+        )
+        inputs = ctx.device.to_device(cpu_inputs)
+        with torch.no_grad():
+            out = ctx.model.generate(
+                **inputs, max_new_tokens=GENERATE_TOKENS, min_new_tokens=1, do_sample=False
+            )
+        ctx.device.synchronize()
+        sequences = out if isinstance(out, torch.Tensor) else getattr(out, "sequences", None)
+        if sequences is None or sequences.shape[-1] < 1:
+            raise RuntimeError("generate returned no tokens")
+
+
+STAGES: dict[Stage, type[StageRunner]] = {
+    Stage.LOAD: LoadStage,
+    Stage.FORWARD: ForwardStage,
+    Stage.BACKWARD: BackwardStage,
+    Stage.COMPILE: CompileStage,
+    Stage.GENERATE: GenerateStage,
+}
+
+
+def _check_close(what: str, expected: Any, actual: Any, ctx: StageContext) -> None:
+    try:
+        from runners.numerics import compare_tensors
+    except ImportError:  # numerics not installed in this build: record nothing
+        return
+    result = compare_tensors(expected, actual, ctx.dtype)
+    ctx.extra["max_abs_error"] = max(ctx.extra.get("max_abs_error") or 0.0, result.max_abs_error)
+    if not result.ok:
+        raise AccuracyError(
+            f"{what} differ from the CPU reference: max abs error {result.max_abs_error:.3g} "
+            f"at {result.worst_name}",
+            result.max_abs_error,
+        )
+
+
+def _classify(exc: BaseException) -> Status:
+    if isinstance(exc, AccuracyError):
+        return Status.FAIL_ACCURACY
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return Status.OOM
+    return Status.FAIL
+
+
+def _fallback_rows(log: FallbackLog) -> list[dict[str, Any]]:
+    rows = [
+        {
+            "op": op,
+            "count": e.count,
+            "bytes_h2d": e.bytes_h2d,
+            "bytes_d2h": e.bytes_d2h,
+            "source": "eager",
+        }
+        for op, e in sorted(log.ops.items())
+    ]
+    rows += [
+        {"op": op, "count": e.count, "bytes_h2d": 0, "bytes_d2h": 0, "source": "compile"}
+        for op, e in sorted(log.compile_ops.items())
+    ]
+    return rows
+
+
+def run_stages(
+    ctx: StageContext,
+    stages: list[Stage],
+    *,
+    on_stage: Callable[[StageResult], None] | None = None,
+) -> Iterator[StageResult]:
+    """Run the requested stages in order, yielding one StageResult per requested stage
+    (`on_stage` sees each as soon as it is known, before the next stage starts)."""
+    for result in _stage_results(ctx, stages):
+        if on_stage is not None:
+            on_stage(result)
+        yield result
+
+
+def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResult]:
+    results: list[StageResult] = []
+    blocked_by: str | None = None
+    wanted = set(stages)
+    for stage in STAGES:
+        if stage not in wanted:
+            continue
+        runner = STAGES[stage]()
+        if blocked_by is not None:
+            results.append(
+                StageResult(
+                    stage=stage.value,
+                    status=Status.NOT_RUN.value,
+                    error_message=f"{blocked_by} did not pass",
+                )
+            )
+            yield results[-1]
+            continue
+        if not runner.applies(ctx):
+            results.append(
+                StageResult(
+                    stage=stage.value,
+                    status=Status.SKIP.value,
+                    reason=SkipReason.NOT_APPLICABLE.value,
+                    error_message=f"{stage.value} does not apply to {ctx.spec.architecture}",
+                )
+            )
+            yield results[-1]
+            continue
+        results.append(_run_one(runner, ctx))
+        yield results[-1]
+        if results[-1].status != Status.PASS.value:
+            blocked_by = stage.value
+
+
+def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
+    ctx.extra = {}
+    ctx.device.reset_peak_memory()
+    start = time.perf_counter()
+    error: BaseException | None = None
+    with ctx.device.record_fallbacks() as log:
+        try:
+            runner.run(ctx)
+        except StageSkipped as exc:
+            return StageResult(
+                stage=runner.name.value,
+                status=Status.SKIP.value,
+                reason=exc.reason.value,
+                error_message=str(exc),
+            )
+        except Exception as exc:  # a model's failure is data, never an exception
+            error = exc
+    duration = time.perf_counter() - start
+    result = StageResult(
+        stage=runner.name.value,
+        status=Status.PASS.value,
+        duration_s=duration,
+        fallback_op_count=log.op_count,
+        fallback_call_count=log.call_count,
+        bytes_h2d=log.bytes_h2d,
+        bytes_d2h=log.bytes_d2h,
+        peak_memory_bytes=ctx.device.peak_memory_bytes(),
+        fallbacks=_fallback_rows(log),
+        **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
+    )
+    if error is not None:
+        message = str(error) or repr(error)
+        result.status = _classify(error).value
+        result.error_type = type(error).__name__
+        result.error_message = short_message(message)
+        result.error_signature = error_signature(result.error_type, message)
+        result.failing_op = getattr(error, "op", None) or op_in_message(message)
+        if isinstance(error, AccuracyError):
+            result.max_abs_error = error.max_abs_error
+    return result
+
+
+_EXTRA_COLUMNS = {
+    "max_abs_error",
+    "graph_count",
+    "graph_break_count",
+    "partition_count",
+    "compile_s",
+    "step_s",
+}
+
+
+def release(ctx: StageContext) -> None:
+    """Drop the model and its caches so a long-lived worker does not grow."""
+    ctx.model = ctx.reference = None
+    ctx.inputs = ctx.cpu_inputs = {}
+    gc.collect()

@@ -1,0 +1,101 @@
+"""`hfsweep run`: sweep the catalog's top models on a device and print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reports import settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--top", type=int, default=50, help="the N most downloaded models (default 50)")
+    p.add_argument("--models", help="comma-separated model ids from the catalog (instead of --top)")
+    p.add_argument(
+        "--catalog",
+        default="bundled",
+        help="'bundled' (offline snapshot, default) or a catalog CSV path",
+    )
+    p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
+    p.add_argument("--profile", help="neuron: a file of natively lowered ATen ops")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="a CPU fallback is an error (as TorchNeuron's default for compile)",
+    )
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument(
+        "--stages",
+        help="comma-separated stages (default: all): load,forward,backward,compile,generate",
+    )
+    p.add_argument(
+        "--store",
+        default=settings.default_store(),
+        help="results folder or URI (default: $HFSWEEP_STORE or ./hfsweep-store)",
+    )
+    p.add_argument("--run-id", help="name the run; an existing run id resumes it")
+    p.add_argument("--address", help="an existing Ray cluster (e.g. 127.0.0.1:6379 or auto)")
+    p.add_argument("--num-cpus", type=int, help="size of the embedded local Ray (default: cores)")
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="no Ray: run models one by one in child processes of this one",
+    )
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
+    p.add_argument("--retries", type=int, default=1, help="retries for lost workers (default 1)")
+    p.add_argument(
+        "--no-dedup",
+        action="store_true",
+        help="run every model even when its tiny config equals another's",
+    )
+    p.add_argument("--no-report", action="store_true", help="do not print the summary at the end")
+
+
+def device_options(args: argparse.Namespace) -> dict:
+    options = {}
+    if getattr(args, "strict", False):
+        options["strict"] = True
+    if getattr(args, "profile", None):
+        options["profile"] = args.profile
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.errors import UsageError
+    from sweep.driver import RunConfig, command_line, run_sweep, stage_list
+
+    if args.top is not None and args.top < 1:
+        raise UsageError("--top must be at least 1")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    config = RunConfig(
+        store=args.store,
+        catalog=args.catalog,
+        top=args.top,
+        models=[m.strip() for m in args.models.split(",") if m.strip()] if args.models else None,
+        device=args.device,
+        device_options=device_options(args),
+        dtype=args.dtype,
+        stages=stage_list(args.stages),
+        run_id=args.run_id,
+        executor="local" if args.local else "ray",
+        address=args.address,
+        num_cpus=args.num_cpus,
+        timeout_s=args.timeout,
+        retries=args.retries,
+        dedup=not args.no_dedup,
+        command=command_line(),
+    )
+    summary = run_sweep(config)
+    print(
+        f"run {summary.run_id}: {summary.requested} models asked for, "
+        f"{summary.already_done} already done, {summary.skipped} skipped before running, "
+        f"{summary.models_run} run as {summary.tasks} unique tiny models, "
+        f"{summary.seconds:.0f} s; store: {args.store}",
+        file=sys.stderr,
+    )
+    if not args.no_report:
+        from sweep.commands import report
+
+        return report.print_summary(args.store, summary.run_id)
+    return 0

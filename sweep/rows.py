@@ -1,0 +1,78 @@
+"""Turn one model's outcome into store rows (results + per-op fallbacks)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from reports.schema import ConfigSource
+from reports.store import utcnow
+from runners.outcome import ModelOutcome
+from sweep.plan import Planned, changes_json
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every row of a run repeats: the run, the device and the dtype."""
+
+    run_id: str
+    device: str
+    device_emulated: bool
+    device_profile: str | None
+    device_profile_hash: str | None
+    dtype: str
+
+
+def model_rows(
+    run: RunContext,
+    planned: Planned,
+    outcome: ModelOutcome,
+    *,
+    attempt: int = 1,
+    dedup_of: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    entry, resolved, spec = planned.entry, planned.resolved, planned.spec
+    finished = utcnow()
+    base = {
+        "run_id": run.run_id,
+        "model_id": entry.model_id,
+        "rank": entry.rank,
+        "downloads": entry.downloads,
+        "library": entry.library or (resolved.library if resolved else None),
+        "pipeline_tag": entry.pipeline_tag,
+        "model_type": (spec.model_type if spec else None)
+        or (resolved.model_type if resolved else None)
+        or (entry.model_type_hint or None),
+        "architecture": (spec.architecture if spec else None)
+        or (entry.architectures_hint[0] if entry.architectures_hint else None),
+        "config_source": resolved.source if resolved else ConfigSource.NONE.value,
+        "config_hash": resolved.hash if resolved else None,
+        "shrunk_config_hash": spec.hash if spec else None,
+        "shrink_changes": changes_json(spec),
+        "shrunk_config": json.dumps(spec.config, sort_keys=True, default=str) if spec else None,
+        "param_count": outcome.param_count,
+        "device": run.device,
+        "device_emulated": run.device_emulated,
+        "device_profile": run.device_profile,
+        "device_profile_hash": run.device_profile_hash,
+        "dtype": run.dtype,
+        "dedup_of": dedup_of,
+        "attempt": attempt,
+        "finished_at": finished,
+    }
+    results, fallbacks = [], []
+    for stage in outcome.stages:
+        results.append({**base, **stage.row()})
+        for fb in stage.fallbacks:
+            fallbacks.append(
+                {
+                    "run_id": run.run_id,
+                    "model_id": entry.model_id,
+                    "stage": stage.stage,
+                    "device": run.device,
+                    "downloads": entry.downloads,
+                    **fb,
+                }
+            )
+    return results, fallbacks
