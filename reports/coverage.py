@@ -1,0 +1,387 @@
+"""Coverage of one run: denominators, the stage funnel, breakdowns, the headline, and coverage
+over runs. Every figure is given as a model count and as downloads, out of a stated base.
+
+The base of every share is the run's models (every model with rows in the run, skipped ones
+included), so the denominator never shrinks silently; `denominators` says how that base relates
+to the catalog and to what the run was asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports.query import (
+    OUTCOME_FAILED,
+    OUTCOME_PARTIAL,
+    OUTCOME_PASSED,
+    OUTCOME_SKIPPED,
+    STAGES,
+    StoreQuery,
+)
+from reports.schema import FAILED_STATUSES, SkipReason
+
+BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
+HEADLINE_TASK = "text-generation"
+HEADLINE_TOP = 100
+
+
+def share(part: float | int | None, whole: float | int | None) -> float | None:
+    """part / whole, or None when the whole is 0 / unknown."""
+    if not whole or part is None:
+        return None
+    return float(part) / float(whole)
+
+
+def _totals(q: StoreQuery, run_id: str) -> dict[str, Any]:
+    q.ensure_summaries([run_id])
+    rows = q.fetch(
+        f"""
+        SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}'), 0)
+            AS skipped_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_FAILED}'), 0)
+            AS failed_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_PARTIAL}') AS partial,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PARTIAL}'), 0)
+            AS partial_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+            AS passed_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
+            AND fallback_calls = 0) AS on_device,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+            AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads,
+          bool_or(device_emulated) AS device_emulated,
+          any_value(device) AS device,
+          any_value(dtype) AS dtype
+        FROM model_runs WHERE run_id = $run
+        """,
+        {"run": run_id},
+    )
+    return rows[0]
+
+
+def device_label(device: str | None, emulated: bool | None) -> str:
+    """`neuron (emulated)` for emulated devices: emulated results never pass for real ones."""
+    name = device or "unknown device"
+    return f"{name} (emulated)" if emulated else name
+
+
+def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
+    """What was counted, out of what: catalog, requested, in the store, skipped by reason,
+    failed by stage and status, passed with and without CPU fallback; counts and downloads."""
+
+    def build() -> dict[str, Any]:
+        t = _totals(q, run_id)
+        run = q.run_info(run_id) or {}
+        skipped = q.fetch(
+            f"""
+            SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_SKIPPED}'
+            GROUP BY ALL ORDER BY models DESC, reason
+            """,
+            {"run": run_id},
+        )
+        failed = q.fetch(
+            f"""
+            SELECT failed_stage AS stage, failed_status AS status, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}'
+            GROUP BY failed_stage, failed_status
+            ORDER BY list_position({list(STAGES)}, failed_stage), models DESC, failed_status
+            """,
+            {"run": run_id},
+        )
+        partial = q.fetch(
+            f"""
+            SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_PARTIAL}'
+            GROUP BY ALL ORDER BY models DESC, reason
+            """,
+            {"run": run_id},
+        )
+        requested = run.get("models_requested")
+        emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
+        device = t["device"] or run.get("device")
+        return {
+            "run_id": run_id,
+            "run_status": run.get("status", "unknown"),
+            "device": device,
+            "device_emulated": emulated,
+            "device_label": device_label(device, emulated),
+            "dtype": t["dtype"] or run.get("dtype"),
+            "catalog": run.get("catalog"),
+            "catalog_size": run.get("catalog_size"),
+            "models_requested": requested,
+            "models": t["models"],
+            "downloads": t["downloads"],
+            "not_yet_in_store": (requested - t["models"]) if requested is not None else None,
+            "swept": t["models"] - t["skipped"],
+            "swept_downloads": t["downloads"] - t["skipped_downloads"],
+            "skipped": t["skipped"],
+            "skipped_downloads": t["skipped_downloads"],
+            "skipped_by_reason": skipped,
+            "failed": t["failed"],
+            "failed_downloads": t["failed_downloads"],
+            "failed_by_stage": failed,
+            "partial": t["partial"],
+            "partial_downloads": t["partial_downloads"],
+            "partial_by_reason": partial,
+            "passed": t["passed"],
+            "passed_downloads": t["passed_downloads"],
+            "passed_on_device": t["on_device"],
+            "passed_on_device_downloads": t["on_device_downloads"],
+            "passed_with_fallback": t["passed"] - t["on_device"],
+            "passed_with_fallback_downloads": t["passed_downloads"] - t["on_device_downloads"],
+        }
+
+    return q.memo("denominators", run_id, build)
+
+
+def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
+    """One line per stage (models that passed it; and of those, with no CPU fallback in it),
+    then "every stage" and "every stage, no CPU fallback". Shares are of the run's models."""
+
+    def build() -> list[dict[str, Any]]:
+        q.ensure_summaries([run_id])
+        parts = []
+        for stage in STAGES:
+            parts.append(
+                f"""
+                count(*) FILTER (WHERE s_{stage} = 'pass') AS "{stage}.passed",
+                coalesce(sum(downloads) FILTER (WHERE s_{stage} = 'pass'), 0)
+                  AS "{stage}.passed_downloads",
+                count(*) FILTER (WHERE s_{stage} = 'pass' AND coalesce(f_{stage}, 0) = 0)
+                  AS "{stage}.no_fallback",
+                coalesce(sum(downloads) FILTER (WHERE s_{stage} = 'pass'
+                  AND coalesce(f_{stage}, 0) = 0), 0) AS "{stage}.no_fallback_downloads",
+                count(*) FILTER (WHERE s_{stage} IN ({_in(FAILED_STATUSES)}))
+                  AS "{stage}.failed",
+                count(*) FILTER (WHERE s_{stage} = 'not_run') AS "{stage}.not_run",
+                count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}'
+                  AND skip_reason IS DISTINCT FROM NULL) AS "{stage}.skipped_device",
+                count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
+                  AS "{stage}.skipped",
+                count(*) FILTER (WHERE outcome <> '{OUTCOME_SKIPPED}' AND s_{stage} IS NOT NULL
+                  AND NOT (s_{stage} = 'skip')) AS "{stage}.attempted"
+                """
+            )
+        row = q.fetch(
+            f"SELECT {', '.join(parts)} FROM model_runs WHERE run_id = $run", {"run": run_id}
+        )[0]
+        d = denominators(q, run_id)
+        models, downloads = d["models"], d["downloads"]
+        lines = []
+        for stage in STAGES:
+            passed = row[f"{stage}.passed"]
+            lines.append(
+                {
+                    "line": stage,
+                    "stage": stage,
+                    "attempted": row[f"{stage}.attempted"],
+                    "passed": passed,
+                    "passed_downloads": row[f"{stage}.passed_downloads"],
+                    "passed_share": share(passed, models),
+                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], downloads),
+                    "no_fallback": row[f"{stage}.no_fallback"],
+                    "no_fallback_downloads": row[f"{stage}.no_fallback_downloads"],
+                    "no_fallback_share": share(row[f"{stage}.no_fallback"], models),
+                    "no_fallback_downloads_share": share(
+                        row[f"{stage}.no_fallback_downloads"], downloads
+                    ),
+                    "failed": row[f"{stage}.failed"],
+                    "not_run": row[f"{stage}.not_run"],
+                    "skipped": row[f"{stage}.skipped"],
+                }
+            )
+        for line, count, dl in (
+            ("every stage", d["passed"], d["passed_downloads"]),
+            (
+                "every stage, no CPU fallback",
+                d["passed_on_device"],
+                d["passed_on_device_downloads"],
+            ),
+        ):
+            lines.append(
+                {
+                    "line": line,
+                    "stage": None,
+                    "attempted": d["swept"],
+                    "passed": count,
+                    "passed_downloads": dl,
+                    "passed_share": share(count, models),
+                    "passed_downloads_share": share(dl, downloads),
+                }
+            )
+        return lines
+
+    return q.memo("funnel", run_id, build)
+
+
+def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[dict[str, Any]]:
+    """Outcomes per library / pipeline tag / model type / architecture, largest by downloads."""
+    if by not in BREAKDOWN_KEYS:
+        raise ValueError(f"unknown breakdown {by!r}; use one of {', '.join(BREAKDOWN_KEYS)}")
+
+    def build() -> list[dict[str, Any]]:
+        q.ensure_summaries([run_id])
+        rows = q.fetch(
+            f"""
+            SELECT coalesce({by}, '(none)') AS key, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PARTIAL}') AS partial,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+                AS passed_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
+                AND fallback_calls = 0) AS on_device,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+                AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads
+            FROM model_runs WHERE run_id = $run
+            GROUP BY ALL ORDER BY downloads DESC, key LIMIT $limit
+            """,
+            {"run": run_id, "limit": limit},
+        )
+        for r in rows:
+            r["passed_share"] = share(r["passed"], r["models"])
+            r["passed_downloads_share"] = share(r["passed_downloads"], r["downloads"])
+            r["on_device_downloads_share"] = share(r["on_device_downloads"], r["downloads"])
+        return rows
+
+    return q.memo("breakdown", run_id, build, by, limit)
+
+
+def headline(
+    q: StoreQuery, run_id: str, *, task: str = HEADLINE_TASK, top: int = HEADLINE_TOP
+) -> dict[str, Any]:
+    """Of the distinct architectures behind the `top` most downloaded `task` models, the share
+    that pass every stage (an architecture passes when all its models among them pass)."""
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_id])
+        models = q.fetch(
+            """
+            SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
+              failed_stage, failed_status, error_signature, fallback_ops, fallback_calls
+            FROM model_runs WHERE run_id = $run AND pipeline_tag = $task
+            ORDER BY downloads DESC, model_id LIMIT $top
+            """,
+            {"run": run_id, "task": task, "top": top},
+        )
+        archs: dict[str, dict[str, Any]] = {}
+        no_arch = []
+        for m in models:
+            if not m["architecture"]:
+                no_arch.append(m)
+                continue
+            a = archs.setdefault(
+                m["architecture"],
+                {
+                    "architecture": m["architecture"],
+                    "models": 0,
+                    "passed": 0,
+                    "on_device": 0,
+                    "downloads": 0,
+                    "example": m["model_id"],
+                    "first_problem": None,
+                },
+            )
+            a["models"] += 1
+            a["downloads"] += m["downloads"] or 0
+            if m["outcome"] == OUTCOME_PASSED:
+                a["passed"] += 1
+                if not m["fallback_ops"] and not m["fallback_calls"]:
+                    a["on_device"] += 1
+            elif a["first_problem"] is None:
+                a["first_problem"] = _problem(m)
+        listing = sorted(archs.values(), key=lambda a: (-a["downloads"], a["architecture"]))
+        for a in listing:
+            a["passes"] = a["passed"] == a["models"]
+            a["passes_on_device"] = a["on_device"] == a["models"]
+        passing = sum(a["passes"] for a in listing)
+        on_device = sum(a["passes_on_device"] for a in listing)
+        return {
+            "task": task,
+            "top": top,
+            "models": len(models),
+            "models_without_architecture": len(no_arch),
+            "models_without_architecture_list": [
+                {"model_id": m["model_id"], "problem": _problem(m)} for m in no_arch
+            ],
+            "architectures": len(listing),
+            "passing": passing,
+            "passing_share": share(passing, len(listing)),
+            "passing_on_device": on_device,
+            "passing_on_device_share": share(on_device, len(listing)),
+            "list": listing,
+        }
+
+    return q.memo("headline", run_id, build, task, top)
+
+
+def _problem(m: dict[str, Any]) -> str:
+    if m["outcome"] == OUTCOME_SKIPPED or m["outcome"] == OUTCOME_PARTIAL:
+        return f"skip: {m['skip_reason'] or 'unknown'}"
+    if m["outcome"] == OUTCOME_FAILED:
+        return f"{m['failed_stage']}: {m['failed_status']}: {m['error_signature'] or ''}".strip()
+    return ""
+
+
+def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
+    """Per run (oldest first): models, passed and on-device shares by count and by downloads."""
+
+    def build() -> list[dict[str, Any]]:
+        ids = q.ensure_all_summaries()
+        rows = q.fetch(
+            f"""
+            SELECT run_id, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+                AS passed_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
+                AND fallback_calls = 0) AS on_device,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+                AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads,
+              bool_or(device_emulated) AS device_emulated, any_value(device) AS device
+            FROM model_runs GROUP BY run_id
+            """
+        )
+        order = {run: i for i, run in enumerate(reversed(ids))}
+        rows.sort(key=lambda r: order.get(r["run_id"], -1))
+        for r in rows:
+            info = q.run_info(r["run_id"]) or {}
+            r["started_at"] = info.get("started_at")
+            r["status"] = info.get("status", "unknown")
+            r["device_label"] = device_label(r["device"], r["device_emulated"])
+            r["passed_share"] = share(r["passed"], r["models"])
+            r["passed_downloads_share"] = share(r["passed_downloads"], r["downloads"])
+            r["on_device_share"] = share(r["on_device"], r["models"])
+            r["on_device_downloads_share"] = share(r["on_device_downloads"], r["downloads"])
+        return rows
+
+    return q.memo("coverage_over_runs", None, build)
+
+
+def _in(values: Any) -> str:
+    return ", ".join(f"'{getattr(v, 'value', v)}'" for v in sorted(values))
+
+
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "SkipReason",
+    "breakdown",
+    "coverage_over_runs",
+    "denominators",
+    "device_label",
+    "funnel",
+    "headline",
+    "share",
+]

@@ -1,0 +1,115 @@
+"""Run-over-run diff: which models changed outcome between two runs, and what else changed.
+
+Categories (each model of either run lands in exactly one):
+- `newly_failing`: passed in A, failed in B (and something changed: versions or its config);
+- `newly_passing`: failed in A, passed in B (same condition);
+- `flaky`: passed in one run and failed in the other while the software versions and the
+  model's shrunk config are identical: nothing changed but the result did;
+- `still_failing`, `still_passing`, `still_skipped`;
+- `other_change`: any other change of outcome (e.g. skipped <-> attempted);
+- `added` / `removed`: in only one of the runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, OUTCOME_SKIPPED, StoreQuery
+
+VERSION_FIELDS = (
+    "torch_version",
+    "transformers_version",
+    "diffusers_version",
+    "ray_version",
+    "device_package_version",
+    "project_version",
+    "git_sha",
+    "python_version",
+    "device",
+    "device_emulated",
+    "device_profile",
+    "device_profile_hash",
+    "dtype",
+)
+CATEGORIES = (
+    "newly_failing",
+    "newly_passing",
+    "flaky",
+    "still_failing",
+    "still_passing",
+    "still_skipped",
+    "other_change",
+    "added",
+    "removed",
+)
+
+
+def version_changes(q: StoreQuery, run_a: str, run_b: str) -> list[dict[str, Any]]:
+    a = q.run_info(run_a) or {}
+    b = q.run_info(run_b) or {}
+    return [
+        {"field": f, "a": a.get(f), "b": b.get(f)} for f in VERSION_FIELDS if a.get(f) != b.get(f)
+    ]
+
+
+def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict[str, Any]:
+    """Counts, downloads and (up to `limit`, most downloaded first) models per category."""
+    run_a, run_b = q.resolve_run(run_a), q.resolve_run(run_b)
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_a, run_b])
+        versions = version_changes(q, run_a, run_b)
+        same_software = not versions
+        rows = q.fetch(
+            f"""
+            WITH a AS (SELECT * FROM model_runs WHERE run_id = $a),
+                 b AS (SELECT * FROM model_runs WHERE run_id = $b)
+            SELECT coalesce(b.model_id, a.model_id) AS model_id,
+              coalesce(b.downloads, a.downloads) AS downloads,
+              a.outcome AS outcome_a, b.outcome AS outcome_b,
+              a.failed_stage AS failed_stage_a, b.failed_stage AS failed_stage_b,
+              a.error_signature AS signature_a, b.error_signature AS signature_b,
+              a.shrunk_config_hash IS NOT DISTINCT FROM b.shrunk_config_hash AS same_config,
+              CASE
+                WHEN a.model_id IS NULL THEN 'added'
+                WHEN b.model_id IS NULL THEN 'removed'
+                WHEN a.outcome = '{OUTCOME_PASSED}' AND b.outcome = '{OUTCOME_FAILED}'
+                  THEN CASE WHEN $same AND a.shrunk_config_hash IS NOT DISTINCT FROM
+                    b.shrunk_config_hash THEN 'flaky' ELSE 'newly_failing' END
+                WHEN a.outcome = '{OUTCOME_FAILED}' AND b.outcome = '{OUTCOME_PASSED}'
+                  THEN CASE WHEN $same AND a.shrunk_config_hash IS NOT DISTINCT FROM
+                    b.shrunk_config_hash THEN 'flaky' ELSE 'newly_passing' END
+                WHEN a.outcome = '{OUTCOME_FAILED}' AND b.outcome = '{OUTCOME_FAILED}'
+                  THEN 'still_failing'
+                WHEN a.outcome = '{OUTCOME_PASSED}' AND b.outcome = '{OUTCOME_PASSED}'
+                  THEN 'still_passing'
+                WHEN a.outcome = '{OUTCOME_SKIPPED}' AND b.outcome = '{OUTCOME_SKIPPED}'
+                  THEN 'still_skipped'
+                WHEN a.outcome = b.outcome THEN 'still_' || a.outcome
+                ELSE 'other_change'
+              END AS category
+            FROM a FULL OUTER JOIN b USING (model_id)
+            """,
+            {"a": run_a, "b": run_b, "same": same_software},
+        )
+        summary = {c: {"models": 0, "downloads": 0} for c in CATEGORIES}
+        listed: dict[str, list[dict[str, Any]]] = {c: [] for c in CATEGORIES}
+        rows.sort(key=lambda r: (-(r["downloads"] or 0), r["model_id"]))
+        for r in rows:
+            cat = r["category"]
+            if cat not in summary:  # e.g. still_partial
+                summary[cat] = {"models": 0, "downloads": 0}
+                listed[cat] = []
+            summary[cat]["models"] += 1
+            summary[cat]["downloads"] += r["downloads"] or 0
+            if len(listed[cat]) < limit and not cat.startswith("still_passing"):
+                listed[cat].append(r)
+        return {
+            "run_a": run_a,
+            "run_b": run_b,
+            "version_changes": versions,
+            "summary": summary,
+            "models": listed,
+        }
+
+    return q.memo("diff", run_b, build, run_a, q.fingerprint(run_a), limit)

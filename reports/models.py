@@ -1,0 +1,286 @@
+"""One model at a time: the filterable, sortable, paginated models table of a run, and the
+detail of one model (every stage's row, its fallback ops, configs, versions, history)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from reports.coverage import device_label
+from reports.errors import UsageError
+from reports.query import OUTCOMES, STAGES, StoreQuery
+from reports.schema import Status
+
+SORT_COLUMNS = {
+    "downloads": "downloads",
+    "rank": "rank",
+    "model_id": "model_id",
+    "outcome": "outcome",
+    "stages_passed": "stages_passed",
+    "fallback_ops": "fallback_ops",
+    "library": "library",
+    "pipeline_tag": "pipeline_tag",
+    "model_type": "model_type",
+    "architecture": "architecture",
+}
+OUTCOME_FILTERS = (*OUTCOMES, "on_device", "with_fallback")
+STATUS_VALUES = tuple(s.value for s in Status)
+MAX_PER_PAGE = 500
+TABLE_COLUMNS = (
+    "model_id, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
+    "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
+    "failing_op, stages_passed, fallback_ops, fallback_calls, "
+    + ", ".join(f"s_{s}" for s in STAGES)
+)
+
+
+class QueryError(UsageError):
+    """A bad filter, sort or page parameter (HTTP 400 / exit 2)."""
+
+
+@dataclass
+class ModelFilter:
+    """Filters of the models table. Empty strings / None mean "any"."""
+
+    search: str | None = None  # substring of the model id, case-insensitive
+    outcome: str | None = None  # passed | partial | failed | skipped | on_device | with_fallback
+    stage: str | None = None  # with `status`: that stage's status; alone: failed at that stage
+    status: str | None = None  # a Status value; without `stage`: any stage has it
+    library: str | None = None
+    pipeline_tag: str | None = None
+    model_type: str | None = None
+    architecture: str | None = None
+    sort: str = "downloads"
+    order: str = "desc"
+    page: int = 1
+    per_page: int = 50
+
+    def validate(self) -> ModelFilter:
+        if self.outcome and self.outcome not in OUTCOME_FILTERS:
+            raise QueryError(f"unknown outcome {self.outcome!r}; use {', '.join(OUTCOME_FILTERS)}")
+        if self.stage and self.stage not in STAGES:
+            raise QueryError(f"unknown stage {self.stage!r}; use {', '.join(STAGES)}")
+        if self.status and self.status not in STATUS_VALUES:
+            raise QueryError(f"unknown status {self.status!r}; use {', '.join(STATUS_VALUES)}")
+        if self.sort not in SORT_COLUMNS:
+            raise QueryError(f"unknown sort {self.sort!r}; use {', '.join(SORT_COLUMNS)}")
+        if self.order not in ("asc", "desc"):
+            raise QueryError(f"unknown order {self.order!r}; use asc or desc")
+        if self.page < 1:
+            raise QueryError(f"page must be 1 or more, not {self.page}")
+        if not 1 <= self.per_page <= MAX_PER_PAGE:
+            raise QueryError(f"per_page must be between 1 and {MAX_PER_PAGE}, not {self.per_page}")
+        if self.search is not None and len(self.search) > 200:
+            raise QueryError("search is longer than 200 characters")
+        return self
+
+
+def model_table(q: StoreQuery, run_id: str, flt: ModelFilter) -> dict[str, Any]:
+    """One page of the run's models matching `flt`, and how many match in all."""
+    flt.validate()
+    q.ensure_summaries([run_id])
+    where = ["run_id = $run"]
+    params: dict[str, Any] = {"run": run_id}
+    if flt.search:
+        where.append("contains(lower(model_id), $search)")
+        params["search"] = flt.search.lower()
+    if flt.outcome == "on_device":
+        where.append("outcome = 'passed' AND fallback_ops = 0 AND fallback_calls = 0")
+    elif flt.outcome == "with_fallback":
+        where.append("outcome = 'passed' AND (fallback_ops > 0 OR fallback_calls > 0)")
+    elif flt.outcome:
+        where.append("outcome = $outcome")
+        params["outcome"] = flt.outcome
+    if flt.stage and flt.status:
+        where.append(f"s_{flt.stage} = $status")  # stage is from the closed STAGES list
+        params["status"] = flt.status
+    elif flt.stage:
+        where.append("failed_stage = $stage")
+        params["stage"] = flt.stage
+    elif flt.status:
+        where.append("(" + " OR ".join(f"s_{s} = $status" for s in STAGES) + ")")
+        params["status"] = flt.status
+    for key in ("library", "pipeline_tag", "model_type", "architecture"):
+        value = getattr(flt, key)
+        if value:
+            where.append(f"{key} = ${key}")
+            params[key] = value
+    cond = " AND ".join(where)
+    total = q.scalar(f"SELECT count(*) FROM model_runs WHERE {cond}", params)
+    col = SORT_COLUMNS[flt.sort]
+    order = "ASC" if flt.order == "asc" else "DESC"
+    rows = q.fetch(
+        f"""
+        SELECT {TABLE_COLUMNS} FROM model_runs WHERE {cond}
+        ORDER BY {col} {order} NULLS LAST, model_id ASC
+        LIMIT $limit OFFSET $offset
+        """,
+        {**params, "limit": flt.per_page, "offset": (flt.page - 1) * flt.per_page},
+    )
+    for r in rows:
+        r["device_label"] = device_label(r["device"], r["device_emulated"])
+        r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
+    pages = max(1, -(-int(total) // flt.per_page))
+    return {
+        "run_id": run_id,
+        "total": int(total),
+        "page": flt.page,
+        "pages": pages,
+        "per_page": flt.per_page,
+        "rows": rows,
+    }
+
+
+def facets(q: StoreQuery, run_id: str) -> dict[str, list[str]]:
+    """The values each filter can take in this run (for the filter menus)."""
+
+    def build() -> dict[str, list[str]]:
+        q.ensure_summaries([run_id])
+        out: dict[str, list[str]] = {}
+        for key in ("library", "pipeline_tag", "model_type"):
+            out[key] = [
+                r["v"]
+                for r in q.fetch(
+                    f"SELECT DISTINCT {key} AS v FROM model_runs WHERE run_id = $run "
+                    f"AND {key} IS NOT NULL ORDER BY v",
+                    {"run": run_id},
+                )
+            ]
+        return out
+
+    return q.memo("facets", run_id, build)
+
+
+def model_history(q: StoreQuery, model_id: str) -> list[dict[str, Any]]:
+    """The model's outcome in every run that has it, newest first."""
+    ids = q.ensure_all_summaries()
+    rows = q.fetch(
+        f"""
+        SELECT run_id, outcome, skip_reason, failed_stage, failed_status, error_signature,
+          stages_passed, fallback_ops, device, device_emulated, part_file,
+          {", ".join(f"s_{s}" for s in STAGES)}
+        FROM model_runs WHERE model_id = $model
+        """,
+        {"model": model_id},
+    )
+    order = {run: i for i, run in enumerate(ids)}
+    rows.sort(key=lambda r: order.get(r["run_id"], len(order)))
+    for r in rows:
+        r["device_label"] = device_label(r["device"], r["device_emulated"])
+        r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
+    return rows
+
+
+def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dict[str, Any] | None:
+    """Everything about one model in one run (default: the newest run that has it), or None if
+    no run has it."""
+    history = model_history(q, model_id)
+    if run_id is not None:
+        run_id = q.resolve_run(run_id)
+        chosen = next((h for h in history if h["run_id"] == run_id), None)
+    else:
+        chosen = history[0] if history else None
+    if chosen is None:
+        return None
+    run_id = chosen["run_id"]
+    part = chosen.pop("part_file", None)
+    files = q.files(run_id)
+    result_files = [part] if part in files.results else list(files.results)
+    stages = q.fetch(
+        "SELECT * EXCLUDE (run_id) FROM read_parquet($files) WHERE model_id = $model",
+        {"files": result_files, "model": model_id},
+    )
+    stages.sort(
+        key=lambda r: (
+            STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
+            -(r["attempt"] or 0),
+        )
+    )
+    seen: set[str] = set()
+    stages = [r for r in stages if not (r["stage"] in seen or seen.add(r["stage"]))]  # type: ignore[func-returns-value]
+    fb_names = {p.rsplit("/", 1)[-1] for p in result_files}
+    fb_files = [p for p in files.fallbacks if p.rsplit("/", 1)[-1] in fb_names]
+    fallbacks = []
+    if fb_files:
+        fallbacks = q.fetch(
+            """
+            SELECT stage, op, count, source, bytes_h2d, bytes_d2h
+            FROM read_parquet($files) WHERE model_id = $model
+            ORDER BY list_position($stages, stage), count DESC, op
+            """,
+            {"files": fb_files, "model": model_id, "stages": list(STAGES)},
+        )
+    first = stages[0] if stages else {}
+    run = q.run_info(run_id) or {}
+    for h in history:
+        h.pop("part_file", None)
+    return {
+        "model_id": model_id,
+        "run_id": run_id,
+        "summary": {k: v for k, v in chosen.items()},
+        "model": {
+            k: first.get(k)
+            for k in (
+                "rank",
+                "downloads",
+                "library",
+                "pipeline_tag",
+                "model_type",
+                "architecture",
+                "config_source",
+                "config_hash",
+                "shrunk_config_hash",
+                "param_count",
+                "dedup_of",
+            )
+        },
+        "device": first.get("device") or run.get("device"),
+        "device_emulated": bool(first.get("device_emulated") or run.get("device_emulated")),
+        "device_label": device_label(
+            first.get("device") or run.get("device"),
+            first.get("device_emulated") or run.get("device_emulated"),
+        ),
+        "dtype": first.get("dtype"),
+        "stages": [
+            {k: v for k, v in r.items() if k not in ("shrink_changes", "shrunk_config")}
+            for r in stages
+        ],
+        "fallbacks": fallbacks,
+        "shrink_changes": _json(first.get("shrink_changes")),
+        "shrunk_config": _json(first.get("shrunk_config")),
+        "versions": {
+            k: run.get(k)
+            for k in (
+                "torch_version",
+                "transformers_version",
+                "diffusers_version",
+                "ray_version",
+                "device_package_version",
+                "project_version",
+                "git_sha",
+                "python_version",
+            )
+        },
+        "run": {
+            k: run.get(k)
+            for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
+        },
+        "reproduce": reproduce_command(model_id, first.get("device") or run.get("device")),
+        "history": history,
+    }
+
+
+def reproduce_command(model_id: str, device: str | None) -> str:
+    """The `hfsweep check` command that reruns this model on this device."""
+    return f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+
+
+def _json(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"(unparsed)": text}

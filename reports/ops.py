@@ -1,0 +1,123 @@
+"""Missing ops: every ATen op that fell back to the CPU (or that a failure names), ranked by the
+downloads of the models it touches, with the downloads that would run entirely on the device if
+that op alone were lowered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports.coverage import share
+from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, StoreQuery
+
+
+def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One row per op, most downloads touched first.
+
+    - `models` / `downloads`: models where the op fell back in some stage;
+    - `calls`: fallback calls summed over those models and stages; `sources`: eager / compile;
+    - `sole_models` / `sole_downloads`: models that passed every stage and whose only fallback
+      is this op: lowering it makes them run entirely on the device;
+    - `failing_models` / `failing_downloads`: models whose failure names this op;
+    - `blocked_models` / `blocked_downloads`: models it touches either way (the ranking).
+    """
+
+    def build() -> list[dict[str, Any]]:
+        q.ensure_summaries([run_id])
+        files = q.files(run_id)
+        total = q.scalar(
+            "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
+            {"run": run_id},
+        )
+        failing = q.fetch(
+            f"""
+            SELECT failing_op AS op, count(*) AS failing_models,
+              coalesce(sum(downloads), 0) AS failing_downloads
+            FROM model_runs
+            WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+            GROUP BY ALL
+            """,
+            {"run": run_id},
+        )
+        fell_back: list[dict[str, Any]] = []
+        if files.fallbacks:
+            fell_back = q.fetch(
+                f"""
+                WITH f AS (
+                  SELECT model_id, stage, op, count, source
+                  FROM read_parquet($files)
+                ),
+                op_model AS (
+                  SELECT op, model_id, sum(count) AS calls,
+                    list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages
+                  FROM f GROUP BY op, model_id
+                ),
+                per_model AS (SELECT model_id, count(DISTINCT op) AS n_ops FROM f GROUP BY 1),
+                m AS (SELECT model_id, downloads, outcome FROM model_runs WHERE run_id = $run)
+                SELECT o.op, count(*) AS models, coalesce(sum(m.downloads), 0) AS downloads,
+                  sum(o.calls) AS calls,
+                  list_sort(list_distinct(flatten(list(o.sources)))) AS sources,
+                  list_sort(list_distinct(flatten(list(o.stages)))) AS stages,
+                  count(*) FILTER (WHERE p.n_ops = 1 AND m.outcome = '{OUTCOME_PASSED}')
+                    AS sole_models,
+                  coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
+                    AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads,
+                  list(o.model_id ORDER BY m.downloads DESC, o.model_id)[1:5] AS top_models
+                FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
+                GROUP BY o.op
+                """,
+                {"files": list(files.fallbacks), "run": run_id},
+            )
+        blocked_sql = f"""
+            WITH fail AS (
+              SELECT failing_op AS op, model_id FROM model_runs
+              WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+            ),
+            touched AS (
+              SELECT op, model_id FROM fail
+              {
+            "UNION SELECT DISTINCT op, model_id FROM read_parquet($files)"
+            if files.fallbacks
+            else ""
+        }
+            )
+            SELECT t.op, count(*) AS blocked_models,
+              coalesce(sum(m.downloads), 0) AS blocked_downloads
+            FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
+            GROUP BY t.op
+        """
+        params: dict[str, Any] = {"run": run_id}
+        if files.fallbacks:
+            params["files"] = list(files.fallbacks)
+        blocked = {r["op"]: r for r in q.fetch(blocked_sql, params)}
+        by_op = {r["op"]: r for r in fell_back}
+        for r in fell_back:
+            r.update(failing_models=0, failing_downloads=0)
+        for f in failing:
+            row = by_op.setdefault(
+                f["op"],
+                {
+                    "op": f["op"],
+                    "models": 0,
+                    "downloads": 0,
+                    "calls": 0,
+                    "sources": [],
+                    "stages": [],
+                    "sole_models": 0,
+                    "sole_downloads": 0,
+                    "top_models": [],
+                },
+            )
+            row.update(failing_models=f["failing_models"], failing_downloads=f["failing_downloads"])
+        rows = list(by_op.values())
+        for r in rows:
+            b = blocked.get(r["op"], {})
+            r["blocked_models"] = b.get("blocked_models", 0)
+            r["blocked_downloads"] = b.get("blocked_downloads", 0)
+            r["blocked_downloads_share"] = share(r["blocked_downloads"], total)
+            r["downloads_share"] = share(r["downloads"], total)
+            r["sole_downloads_share"] = share(r["sole_downloads"], total)
+        rows.sort(key=lambda r: (-r["blocked_downloads"], -r["blocked_models"], r["op"]))
+        return rows
+
+    rows = q.memo("missing_ops", run_id, build)
+    return rows if limit is None else rows[:limit]

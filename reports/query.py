@@ -1,0 +1,341 @@
+"""DuckDB over the store's Parquet files, with a per-run model summary kept up to date.
+
+Every aggregation in `reports/` goes through `StoreQuery`: it lists part files with
+`Store.part_files` (so uncommitted fallback parts stay invisible), keys its caches by the files of
+each run and their modification times, and summarises each run once into an in-memory table
+`model_runs` (one row per run x model) that the model table, the funnel and the diff query.
+Queries are parameterised; identifiers never come from users.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow.fs as pafs
+
+from reports.errors import StoreError
+from reports.schema import FAILED_STATUSES, STAGE_ORDER, SkipReason, Status
+from reports.store import Store
+
+T = TypeVar("T")
+
+FAILED = tuple(sorted(s.value for s in FAILED_STATUSES))
+STAGES = tuple(s.value for s in STAGE_ORDER)
+
+# Outcome of one model in one run (closed vocabulary, derived from its stage rows).
+OUTCOME_SKIPPED = "skipped"  # every stage skipped: the model was not attempted
+OUTCOME_FAILED = "failed"  # some stage failed (fail, fail_accuracy, timeout, crash, oom)
+OUTCOME_PASSED = "passed"  # every applicable stage passed
+OUTCOME_PARTIAL = "partial"  # nothing failed, but a stage was skipped for a device reason
+OUTCOMES = (OUTCOME_PASSED, OUTCOME_PARTIAL, OUTCOME_FAILED, OUTCOME_SKIPPED)
+
+_FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
+_STAGE_IDX_SQL = "CASE stage " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STAGES))
+_STAGE_IDX_SQL += " ELSE 99 END"
+_NA = SkipReason.NOT_APPLICABLE.value
+
+_RESULT_COLUMNS = (
+    "run_id, model_id, rank, downloads, library, pipeline_tag, model_type, architecture, "
+    "config_source, shrunk_config_hash, device, device_emulated, dtype, stage, status, reason, "
+    "error_type, error_message, error_signature, failing_op, duration_s, fallback_op_count, "
+    "fallback_call_count, attempt, finished_at"
+)
+
+_STAGE_STATUS_SQL = ",\n".join(
+    f"  max(status) FILTER (WHERE stage = '{s}') AS s_{s},\n"
+    f"  max(fallback_op_count) FILTER (WHERE stage = '{s}') AS f_{s}"
+    for s in STAGES
+)
+
+# One row per (run, model). `r` holds the latest attempt of each (model, stage).
+SUMMARY_SQL = f"""
+WITH raw AS (
+  SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx
+  , filename AS part_file
+  FROM read_parquet($files, filename = true)
+),
+r AS (
+  SELECT * FROM raw
+  QUALIFY row_number() OVER (
+    PARTITION BY model_id, stage
+    ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+)
+SELECT
+  any_value(run_id) AS run_id,
+  model_id,
+  min(rank) AS rank,
+  coalesce(max(downloads), 0) AS downloads,
+  any_value(library) AS library,
+  any_value(pipeline_tag) AS pipeline_tag,
+  any_value(model_type) AS model_type,
+  any_value(architecture) AS architecture,
+  any_value(config_source) AS config_source,
+  any_value(shrunk_config_hash) AS shrunk_config_hash,
+  any_value(device) AS device,
+  bool_or(device_emulated) AS device_emulated,
+  any_value(dtype) AS dtype,
+{_STAGE_STATUS_SQL},
+  CASE
+    WHEN bool_and(status = 'skip') THEN '{OUTCOME_SKIPPED}'
+    WHEN bool_or(status IN ({_FAILED_SQL})) THEN '{OUTCOME_FAILED}'
+    WHEN bool_and(status = 'pass' OR (status = 'skip' AND reason = '{_NA}')) THEN '{OUTCOME_PASSED}'
+    ELSE '{OUTCOME_PARTIAL}'
+  END AS outcome,
+  arg_min(reason, stage_idx) FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}')
+    AS skip_reason,
+  arg_min(stage, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failed_stage,
+  arg_min(status, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failed_status,
+  arg_min(error_type, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_type,
+  arg_min(error_signature, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_signature,
+  arg_min(failing_op, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failing_op,
+  count(*) FILTER (WHERE status = 'pass') AS stages_passed,
+  coalesce(max(fallback_op_count), 0) AS fallback_ops,
+  coalesce(sum(fallback_call_count), 0) AS fallback_calls,
+  sum(duration_s) AS duration_s,
+  max(finished_at) AS finished_at,
+  any_value(part_file) AS part_file
+FROM r
+GROUP BY model_id
+"""
+
+# The same, with the number of distinct ops that fell back (any stage) from the fallbacks table.
+SUMMARY_WITH_FALLBACKS_SQL = f"""
+WITH s AS ({SUMMARY_SQL}),
+fb AS (
+  SELECT model_id, count(DISTINCT op) AS n_ops
+  FROM read_parquet($fallback_files) GROUP BY model_id
+)
+SELECT s.* REPLACE (greatest(coalesce(fb.n_ops, 0), s.fallback_ops) AS fallback_ops)
+FROM s LEFT JOIN fb USING (model_id)
+"""
+
+_MODEL_RUNS_DDL = f"""
+CREATE TABLE IF NOT EXISTS model_runs (
+  run_id VARCHAR, model_id VARCHAR, rank INTEGER, downloads BIGINT, library VARCHAR,
+  pipeline_tag VARCHAR, model_type VARCHAR, architecture VARCHAR, config_source VARCHAR,
+  shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN, dtype VARCHAR,
+  {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER" for s in STAGES)},
+  outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
+  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, stages_passed INTEGER,
+  fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE,
+  finished_at TIMESTAMPTZ, part_file VARCHAR
+)
+"""
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The committed part files of one run, with a fingerprint that changes when they do."""
+
+    results: tuple[str, ...]
+    fallbacks: tuple[str, ...]
+    fingerprint: tuple[tuple[str, int, int], ...]
+
+
+class StoreQuery:
+    """Cached, thread-safe read access to one store.
+
+    `refresh_s` is how long a listing of the part files is trusted before the store is listed
+    again (0: on every call). Caches are per run: a sweep writing into tonight's run leaves the
+    summaries of earlier runs in place.
+    """
+
+    def __init__(self, store: Store | str, *, refresh_s: float = 0.0, threads: int | None = None):
+        self.store = store if isinstance(store, Store) else Store(store)
+        self.refresh_s = refresh_s
+        self._con = duckdb.connect(":memory:")
+        if threads:
+            self._con.execute(f"SET threads = {int(threads)}")
+        self._con.execute("SET enable_object_cache = true")
+        self._con.execute(_MODEL_RUNS_DDL)
+        self._lock = threading.RLock()
+        self._listed_at = -1.0
+        self._files: dict[str, RunFiles] = {}
+        self._runs_fp: tuple[tuple[str, int, int], ...] = ()
+        self._runs: list[dict[str, Any]] = []
+        self._summarised: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+    # ---- listing -------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> None:
+        """List the store's part files again if the listing is older than `refresh_s`."""
+        with self._lock:
+            now = time.monotonic()
+            if not force and self._listed_at >= 0 and now - self._listed_at < self.refresh_s:
+                return
+            results = self.store.part_files("results")
+            fallbacks = self.store.part_files("fallbacks")
+            runs = self.store.part_files("runs")
+            stats = _stats(self.store.fs, [*results, *fallbacks, *runs])
+            by_run: dict[str, tuple[list[str], list[str]]] = {}
+            for path in results:
+                by_run.setdefault(_run_of(path), ([], []))[0].append(path)
+            for path in fallbacks:
+                by_run.setdefault(_run_of(path), ([], []))[1].append(path)
+            self._files = {
+                run: RunFiles(tuple(res), tuple(fb), tuple((p, *stats[p]) for p in (*res, *fb)))
+                for run, (res, fb) in by_run.items()
+            }
+            runs_fp = tuple((p, *stats[p]) for p in runs)
+            if runs_fp != self._runs_fp:
+                self._runs = self.store.runs()
+                self._runs_fp = runs_fp
+            self._listed_at = now
+
+    def files(self, run_id: str) -> RunFiles:
+        self.refresh()
+        return self._files.get(run_id) or RunFiles((), (), ())
+
+    def runs(self) -> list[dict[str, Any]]:
+        """One dict per run, newest first: the runs table, plus runs that only have results."""
+        self.refresh()
+        known = {r["run_id"] for r in self._runs}
+        extra = [
+            {"run_id": run, "status": "unknown", "started_at": None, "updated_at": None}
+            for run in sorted(self._files, reverse=True)
+            if run not in known
+        ]
+        return [*self._runs, *extra]
+
+    def run_info(self, run_id: str) -> dict[str, Any] | None:
+        for row in self.runs():
+            if row["run_id"] == run_id:
+                return row
+        return None
+
+    def run_ids(self) -> list[str]:
+        """Runs that have results, newest first."""
+        self.refresh()
+        return [r["run_id"] for r in self.runs() if r["run_id"] in self._files]
+
+    def latest_run_id(self) -> str | None:
+        ids = self.run_ids()
+        return ids[0] if ids else None
+
+    def resolve_run(self, run_id: str | None) -> str:
+        """`run_id` if it has results, else the latest run; raises StoreError when none."""
+        if run_id is None:
+            latest = self.latest_run_id()
+            if latest is None:
+                raise StoreError(
+                    f"the store {self.store.uri!r} has no results yet",
+                    hint="run `hfsweep run` first, or pass --store DIR",
+                )
+            return latest
+        if run_id not in self.run_ids():
+            known = ", ".join(self.run_ids()[:5]) or "none"
+            raise StoreError(
+                f"no results for run {run_id!r} in {self.store.uri!r}",
+                run_id=run_id,
+                hint=f"known runs (newest first): {known}",
+            )
+        return run_id
+
+    def fingerprint(self, run_id: str) -> tuple[tuple[str, int, int], ...]:
+        return self.files(run_id).fingerprint
+
+    # ---- summaries -----------------------------------------------------------------------
+
+    def ensure_summaries(self, run_ids: Sequence[str]) -> None:
+        """Bring `model_runs` up to date for these runs (rebuilding a run whose files changed)."""
+        for run_id in run_ids:
+            files = self.files(run_id)
+            with self._lock:
+                if self._summarised.get(run_id) == files.fingerprint:
+                    continue
+                cur = self._con.cursor()
+                cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
+                if files.results and files.fallbacks:
+                    cur.execute(
+                        f"INSERT INTO model_runs BY NAME {SUMMARY_WITH_FALLBACKS_SQL}",
+                        {"files": list(files.results), "fallback_files": list(files.fallbacks)},
+                    )
+                elif files.results:
+                    cur.execute(
+                        f"INSERT INTO model_runs BY NAME {SUMMARY_SQL}",
+                        {"files": list(files.results)},
+                    )
+                self._summarised[run_id] = files.fingerprint
+                self._memo = {k: v for k, v in self._memo.items() if k[1] != run_id}
+
+    def ensure_all_summaries(self) -> list[str]:
+        ids = self.run_ids()
+        self.ensure_summaries(ids)
+        return ids
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def fetch(self, sql: str, params: dict[str, Any] | Sequence[Any] | None = None) -> list[dict]:
+        """Run one parameterised query; rows as dicts."""
+        cur = self._con.cursor()
+        try:
+            cur.execute(sql, params or {})
+            names = [d[0] for d in cur.description or []]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        finally:
+            cur.close()
+
+    def scalar(self, sql: str, params: dict[str, Any] | Sequence[Any] | None = None) -> Any:
+        cur = self._con.cursor()
+        try:
+            row = cur.execute(sql, params or {}).fetchone()
+            return row[0] if row else None
+        finally:
+            cur.close()
+
+    def memo(self, name: str, run_id: str | None, build: Callable[[], T], *extra: Any) -> T:
+        """Cache `build()` under (name, run, extra) until that run's files (or, for run None,
+        any run's files) change."""
+        fp: Any = self.fingerprint(run_id) if run_id else self._all_fingerprint()
+        key = (name, run_id, *extra)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == fp:
+            return hit[1]  # type: ignore[no-any-return]
+        value = build()
+        with self._lock:
+            self._memo[key] = (fp, value)
+        return value
+
+    def _all_fingerprint(self) -> tuple[Any, ...]:
+        self.refresh()
+        return (self._runs_fp, tuple((r, f.fingerprint) for r, f in sorted(self._files.items())))
+
+
+def _run_of(path: str) -> str:
+    return path.rsplit("/", 2)[-2].removeprefix("run_id=")
+
+
+def _stats(fs: pafs.FileSystem, paths: list[str]) -> dict[str, tuple[int, int]]:
+    if not paths:
+        return {}
+    out = {}
+    for info in fs.get_file_info(paths):
+        mtime = info.mtime_ns if info.mtime_ns is not None else 0
+        out[info.path] = (int(mtime), int(info.size or 0))
+    return out
+
+
+def placeholders(values: Sequence[Any], prefix: str, params: dict[str, Any]) -> str:
+    """`$p0, $p1, ...` for an IN list, adding the values to `params`."""
+    names = []
+    for i, value in enumerate(values):
+        params[f"{prefix}{i}"] = value
+        names.append(f"${prefix}{i}")
+    return ", ".join(names) or "NULL"
+
+
+__all__ = [
+    "FAILED",
+    "OUTCOMES",
+    "STAGES",
+    "RunFiles",
+    "Status",
+    "StoreQuery",
+    "placeholders",
+]
