@@ -6,13 +6,18 @@ import difflib
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import UnknownNameError
+from reports.errors import DeviceError, UnknownNameError
 
 if TYPE_CHECKING:
     from runners.devices.base import Device
 
 DEVICES: dict[str, str] = {
     "cpu": "runners.devices.cpu:CpuDevice",
+    "cuda": "runners.devices.cuda:CudaDevice",
+    "mps": "runners.devices.mps:MpsDevice",
+    # real TorchNeuron when `torch_neuronx` is importable, else the emulated device
+    "neuron": "runners.devices.neuron:neuron_device",
+    "neuron-emulated": "runners.devices.neuron_emulated:NeuronEmulatedDevice",
 }
 
 
@@ -33,4 +38,23 @@ def get_device(name: str, **options: Any) -> Device:
         )
     module_name, attr = target.split(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    return factory(**options)
+    device: Device = factory(**options)
+    if not device.is_available():
+        raise DeviceError(
+            f"Device {name!r} is not available on this machine.",
+            device=name,
+            hint=device.availability_hint or f"Available here: {', '.join(available_devices())}.",
+        )
+    return device
+
+
+def available_devices() -> list[str]:
+    """Registered devices usable on this machine (imports each device module)."""
+    found = []
+    for name, target in sorted(DEVICES.items()):
+        module_name, attr = target.split(":")
+        factory = getattr(importlib.import_module(module_name), attr)
+        check = getattr(factory, "is_available", None)
+        if check is None or check():
+            found.append(name)
+    return found

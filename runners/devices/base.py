@@ -8,7 +8,7 @@ and how to record the ops that fell back to the CPU while a stage ran. Device-sp
 from __future__ import annotations
 
 import contextlib
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -60,12 +60,33 @@ class FallbackLog:
         return self.copy_bytes_d2h + sum(e.bytes_d2h for e in self.ops.values())
 
 
+# The logs of the stages running now, innermost last. Process-wide on purpose: the autograd engine
+# runs a non-CPU device's backward on its own thread, and those fallbacks belong to the stage too.
+_ACTIVE_LOGS: list[FallbackLog] = []
+
+
+def active_fallback_logs() -> list[FallbackLog]:
+    """The logs recording right now (empty outside `Device.record_fallbacks`)."""
+    return _ACTIVE_LOGS
+
+
+@contextlib.contextmanager
+def collecting(log: FallbackLog) -> Iterator[FallbackLog]:
+    """Make `log` receive fallbacks (eager and compile) while the block runs."""
+    _ACTIVE_LOGS.append(log)
+    try:
+        yield log
+    finally:
+        _ACTIVE_LOGS.remove(log)
+
+
 class Device(ABC):
     """One PyTorch device. Subclasses set `name`; instances are cheap, `setup()` does the work."""
 
     name: ClassVar[str]
     emulated: ClassVar[bool] = False
     compile_backend: str = "inductor"
+    availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):
         self.strict = strict  # a CPU fallback raises instead of running (where supported)
@@ -77,6 +98,7 @@ class Device(ABC):
 
     def setup(self) -> None:
         """Make the device usable in this process (idempotent)."""
+        return None
 
     @property
     def torch_device(self) -> torch.device:
@@ -102,11 +124,14 @@ class Device(ABC):
 
     def synchronize(self) -> None:
         """Wait for queued work (no-op on synchronous devices)."""
+        return None
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
-        """Record CPU fallbacks while the block runs. Devices without fallbacks record none."""
-        yield FallbackLog()
+        """Record CPU fallbacks while the block runs. Devices without fallbacks record none
+        (except ops a compile backend reports as unlowerable)."""
+        with collecting(FallbackLog()) as log:
+            yield log
 
     def peak_memory_bytes(self) -> int | None:
         return None

@@ -1,0 +1,81 @@
+"""Apple MPS: ops without an MPS kernel fall back to the CPU and say so in a warning.
+
+With `PYTORCH_ENABLE_MPS_FALLBACK=1` PyTorch warns "The operator 'aten::x.overload' is not
+currently supported on the MPS backend and will fall back to run on the CPU." (once per op
+unless `torch.set_warn_always(True)`); without it those ops raise `NotImplementedError`.
+Set the variable before torch is imported: `setup()` sets it, which is early enough only when
+torch has not yet touched MPS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from runners.devices.base import Device, FallbackLog, collecting
+
+FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+_WARNING = re.compile(
+    r"The operator '(?P<op>[^']+)' is not currently supported on the MPS backend "
+    r"and will fall back to run on the CPU"
+)
+
+
+def fallbacks_from_warnings(messages: Iterable[str]) -> Counter[str]:
+    """Count fallback ops named in MPS fallback warnings (other messages are ignored)."""
+    found: Counter[str] = Counter()
+    for message in messages:
+        match = _WARNING.search(message)
+        if match:
+            found[match.group("op")] += 1
+    return found
+
+
+class MpsDevice(Device):
+    name = "mps"
+    compile_backend = "inductor"
+    availability_hint = (
+        "MPS needs Apple silicon and a torch build with MPS; try --device cpu or neuron."
+    )
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return bool(torch.backends.mps.is_available())
+
+    def setup(self) -> None:
+        if not self.strict:
+            os.environ.setdefault(FALLBACK_ENV, "1")
+
+    def synchronize(self) -> None:
+        torch.mps.synchronize()
+
+    @contextlib.contextmanager
+    def record_fallbacks(self) -> Iterator[FallbackLog]:
+        before = torch.is_warn_always_enabled()
+        torch.set_warn_always(True)
+        try:
+            with collecting(FallbackLog()) as log, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    yield log
+                finally:
+                    messages = (str(w.message) for w in caught)
+                    for op, count in fallbacks_from_warnings(messages).items():
+                        log.record(op, n=count)
+        finally:
+            torch.set_warn_always(before)
+
+    def peak_memory_bytes(self) -> int | None:
+        return int(torch.mps.driver_allocated_memory())
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    def supports_dtype(self, dtype: torch.dtype) -> bool:
+        return dtype in (torch.float32, torch.float16, torch.bfloat16)
