@@ -65,6 +65,7 @@ def run_isolated(
     timeout_s: float = 600.0,
     threads: int = 1,
     seed: int = 0,
+    compile_backend: str | None = None,
 ) -> ModelOutcome:
     """Run `spec` in a child process; always returns one StageResult per requested stage."""
     order = ordered(stages or list(Stage))
@@ -77,6 +78,7 @@ def run_isolated(
         "stages": [s.value for s in order],
         "threads": threads,
         "seed": seed,
+        "compile_backend": compile_backend,
     }
     proc = ctx.Process(target=_child, args=(child_conn, spec, kwargs), daemon=True)
     start = time.monotonic()

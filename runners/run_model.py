@@ -16,6 +16,35 @@ from reports.schema import SkipReason, Stage, Status
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered, skipped
 
 
+def quiet_libraries() -> None:
+    """Model libraries print progress bars and advice per model; a sweep wants rows instead."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile pool per model
+    warnings.filterwarnings("ignore")
+    for name in ("transformers", "diffusers", "huggingface_hub"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import diffusers
+
+        diffusers.utils.logging.set_verbosity_error()
+        diffusers.utils.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+
+
 def run_model(
     spec: TinySpec,
     *,
@@ -24,6 +53,7 @@ def run_model(
     stages: list[Stage] | list[str] | None = None,
     seed: int = 0,
     compare: bool | None = None,
+    compile_backend: str | None = None,
     on_stage: Callable[[StageResult], None] | None = None,
 ) -> ModelOutcome:
     """`device` is a Device (already set up) or a registry name."""
@@ -31,6 +61,7 @@ def run_model(
     from runners.devices import get_device
     from runners.stages import DTYPES, StageContext, release, run_stages
 
+    quiet_libraries()
     order = ordered(stages or list(Stage))
     if isinstance(device, str):
         device = get_device(device)
@@ -52,6 +83,7 @@ def run_model(
         dtype=torch_dtype,
         compare=(device.name != "cpu") if compare is None else compare,
         seed=seed,
+        compile_backend=compile_backend or device.compile_backend,
     )
     results: list[StageResult] = []
     start = time.perf_counter()

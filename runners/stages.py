@@ -62,6 +62,7 @@ class StageContext:
     dtype: torch.dtype
     compare: bool  # compare against a CPU reference (devices other than the CPU)
     seed: int = 0
+    compile_backend: str = "inductor"
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
     inputs: dict[str, Any] = field(default_factory=dict)  # on the device
@@ -185,7 +186,7 @@ class CompileStage(StageRunner):
 
         dynamo.reset()
         counters.clear()
-        compiled = torch.compile(ctx.model, backend=ctx.device.compile_backend)
+        compiled = torch.compile(ctx.model, backend=ctx.compile_backend)
 
         def step() -> None:
             ctx.model.zero_grad(set_to_none=True)

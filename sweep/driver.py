@@ -51,6 +51,7 @@ class RunConfig:
     address: str | None = None  # an existing Ray cluster
     num_cpus: int | None = None  # local Ray size (default: the machine's cores)
     timeout_s: float = 300.0
+    compile_backend: str | None = None  # default: the device's own backend
     retries: int = 1  # for system failures only
     dedup: bool = True
     flush_s: float = 2.0
@@ -275,6 +276,7 @@ def _task_kwargs(config: RunConfig) -> dict[str, Any]:
         "dtype": config.dtype,
         "stages": [s.value for s in config.stages],
         "timeout_s": config.timeout_s,
+        "compile_backend": config.compile_backend,
     }
 
 

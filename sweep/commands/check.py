@@ -26,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="neuron: a file of natively lowered ATen ops")
     p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument(
+        "--compile-backend",
+        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
+    )
     p.add_argument("--stages", help="comma-separated stages (default: all)")
     p.add_argument("--catalog", default="bundled", help="catalog to look the id up in")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
@@ -128,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             stages=stages,
             timeout_s=args.timeout,
+            compile_backend=args.compile_backend,
         )
     profile, profile_hash = device.profile_info()
     ctx = RunContext(

@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument(
+        "--compile-backend",
+        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
+    )
+    p.add_argument(
         "--stages",
         help="comma-separated stages (default: all): load,forward,backward,compile,generate",
     )
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         address=args.address,
         num_cpus=args.num_cpus,
         timeout_s=args.timeout,
+        compile_backend=args.compile_backend,
         retries=args.retries,
         dedup=not args.no_dedup,
         command=command_line(),
