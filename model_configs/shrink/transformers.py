@@ -1,0 +1,562 @@
+"""Shrink a transformers config to a tiny model that runs the same code paths.
+
+Generic rules walk the config and its sub-configs (`text_config`, `vision_config`, encoder /
+decoder, ...) and shrink widths, heads, layers, experts, vocabularies, positions and images while
+keeping every choice that decides which ops run (attention variant, GQA/MQA, layer kinds, RoPE
+type, activations, norms, tied embeddings). Per-family rules live as data in
+`model_configs/data/transformers_family_rules.json`, each with a reason. The result is rebuilt
+through the config class so the library's own validation runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from model_configs.spec import ResolvedConfig, TinySpec
+from reports.errors import ConfigError, ShrinkError
+from reports.schema import SkipReason
+
+# Target sizes.
+HEADS = 4
+HEAD_DIM = 16
+HIDDEN = HEADS * HEAD_DIM
+VOCAB = 512
+MAX_POSITIONS = 512
+EXPERTS = 4
+TOP_K = 2
+GRID = 4  # patches per image side
+WINDOW = 8  # sliding windows, shorter than the dummy sequence
+
+HIDDEN_KEYS = (
+    "hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim", "model_dim",
+    "word_embed_proj_dim", "embedding_size", "out_hidden_size", "text_hidden_size",
+    "vision_hidden_size", "projection_dim", "projector_hidden_size", "output_hidden_size",
+    "d_embed", "n_embed", "emb_dim", "width", "encoder_hidden_size", "decoder_hidden_size",
+    "hidden_channels", "proj_dim", "text_embed_dim", "vision_embed_dim",
+)  # fmt: skip
+FFN_KEYS = (
+    "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
+    "ffn_hidden_size", "mlp_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "expert_intermediate_size", "ffn_intermediate_size", "mlp_hidden_size", "intermediate_dim",
+    "dense_intermediate_size", "moe_ffn_hidden_size", "encoder_intermediate_size",
+    "decoder_intermediate_size", "inner_dim", "d_inner", "classifier_proj_size",
+    "codevector_dim", "proj_codevector_dim", "xvector_output_dim", "pooler_hidden_size",
+)  # fmt: skip
+HEAD_KEYS = (
+    "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
+    "decoder_attention_heads", "num_attention_head", "attention_heads",
+)  # fmt: skip
+KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "d_head")
+LAYER_KEYS = (
+    "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
+    "num_decoder_layers", "n_layers", "depth", "num_encoder_layers", "decoder_num_layers",
+    "encoder_num_layers", "num_blocks", "n_layers_per_block",
+)  # fmt: skip
+EXPERT_KEYS = (
+    "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_moe_experts",
+    "n_experts",
+)  # fmt: skip
+TOPK_KEYS = ("num_experts_per_tok", "top_k", "moe_top_k", "num_experts_per_token", "moe_topk")
+POSITION_KEYS = (
+    "max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
+    "max_text_positions", "max_seq_len", "max_sequence_length", "seq_length",
+)  # fmt: skip
+WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_window_size")
+# Keys never to treat as sizes, whatever their names look like.
+NOT_A_SIZE = {"num_labels", "num_channels", "in_channels", "out_channels", "num_mel_bins"}
+SKIP_SUBDICTS = {"id2label", "label2id", "rope_parameters", "rope_scaling", "quantization_config",
+                 "task_specific_params", "auto_map", "_attn_implementation_autoset"}  # fmt: skip
+
+
+@cache
+def family_rules() -> dict[str, dict[str, Any]]:
+    """The per-family rules, keyed by model_type (see the JSON file's `_about`)."""
+    path = Path(__file__).resolve().parent.parent / "data" / "transformers_family_rules.json"
+    return json.loads(path.read_text())["rules"]
+
+
+class _Shrinker:
+    """One shrink of one config tree. `widths` maps original widths to shrunk ones globally, so
+    widths equal in the original (a projector's input and a tower's hidden size) stay equal."""
+
+    def __init__(self) -> None:
+        self.widths: dict[int, int] = {}
+        self.token_ids: dict[int, int] = {}
+        self.vocab_free: list[int] = []
+
+    # ----- width mapping -----
+    def width(self, value: int, factor: float) -> int:
+        if value in self.widths:
+            return self.widths[value]
+        new = value if value <= HIDDEN else max(8, int(round(value / factor / 8)) * 8)
+        new = min(new, value)
+        self.widths[value] = new
+        return new
+
+    # ----- one config level -----
+    def shrink_level(self, d: dict[str, Any], cls: Any, path: str) -> None:
+        amap: dict[str, str] = dict(getattr(cls, "attribute_map", {}) or {})
+        model_type = str(d.get("model_type") or getattr(cls, "model_type", "") or "")
+        rules = family_rules().get(model_type, {})
+        keep = set(rules.get("keep", []))
+
+        def real(name: str) -> str:
+            return amap.get(name, name)
+
+        def keys(names: tuple[str, ...]) -> list[str]:
+            found = []
+            for n in names:
+                k = real(n)
+                if k in d and k not in found and k not in keep:
+                    found.append(k)
+            return found
+
+        def first_int(names: tuple[str, ...]) -> tuple[str | None, int | None]:
+            for k in keys(names):
+                v = d[k]
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                    return k, v
+            return None, None
+
+        # Recurse into sub-configs first (their model_type decides their rules).
+        for key, sub in list(d.items()):
+            if key in SKIP_SUBDICTS or not isinstance(sub, dict):
+                continue
+            sub_cls = _sub_config_class(cls, key, sub)
+            if sub_cls is not None:
+                self.shrink_level(sub, sub_cls, f"{path}{key}.")
+
+        # --- heads and widths ---
+        hidden_key, hidden = first_int(HIDDEN_KEYS[:6])
+        head_keys = keys(HEAD_KEYS)
+        heads_val = next((d[k] for k in head_keys if isinstance(d[k], int) and d[k] > 0), None)
+        kv_key, kv = first_int(KV_KEYS)
+        hd_key, hd = first_int(HEAD_DIM_KEYS)
+
+        new_heads = None
+        if heads_val:
+            new_heads = min(heads_val, HEADS)
+            while HIDDEN % new_heads:
+                new_heads -= 1
+        factor = 1.0
+        if hidden:
+            if hidden in self.widths:
+                new_hidden = self.widths[hidden]
+            else:
+                new_hidden = min(hidden, HIDDEN if new_heads else HIDDEN)
+                if new_heads and new_hidden % new_heads:
+                    new_hidden = new_heads * HEAD_DIM
+                self.widths[hidden] = new_hidden
+            factor = hidden / new_hidden
+            d[hidden_key] = new_hidden  # type: ignore[index]
+        for k in head_keys:
+            v = d[k]
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                d[k] = min(v, new_heads or HEADS)
+            elif isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+                base = v[0]
+                d[k] = [max(1, math.ceil(x / base)) for x in v]
+        if kv and new_heads:
+            if kv == 1:
+                new_kv = 1
+            elif heads_val and kv >= heads_val:
+                new_kv = new_heads
+            else:
+                new_kv = max(1, new_heads // 2)
+            while new_heads % new_kv:
+                new_kv -= 1
+            d[kv_key] = new_kv  # type: ignore[index]
+        if hd and hd > HEAD_DIM:
+            d[hd_key] = HEAD_DIM  # type: ignore[index]
+
+        # Other widths scale with the level's hidden factor.
+        if factor == 1.0 and not hidden:
+            factor = self._guess_factor(d, keys(HIDDEN_KEYS + FFN_KEYS))
+        for k in keys(HIDDEN_KEYS + FFN_KEYS):
+            v = d[k]
+            if k == hidden_key or k in NOT_A_SIZE:
+                continue
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                d[k] = self.width(v, factor)
+            elif isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+                d[k] = [self.width(x, factor) for x in v]
+        for k in (
+            "hidden_sizes",
+            "conv_dim",
+            "tdnn_dim",
+            "embed_dims",
+            "hidden_dims",
+            "dims",
+            "channels",
+            "encoder_hidden_sizes",
+            "neck_hidden_sizes",
+            "widths",
+        ):
+            v = d.get(k)
+            if k in keep or not (isinstance(v, list) and v and all(isinstance(x, int) for x in v)):
+                continue
+            f = max(1.0, max(v) / (HIDDEN * 2))
+            d[k] = [self.width(x, f) if x > 8 else x for x in v]
+
+        # --- layers ---
+        self._shrink_layers(d, keys(LAYER_KEYS))
+
+        # --- experts ---
+        ek, experts = first_int(EXPERT_KEYS)
+        if experts and experts > EXPERTS:
+            new_e = EXPERTS
+            for k in keys(EXPERT_KEYS):
+                if isinstance(d[k], int):
+                    d[k] = new_e
+            for k in keys(TOPK_KEYS):
+                if isinstance(d[k], int) and d[k] > 0:
+                    d[k] = min(d[k], TOP_K, new_e)
+            for k in ("n_group", "num_expert_group"):
+                if isinstance(d.get(k), int) and d[k] > 1:
+                    d[k] = 2
+                    for tk in ("topk_group",):
+                        if isinstance(d.get(tk), int):
+                            d[tk] = min(d[tk], 1)
+
+        # --- vocab, positions, windows ---
+        vocab = d.get(real("vocab_size"))
+        if isinstance(vocab, int) and vocab > VOCAB:
+            d[real("vocab_size")] = VOCAB
+        for k in keys(POSITION_KEYS):
+            v = d[k]
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_POSITIONS:
+                d[k] = MAX_POSITIONS
+        for k in keys(WINDOW_KEYS):
+            v = d[k]
+            if isinstance(v, int) and not isinstance(v, bool) and v > WINDOW:
+                d[k] = WINDOW
+        self._shrink_rope(d, hd or (hidden // heads_val if hidden and heads_val else None))
+
+        # --- images ---
+        patch = d.get("patch_size")
+        image = d.get("image_size")
+        if isinstance(patch, int) and isinstance(image, int) and image > patch * GRID:
+            d["image_size"] = patch * GRID
+        elif isinstance(patch, list) and isinstance(image, list) and len(patch) == len(image):
+            d["image_size"] = [min(i, p * GRID) for i, p in zip(image, patch, strict=True)]
+
+        # --- family rules (after the generic ones) ---
+        for dotted, value in rules.get("set", {}).items():
+            _set_dotted(d, dotted, copy.deepcopy(value))
+
+    def _guess_factor(self, d: dict[str, Any], width_keys: list[str]) -> float:
+        ints = [d[k] for k in width_keys if isinstance(d[k], int) and d[k] > 0]
+        return max(1.0, max(ints) / (HIDDEN * 2)) if ints else 1.0
+
+    def _shrink_layers(self, d: dict[str, Any], layer_keys: list[str]) -> None:
+        counts = [d[k] for k in layer_keys if isinstance(d[k], int) and not isinstance(d[k], bool)]
+        if not counts:
+            return
+        n = max(counts)
+        kinds_src = None
+        for k in ("layer_types", "hybrid_override_pattern", "layers_block_type", "block_types"):
+            v = d.get(k)
+            if isinstance(v, (list, str)) and len(v) == n:
+                kinds_src = list(v)
+                break
+        if kinds_src:
+            seen: dict[Any, int] = {}
+            for i, kind in enumerate(kinds_src):
+                seen.setdefault(json.dumps(kind, sort_keys=True), i)
+            picked = sorted(seen.values())
+            target = max(2, len(picked))
+            i = 0
+            while len(picked) < min(target, n):
+                if i not in picked:
+                    picked.append(i)
+                i += 1
+            picked.sort()
+        else:
+            picked = list(range(min(n, 2)))
+        new_n = len(picked)
+        for k in layer_keys:
+            v = d[k]
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                d[k] = min(v, new_n)
+            elif isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+                d[k] = [min(x, 1) for x in v]  # per-stage depths
+        # Per-layer lists (length == n) follow the picked layers; index lists are filtered.
+        for k, v in list(d.items()):
+            if k in layer_keys:
+                continue
+            if isinstance(v, list) and len(v) == n and n > new_n and k != "architectures":
+                d[k] = [v[i] for i in picked]
+            elif isinstance(v, str) and len(v) == n and n > new_n and k.endswith("pattern"):
+                d[k] = "".join(v[i] for i in picked)
+        for k in (
+            "mlp_only_layers",
+            "full_attn_idxs",
+            "fullatt_block_indexes",
+            "global_attn_indexes",
+            "attn_layer_indices",
+            "dual_attention_layers",
+            "no_rope_layer_idxs",
+        ):
+            v = d.get(k)
+            if isinstance(v, list) and all(isinstance(x, int) for x in v) and len(v) != new_n:
+                kept = [picked.index(x) for x in v if x in picked]
+                if v and not kept:
+                    kept = [new_n - 1]
+                d[k] = kept
+        for k in ("first_k_dense_replace", "max_window_layers", "num_kv_shared_layers"):
+            v = d.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                d[k] = min(v, 1) if k != "max_window_layers" else min(v, new_n)
+        for k in list(d):
+            if k.endswith("_period") and isinstance(d[k], int) and d[k] > new_n:
+                off = k[: -len("period")] + "offset"
+                d[k] = new_n
+                if isinstance(d.get(off), int):
+                    d[off] = d[off] % new_n
+
+    def _shrink_rope(self, d: dict[str, Any], old_head_dim: int | None) -> None:
+        new_hd = d.get("head_dim") if isinstance(d.get("head_dim"), int) else None
+        for key in ("rope_parameters", "rope_scaling"):
+            rp = d.get(key)
+            if not isinstance(rp, dict):
+                continue
+            per_type = [rp[k] for k in rp if isinstance(rp[k], dict)] or [rp]
+            for params in per_type:
+                omax = params.get("original_max_position_embeddings")
+                mp = d.get("max_position_embeddings")
+                if isinstance(omax, int) and isinstance(mp, int) and omax > mp:
+                    params["original_max_position_embeddings"] = max(
+                        1, mp // max(1, int(params.get("factor", 1) or 1))
+                    )
+                sec = params.get("mrope_section")
+                if isinstance(sec, list) and old_head_dim and new_hd and sum(sec) > new_hd // 2:
+                    params["mrope_section"] = _rescale_section(sec, new_hd // 2)
+                for fk in ("short_factor", "long_factor"):
+                    fac = params.get(fk)
+                    if isinstance(fac, list) and new_hd:
+                        rot = int(new_hd * d.get("partial_rotary_factor", 1.0))
+                        params[fk] = _resample(fac, max(1, rot // 2))
+
+
+def _rescale_section(section: list[int], total: int) -> list[int]:
+    s = sum(section)
+    out = [max(1, x * total // s) for x in section]
+    out[0] += total - sum(out)
+    return out
+
+
+def _resample(values: list[float], n: int) -> list[float]:
+    if len(values) == n:
+        return values
+    return [values[min(len(values) - 1, i * len(values) // n)] for i in range(n)]
+
+
+def _set_dotted(d: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = value
+
+
+def _get_dotted(d: dict[str, Any], dotted: str) -> Any:
+    for p in dotted.split("."):
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def _sub_config_class(cls: Any, key: str, sub: dict[str, Any]) -> Any:
+    from transformers import CONFIG_MAPPING
+
+    sub_configs = getattr(cls, "sub_configs", {}) or {}
+    target = sub_configs.get(key)
+    mt = sub.get("model_type")
+    if target is not None and getattr(target, "__name__", "") != "AutoConfig":
+        return target
+    if mt and mt in CONFIG_MAPPING:
+        return CONFIG_MAPPING[mt]
+    if key.endswith("_config") or key in ("encoder", "decoder"):
+        return type("_Plain", (), {"attribute_map": {}})
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if isinstance(v, dict) and k not in ("id2label", "label2id"):
+                out.update(_flatten(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+    return out
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    a, b = _flatten(_jsonable(before)), _flatten(_jsonable(after))
+    skip = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype"}
+    changes: dict[str, list[Any]] = {}
+    for k in sorted(set(a) | set(b)):
+        if k.split(".")[-1] in skip:
+            continue
+        if a.get(k) != b.get(k):
+            changes[k] = [_jsonable(a.get(k)), _jsonable(b.get(k))]
+    return changes
+
+
+def _jsonable(v: Any) -> Any:
+    return json.loads(json.dumps(v, default=str))
+
+
+def _fix_token_ids(root: dict[str, Any]) -> None:
+    """Keep every special token id inside the shrunk vocabulary of its config (and distinct)."""
+    mapping: dict[int, int] = {}
+
+    def vocab_here(d: dict[str, Any], inherited: int | None) -> int | None:
+        v = d.get("vocab_size")
+        return v if isinstance(v, int) and v > 0 else inherited
+
+    def fix(d: dict[str, Any], vocab: int | None, text_vocab: int | None) -> None:
+        vocab = vocab_here(d, vocab)
+        tc = d.get("text_config")
+        if isinstance(tc, dict):
+            text_vocab = vocab_here(tc, text_vocab)
+        limit = text_vocab or vocab
+        for k, v in list(d.items()):
+            if isinstance(v, dict) and k not in SKIP_SUBDICTS:
+                fix(v, vocab, text_vocab)
+                continue
+            if not _is_token_key(k) or limit is None:
+                continue
+            if isinstance(v, int) and not isinstance(v, bool):
+                d[k] = _map_id(v, limit, mapping)
+            elif isinstance(v, list) and all(isinstance(x, int) for x in v):
+                d[k] = [_map_id(x, limit, mapping) for x in v]
+
+    reserved = {i for i in special_token_ids(root) if 0 <= i < VOCAB}
+    mapping.update({i: i for i in reserved})
+    fix(root, None, None)
+
+
+def _is_token_key(k: str) -> bool:
+    return (
+        k.endswith(("_token_id", "_token_ids", "_token_index", "_token_idx"))
+        or k in ("suppress_tokens", "begin_suppress_tokens", "image_token", "decoder_start_token")
+        or (k.endswith("_id") and k.startswith(("image_", "video_", "audio_", "boi_", "eoi_")))
+    )
+
+
+def _map_id(v: int, limit: int, mapping: dict[int, int]) -> int:
+    if v in mapping and mapping[v] < limit:
+        return mapping[v]
+    if v < 0 or (v < limit and v not in mapping):
+        return v
+    used = set(mapping.values())
+    new = limit - 1
+    while new in used:
+        new -= 1
+    mapping[v] = new
+    return new
+
+
+def special_token_ids(config: dict[str, Any]) -> set[int]:
+    """Every token id a config names (random inputs avoid them)."""
+    ids: set[int] = set()
+    for k, v in _flatten(config).items():
+        if not _is_token_key(k.split(".")[-1]):
+            continue
+        if isinstance(v, int) and not isinstance(v, bool):
+            ids.add(v)
+        elif isinstance(v, list):
+            ids.update(x for x in v if isinstance(x, int))
+    return ids
+
+
+def _load_config(resolved: ResolvedConfig) -> Any:
+    from transformers import CONFIG_MAPPING
+
+    cfg = resolved.config
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise ConfigError(
+            "config is not a JSON object with a model_type",
+            reason=SkipReason.MALFORMED_CONFIG.value,
+            model_id=resolved.model_id,
+        )
+    mt = cfg["model_type"]
+    if mt not in CONFIG_MAPPING:
+        raise ConfigError(
+            f"transformers {_tf_version()} does not know model_type {mt!r}",
+            reason=SkipReason.UNKNOWN_MODEL_TYPE.value,
+            model_id=resolved.model_id,
+            hint="upgrade transformers, or the repo needs remote code",
+        )
+    try:
+        return CONFIG_MAPPING[mt].from_dict(copy.deepcopy(cfg))
+    except Exception as exc:  # the library's validation of the original config
+        raise ConfigError(
+            f"transformers rejects the {mt} config: {type(exc).__name__}: {exc}",
+            reason=SkipReason.MALFORMED_CONFIG.value,
+            model_id=resolved.model_id,
+        ) from exc
+
+
+def _tf_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def shrink_transformers(
+    resolved: ResolvedConfig,
+    *,
+    architecture_hint: str | None = None,
+    pipeline_tag: str | None = None,
+) -> TinySpec:
+    """Shrink a transformers config and choose the class to build (see the module docstring)."""
+    from model_configs.transformers_classes import choose_class
+
+    config = _load_config(resolved)
+    mt = config.model_type
+    original = config.to_dict()
+    arch, task, generative = choose_class(
+        config, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag,
+        model_id=resolved.model_id,
+    )  # fmt: skip
+    d = copy.deepcopy(original)
+    try:
+        shrinker = _Shrinker()
+        shrinker.shrink_level(d, type(config), "")
+        _fix_token_ids(d)
+        for dst, src in family_rules().get(mt, {}).get("link", {}).items():
+            _set_dotted(d, dst, copy.deepcopy(_get_dotted(d, src)))
+        d["architectures"] = [arch]
+        tiny = type(config).from_dict(d)
+        final = tiny.to_dict()
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ShrinkError(
+            f"shrinking the {mt} config failed: {type(exc).__name__}: {exc}",
+            model_id=resolved.model_id,
+            stage="load",
+            hint=f"add a rule for {mt!r} to model_configs/data/transformers_family_rules.json",
+        ) from exc
+    final = _jsonable(final)
+    return TinySpec(
+        library="transformers",
+        model_type=mt,
+        architecture=arch,
+        config=final,
+        generative=generative,
+        task=task,
+        changes=_diff(original, final),
+    )

@@ -1,0 +1,276 @@
+"""Build tiny transformers models from a TinySpec and feed them.
+
+`make_inputs` dispatches on the model's `main_input_name` and `forward` signature: token ids kept
+away from special ids, pixel values at the shrunk image size, audio features of the length the
+model needs, image tokens whose count matches what the vision tower produces, both sides of an
+encoder-decoder, and labels for training. Per-family input hints are data
+(`model_configs/data/transformers_input_rules.json`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from model_configs.shrink.transformers import special_token_ids
+from model_configs.spec import ResolvedConfig, TinySpec
+from reports.errors import ShrinkError
+from reports.schema import ConfigSource
+
+BATCH = 2
+SEQ = 16
+LABEL_TASKS = {
+    "causal-lm", "masked-lm", "seq2seq-lm", "sequence-classification", "token-classification",
+    "image-classification", "audio-classification", "speech-seq2seq", "ctc", "image-text-to-text",
+    "multimodal-lm", "video-classification",
+}  # fmt: skip
+
+
+@cache
+def input_rules() -> dict[str, dict[str, Any]]:
+    """Per-family input hints, keyed by model_type (see the JSON file's `_about`)."""
+    path = Path(__file__).resolve().parent / "data" / "transformers_input_rules.json"
+    return json.loads(path.read_text())["rules"]
+
+
+def build_model(spec: TinySpec) -> Any:
+    """The tiny model: fp32 on the CPU, weights from seed 0, eval mode. Never remote code."""
+    import torch
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[str(spec.model_type)].from_dict(dict(spec.config))
+    cls = getattr(transformers, spec.architecture, None)
+    if cls is None:
+        raise ShrinkError(f"transformers has no class {spec.architecture!r}", stage="load")
+    if not isinstance(config, cls.config_class):
+        config = config.get_text_config(decoder=True)
+    torch.manual_seed(0)
+    model = cls._from_config(config, dtype=torch.float32)
+    return model.eval()
+
+
+def _forward_params(model: Any) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _token_ids(gen: Any, config: Any, shape: tuple[int, ...], avoid: set[int]) -> Any:
+    import torch
+
+    vocab = _vocab_size(config)
+    allowed = torch.tensor([i for i in range(min(vocab, 4096)) if i not in avoid and i >= 3])
+    if allowed.numel() == 0:
+        allowed = torch.arange(vocab)
+    idx = torch.randint(0, allowed.numel(), shape, generator=gen)
+    return allowed[idx]
+
+
+def _vocab_size(config: Any) -> int:
+    for c in (config, _text_config(config)):
+        v = getattr(c, "vocab_size", None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 64
+
+
+def _text_config(config: Any) -> Any:
+    try:
+        return config.get_text_config(decoder=True)
+    except Exception:
+        return config
+
+
+def _vision_config(config: Any) -> Any:
+    return getattr(config, "vision_config", None) or config
+
+
+def _image_size(config: Any) -> tuple[int, int]:
+    for c in (_vision_config(config), config):
+        size = getattr(c, "image_size", None)
+        if isinstance(size, int):
+            return size, size
+        if isinstance(size, (list, tuple)) and len(size) == 2:
+            return int(size[0]), int(size[1])
+        if isinstance(size, dict):
+            h = size.get("height") or size.get("shortest_edge")
+            w = size.get("width") or size.get("shortest_edge")
+            if h and w:
+                return int(h), int(w)
+    return 32, 32
+
+
+def _num_channels(config: Any) -> int:
+    for c in (_vision_config(config), config):
+        for k in ("num_channels", "in_channels", "in_chans"):
+            v = getattr(c, k, None)
+            if isinstance(v, int) and v > 0:
+                return v
+    return 3
+
+
+def make_inputs(
+    spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
+) -> dict[str, Any]:
+    """CPU tensors for `model(**inputs)` (purpose="train") or `model.generate(**inputs)`."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    config = model.config
+    params = _forward_params(model)
+    rules = input_rules().get(spec.model_type or "", {})
+    avoid = special_token_ids(spec.config)
+    main = getattr(model, "main_input_name", "input_ids")
+    inputs: dict[str, Any] = {}
+    seq = int(rules.get("seq_len", SEQ))
+
+    if main == "input_ids" or "input_ids" in params and main not in (
+        "pixel_values", "input_features", "input_values",
+    ):  # fmt: skip
+        inputs["input_ids"] = _token_ids(gen, config, (BATCH, seq), avoid)
+        if "attention_mask" in params:
+            inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
+    if main == "pixel_values" or ("pixel_values" in params and _has_vision(config)):
+        h, w = _image_size(config)
+        inputs["pixel_values"] = torch.randn(BATCH, _num_channels(config), h, w, generator=gen)
+    if main == "input_features":
+        inputs["input_features"] = _audio_features(gen, config, rules)
+    if main == "input_values":
+        n = int(rules.get("samples", 3200))
+        inputs["input_values"] = torch.randn(BATCH, n, generator=gen)
+    if (
+        "input_ids" not in inputs
+        and main != "input_ids"
+        and "input_ids" in params
+        and _has_text(config, model)
+    ):
+        inputs["input_ids"] = _token_ids(gen, config, (BATCH, seq), avoid)
+        if "attention_mask" in params:
+            inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
+
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+        dec_seq = int(rules.get("decoder_seq_len", 8))
+        inputs["decoder_input_ids"] = _token_ids(gen, config, (BATCH, dec_seq), avoid)
+
+    if purpose == "train":
+        if "use_cache" in params:
+            inputs["use_cache"] = False
+        if spec.task in LABEL_TASKS and "labels" in params:
+            labels = _labels(gen, spec, config, inputs)
+            if labels is not None:
+                inputs["labels"] = labels
+    else:
+        inputs.pop("decoder_input_ids", None)
+    return inputs
+
+
+def _has_vision(config: Any) -> bool:
+    return any(
+        getattr(config, k, None) is not None for k in ("vision_config", "image_size", "patch_size")
+    )
+
+
+def _has_text(config: Any, model: Any) -> bool:
+    return getattr(config, "text_config", None) is not None
+
+
+def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
+    import torch
+
+    layout = rules.get("features", "mel_channels_first")
+    bins = int(
+        getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 80) or 80
+    )
+    if layout == "mel_channels_first":
+        frames = 2 * int(getattr(config, "max_source_positions", 32) or 32)
+        return torch.randn(BATCH, bins, frames, generator=gen)
+    frames = int(rules.get("frames", 64))
+    channels = int(getattr(config, "input_channels", 1) or 1)
+    return torch.randn(BATCH, frames, bins * channels, generator=gen)
+
+
+def _labels(gen: Any, spec: TinySpec, config: Any, inputs: dict[str, Any]) -> Any:
+    import torch
+
+    task = spec.task
+    num_labels = int(getattr(config, "num_labels", 2) or 2)
+    if task in ("causal-lm", "masked-lm", "image-text-to-text", "multimodal-lm"):
+        return inputs["input_ids"].clone() if "input_ids" in inputs else None
+    if task in ("seq2seq-lm", "speech-seq2seq"):
+        return inputs.get("decoder_input_ids", inputs.get("input_ids"))
+    if task in ("sequence-classification", "image-classification", "audio-classification",
+                "video-classification"):  # fmt: skip
+        return torch.randint(0, num_labels, (BATCH,), generator=gen)
+    if task == "token-classification" and "input_ids" in inputs:
+        return torch.randint(0, num_labels, inputs["input_ids"].shape, generator=gen)
+    if task == "ctc":
+        vocab = _vocab_size(config)
+        return torch.randint(1, max(2, vocab), (BATCH, 2), generator=gen)
+    return None
+
+
+def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict[str, Any]) -> Any:
+    """The model's own loss when it returns one, else a sum of means of its float outputs."""
+    import torch
+
+    loss = getattr(outputs, "loss", None)
+    if loss is None and isinstance(outputs, dict):
+        loss = outputs.get("loss")
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
+        return loss.reshape(())
+    total = None
+    for t in _float_tensors(outputs):
+        if not t.requires_grad:
+            continue
+        term = t.float().mean()
+        if not torch.isfinite(term):
+            continue
+        total = term if total is None else total + term
+    if total is None:
+        raise ShrinkError("the model returned no float output that carries a gradient")
+    return total
+
+
+def _float_tensors(obj: Any) -> Iterator[Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            yield obj.real if obj.is_complex() else obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _float_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _float_tensors(v)
+    elif hasattr(obj, "to_tuple"):
+        yield from _float_tensors(obj.to_tuple())
+
+
+def iter_default_configs() -> Iterator[ResolvedConfig]:
+    """transformers' default config for every model_type it knows."""
+    from transformers import CONFIG_MAPPING
+
+    for mt in sorted(CONFIG_MAPPING.keys()):
+        try:
+            config = CONFIG_MAPPING[mt]()
+            data = config.to_dict()
+        except Exception as exc:  # the default itself does not build: still yield a row
+            data = {"model_type": mt, "_default_error": f"{type(exc).__name__}: {exc}"}
+        yield ResolvedConfig(
+            model_id=f"default/{mt}",
+            library="transformers",
+            config=data,
+            source=ConfigSource.TRANSFORMERS_DEFAULT.value,
+            detail=f"transformers default for model_type={mt}",
+        )
+
+
+def model_types_with_class() -> list[str]:
+    """Model types that have a model class of their own in transformers' auto mappings."""
+    from model_configs.transformers_classes import model_types_with_class as _types
+
+    return _types()
