@@ -80,7 +80,18 @@ def compile_report(*, reset: bool = True) -> Iterator[CompileReport]:
         delta.subtract(before)
         breaks = {reason: n for reason, n in delta.items() if n > 0}
         report.graph_break_count = sum(breaks.values())
-        report.break_reasons = list(breaks)
+        report.break_reasons = [short_reason(reason) for reason in breaks]
+
+
+def short_reason(reason: str) -> str:
+    """Dynamo's graph-break message cut to its headline and explanation (one line)."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if not lines:
+        return reason
+    explanation = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), None)
+    if explanation:
+        return f"{lines[0]}: {explanation.removeprefix('Explanation:').strip()}"
+    return lines[0]
 
 
 def _op_name(node: Any) -> str | None:
