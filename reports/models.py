@@ -57,7 +57,7 @@ class ModelFilter:
     page: int = 1
     per_page: int = 50
 
-    def validate(self) -> ModelFilter:
+    def validate(self, max_per_page: int = MAX_PER_PAGE) -> ModelFilter:
         if self.outcome and self.outcome not in OUTCOME_FILTERS:
             raise QueryError(f"unknown outcome {self.outcome!r}; use {', '.join(OUTCOME_FILTERS)}")
         if self.stage and self.stage not in STAGES:
@@ -70,16 +70,18 @@ class ModelFilter:
             raise QueryError(f"unknown order {self.order!r}; use asc or desc")
         if self.page < 1:
             raise QueryError(f"page must be 1 or more, not {self.page}")
-        if not 1 <= self.per_page <= MAX_PER_PAGE:
-            raise QueryError(f"per_page must be between 1 and {MAX_PER_PAGE}, not {self.per_page}")
+        if not 1 <= self.per_page <= max_per_page:
+            raise QueryError(f"per_page must be between 1 and {max_per_page}, not {self.per_page}")
         if self.search is not None and len(self.search) > 200:
             raise QueryError("search is longer than 200 characters")
         return self
 
 
-def model_table(q: StoreQuery, run_id: str, flt: ModelFilter) -> dict[str, Any]:
+def model_table(
+    q: StoreQuery, run_id: str, flt: ModelFilter, *, max_per_page: int = MAX_PER_PAGE
+) -> dict[str, Any]:
     """One page of the run's models matching `flt`, and how many match in all."""
-    flt.validate()
+    flt.validate(max_per_page)
     q.ensure_summaries([run_id])
     where = ["run_id = $run"]
     params: dict[str, Any] = {"run": run_id}

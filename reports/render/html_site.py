@@ -1,0 +1,119 @@
+"""A self-contained static site of one run (inline CSS and SVG, no scripts, nothing fetched):
+`index.html` (the report with charts), `models.html` (the most downloaded models),
+`models.csv` (every model), `report.json`. Publish the folder as is."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from reports.models import ModelFilter, model_table
+from reports.query import STAGES, StoreQuery
+from reports.render import charts, fmt, jsondoc
+from reports.render.sections import report_sections
+
+TEMPLATES = Path(__file__).parent / "templates"
+STYLE = Path(__file__).parent / "static" / "style.css"
+MODELS_ON_PAGE = 1000
+
+
+def environment(extra: list[Path] | None = None) -> jinja2.Environment:
+    """Jinja environment with autoescape on for every template (html or not)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([*(extra or []), TEMPLATES]),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["fmt"] = fmt
+    return env
+
+
+def report_charts(report: dict[str, Any]) -> dict[str, Any]:
+    d = report["denominators"]
+    return {
+        "funnel": charts.funnel_chart(report["funnel"]),
+        "trend": charts.trend_chart(report["coverage_over_runs"]),
+        "skips": charts.reasons_chart(
+            report["skip_reasons"], label="reason", title="Skips by reason (models)"
+        ),
+        "failures": charts.reasons_chart(
+            failures_by_stage(d["failed_by_stage"]),
+            label="key",
+            title="Failures by stage (models)",
+        ),
+    }
+
+
+def failures_by_stage(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failed models per stage (all failing statuses together), in stage order."""
+    per: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        item = per.setdefault(r["stage"], {"key": r["stage"], "models": 0, "downloads": 0})
+        item["models"] += r["models"]
+        item["downloads"] += r["downloads"]
+    return [per[s] for s in STAGES if s in per]
+
+
+def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[Path]:
+    """Write the site into `out` (created if needed); returns the files written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    common = {
+        "report": report,
+        "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
+        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "stages": STAGES,
+    }
+    written = []
+    index = env.get_template("site_index.html").render(
+        **common, sections=report_sections(report), charts=report_charts(report)
+    )
+    written.append(_write(out / "index.html", index))
+    table = model_table(
+        q, report["run_id"], ModelFilter(per_page=MODELS_ON_PAGE), max_per_page=MODELS_ON_PAGE
+    )
+    page = env.get_template("site_models.html").render(**common, table=table)
+    written.append(_write(out / "models.html", page))
+    written.append(_write(out / "report.json", jsondoc.render(report)))
+    written.append(_write_csv(q, report["run_id"], out / "models.csv"))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:
+    rows = q.fetch(
+        f"""
+        SELECT model_id, rank, downloads, library, pipeline_tag, model_type, architecture,
+          device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
+          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in STAGES)}
+        FROM model_runs WHERE run_id = $run ORDER BY downloads DESC, model_id
+        """,
+        {"run": run_id},
+    )
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        names = list(rows[0]) if rows else ["model_id"]
+        writer = csv.DictWriter(fh, fieldnames=names)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: _csv_cell(v) for k, v in r.items()})
+    tmp.replace(path)
+    return path
+
+
+def _csv_cell(value: Any) -> Any:
+    # Spreadsheets run cells that start with = + - @ as formulas: keep them text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return value

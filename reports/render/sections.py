@@ -1,0 +1,306 @@
+"""A run report as titled tables, the common ground of the text, markdown and html renderers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reports.render import fmt
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    indent: list[int] = field(default_factory=list)  # per row, for the denominators tree
+
+
+def emulated_notice(d: dict[str, Any]) -> str | None:
+    if not d.get("device_emulated"):
+        return None
+    return (
+        f"EMULATED DEVICE: these results come from an emulated {d.get('device') or 'device'} "
+        "(a stand-in that runs on the CPU), not from real hardware."
+    )
+
+
+def title_line(report: dict[str, Any]) -> str:
+    d = report["denominators"]
+    return (
+        f"hfsweep report: run {report['run_id']} ({d['run_status']}), device {d['device_label']}, "
+        f"dtype {d.get('dtype') or '-'}"
+    )
+
+
+def denominators_section(d: dict[str, Any]) -> Section:
+    """The tree of what was counted. Children add up to their parent."""
+    models, dls = d["models"], d["downloads"]
+    rows: list[list[str]] = []
+    indent: list[int] = []
+
+    def add(level: int, label: str, n: int | None, dl: int | None, base: bool = True) -> None:
+        rows.append(
+            [
+                label,
+                fmt.of(n, models) if base else fmt.count(n),
+                fmt.dl_of(dl, dls) if base else fmt.downloads(dl),
+            ]
+        )
+        indent.append(level)
+
+    add(0, "catalog", d.get("catalog_size"), None, base=False)
+    add(0, "requested by this run", d.get("models_requested"), None, base=False)
+    if d.get("not_yet_in_store"):
+        add(1, "requested, no rows yet (in flight or lost)", d["not_yet_in_store"], None, False)
+    add(0, "models in this run (the base of every share)", models, dls)
+    add(1, "skipped (not attempted)", d["skipped"], d["skipped_downloads"])
+    for r in d["skipped_by_reason"]:
+        add(2, r["reason"], r["models"], r["downloads"])
+    add(1, "swept (attempted)", d["swept"], d["swept_downloads"])
+    add(2, "failed", d["failed"], d["failed_downloads"])
+    for r in d["failed_by_stage"]:
+        add(3, f"at {r['stage']}: {r['status']}", r["models"], r["downloads"])
+    if d["partial"]:
+        add(2, "no failure, a stage skipped", d["partial"], d["partial_downloads"])
+        for r in d["partial_by_reason"]:
+            add(3, r["reason"], r["models"], r["downloads"])
+    add(2, "passed every stage", d["passed"], d["passed_downloads"])
+    add(
+        3,
+        "with no CPU fallback (entirely on the device)",
+        d["passed_on_device"],
+        d["passed_on_device_downloads"],
+    )
+    add(3, "with CPU fallback", d["passed_with_fallback"], d["passed_with_fallback_downloads"])
+    notes = [
+        f"Shares are of the {fmt.count(models)} models in this run and of their "
+        f"{fmt.downloads(dls)} downloads (30-day counts at catalog time).",
+        "skipped + swept = models in this run; failed + passed (+ stage-skipped) = swept.",
+    ]
+    return Section("denominators", "Denominators", ["", "models", "downloads"], rows, notes, indent)
+
+
+def funnel_section(report: dict[str, Any]) -> Section:
+    rows = []
+    for line in report["funnel"]:
+        rows.append(
+            [
+                line["line"],
+                fmt.count(line["passed"]),
+                fmt.pct(line["passed_share"]),
+                fmt.pct(line["passed_downloads_share"]),
+                fmt.count(line.get("no_fallback")) if line["stage"] else "",
+                fmt.pct(line.get("no_fallback_downloads_share")) if line["stage"] else "",
+                fmt.count(line.get("failed")) if line["stage"] else "",
+                fmt.count(line.get("not_run")) if line["stage"] else "",
+                fmt.count(line.get("skipped")) if line["stage"] else "",
+            ]
+        )
+    d = report["denominators"]
+    return Section(
+        "funnel",
+        "Funnel: models that passed each stage",
+        [
+            "passed",
+            "models",
+            "% models",
+            "% downloads",
+            "no fallback",
+            "% dl no fallback",
+            "failed",
+            "not run",
+            "skipped",
+        ],
+        rows,
+        [
+            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included). "
+            "'no fallback' = passed with no op falling back to the CPU in that stage; 'skipped' "
+            "there counts stages that do not apply (e.g. generate on an encoder)."
+        ],
+    )
+
+
+def headline_section(report: dict[str, Any]) -> Section:
+    h = report["headline"]
+    rows = [
+        [
+            a["architecture"],
+            fmt.count(a["models"]),
+            fmt.count(a["passed"]),
+            "yes" if a["passes"] else "no",
+            "yes" if a["passes_on_device"] else "no",
+            a["first_problem"] or "",
+        ]
+        for a in h["list"]
+    ]
+    notes = [
+        f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
+        f"downloaded {h['task']} models, {h['passing']} pass every stage "
+        f"({fmt.pct(h['passing_share'])}); {h['passing_on_device']} with no CPU fallback "
+        f"({fmt.pct(h['passing_on_device_share'])}). An architecture passes when all its models "
+        "among them pass.",
+    ]
+    if h["models_without_architecture"]:
+        notes.append(
+            f"{h['models_without_architecture']} of the {h['models']} models have no "
+            "architecture (e.g. GGUF / MLX repos, no config) and are not counted above."
+        )
+    return Section(
+        "headline",
+        "Headline: architectures of the top text-generation models",
+        ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
+        rows,
+        notes,
+    )
+
+
+def breakdown_section(key: str, rows_in: list[dict[str, Any]]) -> Section:
+    rows = [
+        [
+            r["key"],
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.count(r["skipped"]),
+            fmt.count(r["failed"]),
+            fmt.count(r["passed"]),
+            fmt.count(r["on_device"]),
+            fmt.pct(r["passed_downloads_share"]),
+            fmt.pct(r["on_device_downloads_share"]),
+        ]
+        for r in rows_in
+    ]
+    return Section(
+        f"by_{key}",
+        f"By {key.replace('_', ' ')}",
+        [
+            key,
+            "models",
+            "downloads",
+            "skipped",
+            "failed",
+            "passed",
+            "no fallback",
+            "% dl passed",
+            "% dl no fallback",
+        ],
+        rows,
+    )
+
+
+def failures_section(report: dict[str, Any]) -> Section:
+    rows = [
+        [
+            r["signature"],
+            fmt.count(r["models"]),
+            fmt.dl_of(r["downloads"], None),
+            fmt.pct(r["downloads_share"]),
+            fmt.text(r["stages"]),
+            fmt.text(r["statuses"]),
+            fmt.text(r["top_models"][:3]),
+        ]
+        for r in report["failure_clusters"]
+    ]
+    return Section(
+        "failures",
+        "Failure clusters (first failing stage, by error signature)",
+        ["signature", "models", "downloads", "% dl", "stages", "status", "most downloaded"],
+        rows,
+    )
+
+
+def skips_section(report: dict[str, Any]) -> Section:
+    rows = [
+        [
+            r["reason"],
+            r["scope"],
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.pct(r["downloads_share"]),
+            fmt.text(r["top_models"][:3]),
+        ]
+        for r in report["skip_reasons"]
+    ]
+    return Section(
+        "skips",
+        "Skips by reason",
+        ["reason", "scope", "models", "downloads", "% dl", "most downloaded"],
+        rows,
+        ["scope 'model': nothing was attempted; 'stage': a stage was skipped for the device."],
+    )
+
+
+def ops_section(report: dict[str, Any]) -> Section:
+    rows = [
+        [
+            r["op"],
+            fmt.count(r["blocked_models"]),
+            fmt.downloads(r["blocked_downloads"]),
+            fmt.pct(r["blocked_downloads_share"]),
+            fmt.count(r["models"]),
+            fmt.count(r["failing_models"]),
+            fmt.count(r["calls"]),
+            fmt.text(r["sources"]),
+            fmt.count(r["sole_models"]),
+            fmt.downloads(r["sole_downloads"]),
+        ]
+        for r in report["missing_ops"]
+    ]
+    return Section(
+        "ops",
+        "Missing ops, ranked by the downloads they touch",
+        [
+            "op",
+            "models",
+            "downloads",
+            "% dl",
+            "fell back in",
+            "failure names it",
+            "calls",
+            "source",
+            "only obstacle",
+            "dl on device if lowered",
+        ],
+        rows,
+        [
+            "'only obstacle': models that passed every stage with this op as their only CPU "
+            "fallback; lowering it makes their downloads run entirely on the device."
+        ],
+    )
+
+
+def trend_section(report: dict[str, Any]) -> Section:
+    rows = [
+        [
+            r["run_id"],
+            r["status"],
+            r["device_label"],
+            fmt.count(r["models"]),
+            fmt.pct(r["passed_share"]),
+            fmt.pct(r["passed_downloads_share"]),
+            fmt.pct(r["on_device_downloads_share"]),
+        ]
+        for r in report["coverage_over_runs"]
+    ]
+    return Section(
+        "runs",
+        "Coverage over runs",
+        ["run", "status", "device", "models", "% passed", "% dl passed", "% dl no fallback"],
+        rows,
+    )
+
+
+def report_sections(report: dict[str, Any]) -> list[Section]:
+    out = [
+        denominators_section(report["denominators"]),
+        funnel_section(report),
+        headline_section(report),
+        failures_section(report),
+        skips_section(report),
+        ops_section(report),
+    ]
+    out += [breakdown_section(k, v) for k, v in report["breakdowns"].items()]
+    out.append(trend_section(report))
+    return out

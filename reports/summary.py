@@ -1,0 +1,29 @@
+"""The whole report of one run, assembled once for every output (text, markdown, json, html,
+dashboard overview)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports import coverage, failures, ops
+from reports.query import StoreQuery
+
+
+def run_report(q: StoreQuery, run_id: str | None = None, *, top: int = 20) -> dict[str, Any]:
+    """Denominators, funnel, headline, breakdowns, failure clusters, skips, missing ops, trend."""
+    run_id = q.resolve_run(run_id)
+    return {
+        "run_id": run_id,
+        "store": q.store.uri,
+        "run": q.run_info(run_id) or {"run_id": run_id, "status": "unknown"},
+        "denominators": coverage.denominators(q, run_id),
+        "funnel": coverage.funnel(q, run_id),
+        "headline": coverage.headline(q, run_id),
+        "breakdowns": {
+            key: coverage.breakdown(q, run_id, key, limit=top) for key in coverage.BREAKDOWN_KEYS
+        },
+        "failure_clusters": failures.failure_clusters(q, run_id, limit=top),
+        "skip_reasons": failures.skip_reasons(q, run_id),
+        "missing_ops": ops.missing_ops(q, run_id, limit=top),
+        "coverage_over_runs": coverage.coverage_over_runs(q),
+    }

@@ -1,0 +1,33 @@
+"""`hfsweep dashboard`: serve the web dashboard over a store (works offline)."""
+
+from __future__ import annotations
+
+import argparse
+
+from sweep.commands._store_arg import add_store_argument
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_store_argument(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        help="seconds between listings of the store for new results (default 2)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from dashboard.app import create_app
+
+    from reports.errors import UsageError
+
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    app = create_app(args.store, refresh_s=args.refresh)
+    print(f"hfsweep dashboard on http://{args.host}:{args.port} (store {args.store})")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,101 @@
+"""`hfsweep lookup MODEL_ID`: the latest results for one model from the store.
+
+Exit 0 when the model passed every stage, 1 when it failed or was skipped, 2 when the store has
+no results for it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from sweep.commands._store_arg import add_store_argument
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_id", metavar="MODEL_ID", help="Hub model id, e.g. openai-community/gpt2")
+    add_store_argument(p)
+    p.add_argument("--run", help="run id (default: the newest run that has the model)")
+    p.add_argument("--format", default="text", choices=("text", "json"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.errors import UsageError
+    from reports.models import model_detail
+    from reports.query import StoreQuery
+    from reports.render import jsondoc
+
+    if not args.model_id.strip():
+        raise UsageError("MODEL_ID is empty")
+    q = StoreQuery(args.store)
+    if not q.run_ids():
+        raise UsageError(
+            f"the store {args.store!r} has no results yet",
+            hint="run `hfsweep run` first, or pass --store DIR",
+        )
+    detail = model_detail(q, args.model_id, args.run)
+    if detail is None:
+        where = f"run {args.run}" if args.run else "any run"
+        raise UsageError(
+            f"no results for model {args.model_id!r} in {where} of {args.store!r}",
+            model_id=args.model_id,
+            hint=f"run it with: hfsweep check {args.model_id} --device DEVICE",
+        )
+    if args.format == "json":
+        sys.stdout.write(jsondoc.render(detail))
+    else:
+        sys.stdout.write(render_text(detail))
+    return 0 if detail["summary"]["outcome"] == "passed" else 1
+
+
+def render_text(d: dict[str, Any]) -> str:
+    from reports.render import fmt
+
+    s, m = d["summary"], d["model"]
+    lines = [
+        f"{d['model_id']}: {s['outcome']}"
+        + (f" ({s['skip_reason']})" if s.get("skip_reason") else "")
+        + f" on {d['device_label']}, run {d['run_id']}",
+    ]
+    if d["device_emulated"]:
+        lines.append("note: an EMULATED device produced these results, not real hardware")
+    lines.append(
+        f"rank {fmt.count(m['rank'])}, {fmt.downloads(m['downloads'])} downloads, "
+        f"{m['library'] or '-'} / {m['pipeline_tag'] or '-'} / {m['model_type'] or '-'} / "
+        f"{m['architecture'] or '-'}, config from {m['config_source'] or '-'}"
+    )
+    lines.append("")
+    lines.append(f"{'stage':<10}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail")
+    for r in d["stages"]:
+        detail = r["reason"] or r["error_signature"] or ""
+        secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
+        lines.append(
+            f"{r['stage']:<10}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"  {detail}".rstrip()
+        )
+        if r["error_message"]:
+            lines.append(f"{'':<10}{r['error_message'].splitlines()[0][:200]}")
+    if d["fallbacks"]:
+        lines += ["", "CPU fallbacks:"]
+        for f in d["fallbacks"]:
+            lines.append(f"  {f['stage']:<10}{f['op']:<48}{f['count']:>8}  {f['source']}")
+    if d["shrink_changes"]:
+        lines += ["", "shrunk from the original config:"]
+        changes = d["shrink_changes"]
+        if isinstance(changes, dict):
+            for key, change in changes.items():
+                if isinstance(change, list) and len(change) == 2:
+                    lines.append(f"  {key}: {change[0]} -> {change[1]}")
+                else:
+                    lines.append(f"  {key}: {fmt.text(change)}")
+    versions = ", ".join(f"{k.removesuffix('_version')} {v}" for k, v in d["versions"].items() if v)
+    if versions:
+        lines += ["", f"versions: {versions}"]
+    if len(d["history"]) > 1:
+        lines += [
+            "",
+            "history (newest first): "
+            + ", ".join(f"{h['run_id']} {h['outcome']}" for h in d["history"][:10]),
+        ]
+    lines += ["", f"reproduce: {d['reproduce']}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""`hfsweep report`: coverage of one run (default: the latest) with its denominators."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reports.errors import UsageError
+from sweep.commands._store_arg import add_store_argument
+
+FORMATS = ("text", "markdown", "json", "html")
+FILE_NAMES = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_store_argument(p)
+    p.add_argument("--run", help="run id (default: the latest run with results)")
+    p.add_argument("--format", default="text", choices=FORMATS, help="output format (default text)")
+    p.add_argument(
+        "--out",
+        help="folder to write into (html: a self-contained static site; required for html)",
+    )
+    p.add_argument("--top", type=int, default=20, help="rows per ranked table (default 20)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from reports.query import StoreQuery
+    from reports.render import html_site, jsondoc, markdown, text
+    from reports.summary import run_report
+
+    if args.top < 1:
+        raise UsageError(f"--top must be 1 or more, not {args.top}")
+    if args.format == "html" and not args.out:
+        raise UsageError(
+            "--format html writes a static site: give --out DIR", hint="e.g. --out site/"
+        )
+    q = StoreQuery(args.store)
+    report = run_report(q, args.run, top=args.top)
+    if args.format == "html":
+        files = html_site.write_site(q, report, args.out)
+        print(
+            f"wrote {len(files)} files to {args.out}: {', '.join(f.name for f in files)}",
+            file=sys.stderr,
+        )
+        return 0
+    renderer = {"text": text.render, "markdown": markdown.render, "json": jsondoc.render}
+    output = renderer[args.format](report)
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / FILE_NAMES[args.format]
+        path.write_text(output, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(output)
+    return 0
