@@ -562,9 +562,11 @@ class NeuronEmulatedDevice(Device):
         "Another PrivateUse1 backend owns this process; run the emulated device in a fresh process."
     )
 
-    def __init__(self, *, strict: bool = False, profile: str | None = None):
-        super().__init__(strict=strict, profile=profile)
-        self.op_profile: DeviceProfile = load_profile(profile)
+    def __init__(self, *, strict: bool = False, profile: str | DeviceProfile | None = None):
+        """`profile`: a bundled profile's name, a path to a file of op names, or a profile."""
+        op_profile = profile if isinstance(profile, DeviceProfile) else load_profile(profile)
+        super().__init__(strict=strict, profile=op_profile.name)
+        self.op_profile: DeviceProfile = op_profile
 
     @classmethod
     def is_available(cls) -> bool:
@@ -578,18 +580,22 @@ class NeuronEmulatedDevice(Device):
         self.activate()
 
     def activate(self) -> None:
-        """Make this device's profile and strictness the ones the backend applies."""
+        """Make this device's profile and strictness the ones the backend applies (eager and
+        compile)."""
         _STATE.device = self
+        from runners import neuron_compile
+
+        neuron_compile.set_profile(self.op_profile)
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
         previous = _STATE.device
-        _STATE.device = self
+        self.activate()
         try:
             with collecting(FallbackLog()) as log:
                 yield log
         finally:
-            _STATE.device = previous or self
+            (previous or self).activate()
 
     @contextlib.contextmanager
     def strictness(self, strict: bool) -> Iterator[None]:

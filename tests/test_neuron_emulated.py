@@ -1,0 +1,349 @@
+"""The emulated neuron device: numerics against the CPU, aliasing, save/load, tied weights, the
+per-op fallback log (property-based), strict mode, convolutions, dtypes."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runners.devices import get_device
+from runners.devices.neuron_emulated import FallbackDisallowed, NeuronEmulatedDevice
+from runners.devices.profiles import DeviceProfile, base_name, load_profile
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def neuron() -> NeuronEmulatedDevice:
+    device = NeuronEmulatedDevice()
+    device.setup()
+    return device
+
+
+def tiny_model(kind: str) -> torch.nn.Module:
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        BertConfig,
+        GPT2Config,
+        LlamaConfig,
+    )
+
+    torch.manual_seed(0)
+    if kind == "llama":
+        config = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+            max_position_embeddings=64,
+        )
+        return AutoModelForCausalLM.from_config(config).eval()
+    if kind == "gpt2":
+        config = GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            vocab_size=128,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        return AutoModelForCausalLM.from_config(config).eval()
+    config = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
+    return AutoModelForMaskedLM.from_config(config).eval()
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach().cpu() - b.detach().cpu()).abs().max())
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bert"])
+def test_tiny_model_forward_backward_equals_cpu(neuron: NeuronEmulatedDevice, kind: str) -> None:
+    reference = tiny_model(kind)
+    model = neuron.prepare_model(copy.deepcopy(reference))
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(1))
+    expected = reference(input_ids=ids, labels=ids)
+    expected.loss.backward()
+    with neuron.record_fallbacks() as log:
+        inputs = neuron.to_device({"input_ids": ids, "labels": ids})
+        actual = model(**inputs)
+        actual.loss.backward()
+    assert actual.logits.device.type == "neuron"
+    assert max_diff(actual.logits, expected.logits) < 1e-6
+    assert max_diff(actual.loss, expected.loss) < 1e-6
+    grads = dict(reference.named_parameters())
+    compared = 0
+    for name, param in model.named_parameters():
+        if grads[name].grad is None:
+            continue
+        assert param.grad is not None, name
+        assert param.grad.device.type == "neuron"
+        assert max_diff(param.grad, grads[name].grad) < 1e-6, name
+        compared += 1
+    assert compared > 10
+    # the default profile leaves some training ops to the CPU, and logs nothing it declares
+    assert log.ops, "expected CPU fallbacks (e.g. embedding_dense_backward)"
+    assert "aten::embedding_dense_backward" in log.ops
+    assert not any(neuron.is_native(op) for op in log.ops)
+    assert log.copy_bytes_h2d == 2 * ids.numel() * ids.element_size()
+    entry = log.ops["aten::embedding_dense_backward"]
+    assert entry.count >= 1 and entry.bytes_d2h > 0 and entry.bytes_h2d > 0
+
+
+def test_views_and_inplace_keep_aliasing(neuron: NeuronEmulatedDevice) -> None:
+    base = torch.arange(12, dtype=torch.float32).to("neuron")
+    view = base.view(3, 4)
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    view[1, 2] = 100.0  # in-place through a view
+    assert float(base[6].cpu()) == 100.0
+    column = view[:, 1]
+    column.mul_(2)  # strided in-place
+    assert base.cpu()[[1, 5, 9]].tolist() == [2.0, 10.0, 18.0]
+    returned = base.add_(1)
+    assert returned is base
+    assert float(view[0, 0].cpu()) == 1.0
+    transposed = view.t()
+    assert transposed.stride() == (1, 4)
+    assert torch.equal(transposed.cpu(), view.cpu().t())
+    out = torch.empty(0).to("neuron")
+    torch.add(base, base, out=out)  # out= resizes an empty tensor
+    assert out.shape == (12,)
+    assert torch.equal(out.cpu(), base.cpu() * 2)
+
+
+def test_copies_counted_separately(neuron: NeuronEmulatedDevice) -> None:
+    with neuron.record_fallbacks() as log:
+        x = torch.ones(10, dtype=torch.float32).to("neuron")
+        back = x.cpu()
+        scalar = x.sum().item()
+    assert back.device.type == "cpu"
+    assert scalar == 10.0
+    assert log.copy_bytes_h2d == 40
+    assert log.copy_bytes_d2h == 40 + 4  # the tensor, then the scalar read by .item()
+    assert log.ops == {}  # sum is native in the default profile
+
+
+def test_torch_save_load_round_trip(neuron: NeuronEmulatedDevice) -> None:
+    x = torch.randn(3, 5).to("neuron")
+    buffer = io.BytesIO()
+    torch.save({"x": x, "view": x[1]}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert loaded["x"].device.type == "neuron"
+    assert torch.equal(loaded["x"].cpu(), x.cpu())
+    assert torch.equal(loaded["view"].cpu(), x[1].cpu())
+    buffer.seek(0)
+    on_cpu = torch.load(buffer, map_location="cpu")
+    assert on_cpu["x"].device.type == "cpu"
+    host = io.BytesIO()
+    torch.save(x.cpu(), host)
+    host.seek(0)
+    moved = torch.load(host, map_location="neuron")
+    assert moved.device.type == "neuron" and torch.equal(moved.cpu(), x.cpu())
+
+
+def test_save_pretrained_round_trip_keeps_ties(neuron: NeuronEmulatedDevice, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = neuron.prepare_model(tiny_model("gpt2"))
+    assert model.lm_head.weight is model.transformer.wte.weight
+    model.save_pretrained(tmp_path)
+    again = neuron.prepare_model(AutoModelForCausalLM.from_pretrained(tmp_path))
+    assert again.lm_head.weight.device.type == "neuron"
+    assert again.lm_head.weight is again.transformer.wte.weight
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a.cpu(), b.cpu()), name
+
+
+def test_tied_weights_stay_tied_through_training(neuron: NeuronEmulatedDevice) -> None:
+    reference = tiny_model("gpt2")
+    model = neuron.prepare_model(copy.deepcopy(reference))
+    assert model.lm_head.weight is model.transformer.wte.weight
+    ids = torch.randint(0, 128, (1, 6))
+    reference(input_ids=ids, labels=ids).loss.backward()
+    model(input_ids=ids.to("neuron"), labels=ids.to("neuron")).loss.backward()
+    grad = model.transformer.wte.weight.grad
+    assert max_diff(grad, reference.transformer.wte.weight.grad) < 1e-6
+
+
+# Ops whose call reaches the fallback under a base name (checked against an empty profile).
+OPS = {
+    "aten::sin": lambda x, y: torch.sin(x),
+    "aten::exp": lambda x, y: torch.exp(x),
+    "aten::tanh": lambda x, y: torch.tanh(x),
+    "aten::sigmoid": lambda x, y: torch.sigmoid(x),
+    "aten::sqrt": lambda x, y: torch.sqrt(x),
+    "aten::erf": lambda x, y: torch.erf(x),
+    "aten::add": lambda x, y: x + y,
+    "aten::mul": lambda x, y: x * y,
+    "aten::div": lambda x, y: x / y,
+    "aten::maximum": lambda x, y: torch.maximum(x, y),
+    "aten::atan2": lambda x, y: torch.atan2(x, y),
+    "aten::pow": lambda x, y: torch.pow(x, y),
+    "aten::mm": lambda x, y: x @ y.T,
+    "aten::sum": lambda x, y: x.sum(1),
+    "aten::amax": lambda x, y: x.amax(1),
+    "aten::cumsum": lambda x, y: x.cumsum(1),
+    "aten::digamma": lambda x, y: torch.digamma(x),
+    "aten::gt": lambda x, y: x > y,
+    "aten::_softmax": lambda x, y: x.softmax(-1),
+    "aten::gelu": lambda x, y: torch.nn.functional.gelu(x),
+    "aten::cat": lambda x, y: torch.cat([x, y]),
+    "aten::sort": lambda x, y: torch.sort(x, 1),
+    "aten::topk": lambda x, y: torch.topk(x, 2),
+    "aten::lerp": lambda x, y: torch.lerp(x, y, 0.3),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    declared=st.sets(st.sampled_from(sorted(OPS))),
+    sample=st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=6),
+)
+def test_declared_ops_never_logged_undeclared_always(declared, sample, neuron) -> None:
+    device = NeuronEmulatedDevice(profile=DeviceProfile.from_ops("sampled", declared))
+    device.setup()
+    try:
+        x = (torch.rand(3, 4) + 0.5).to("neuron")
+        y = (torch.rand(3, 4) + 0.5).to("neuron")
+        for op in sample:
+            with device.record_fallbacks() as log:
+                OPS[op](x, y)
+            logged = {base_name(name) for name in log.ops}
+            if op in declared:
+                assert op not in logged
+            else:
+                assert op in logged
+                assert all(e.count >= 1 for e in log.ops.values())
+            assert not (logged & declared)
+    finally:
+        neuron.activate()
+
+
+def test_strict_mode_raises_naming_the_op(neuron: NeuronEmulatedDevice) -> None:
+    strict = NeuronEmulatedDevice(strict=True)
+    x = torch.rand(4, 4).to("neuron")
+    try:
+        with strict.record_fallbacks():
+            assert torch.equal((x + x).cpu(), x.cpu() * 2)  # native: allowed
+            with pytest.raises(FallbackDisallowed) as info:
+                torch.digamma(x)
+            assert info.value.op == "aten::digamma.out"
+            assert "aten::digamma.out" in str(info.value)
+            # in the backward pass too (the autograd engine's device thread)
+            leaf = torch.rand(3, 4).to("neuron").requires_grad_()
+            loss = torch.nn.functional.layer_norm(leaf, (4,)).sum()
+            with pytest.raises(FallbackDisallowed) as info:
+                loss.backward()
+            assert info.value.op == "aten::native_layer_norm_backward"
+    finally:
+        neuron.activate()
+    clone = pickle.loads(pickle.dumps(info.value))
+    assert clone.op == info.value.op and isinstance(clone, FallbackDisallowed)
+    # the same op outside strict mode runs and is logged
+    with neuron.record_fallbacks() as log:
+        torch.digamma(x)
+    assert "aten::digamma.out" in log.ops
+
+
+def test_convolution_runs_and_is_recorded(neuron: NeuronEmulatedDevice) -> None:
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    deconv = torch.nn.ConvTranspose2d(4, 2, 2, stride=2, groups=2)
+    reference = torch.nn.Sequential(conv, deconv)
+    model = neuron.prepare_model(copy.deepcopy(reference))
+    x = torch.randn(2, 3, 8, 8)
+    reference(x).square().sum().backward()
+    profile = DeviceProfile.from_ops(
+        "no-conv", [op for op in load_profile().ops if "conv" not in op]
+    )
+    device = NeuronEmulatedDevice(profile=profile)
+    try:
+        with device.record_fallbacks() as log:
+            out = model(x.to("neuron"))
+            out.square().sum().backward()
+    finally:
+        neuron.activate()
+    assert max_diff(out, reference(x)) < 1e-5
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert max_diff(a.grad, b.grad) < 1e-5
+    assert log.ops["aten::convolution"].count == 2
+    assert log.ops["aten::convolution_backward"].count == 2
+    with neuron.record_fallbacks() as native_log:  # the default profile lowers convolutions
+        model(x.to("neuron"))
+    assert "aten::convolution" not in native_log.ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_dtypes(neuron: NeuronEmulatedDevice, dtype: torch.dtype) -> None:
+    assert neuron.supports_dtype(dtype)
+    reference = tiny_model("llama").to(dtype)
+    model = neuron.prepare_model(copy.deepcopy(reference))
+    ids = torch.randint(0, 128, (2, 8))
+    out = model(input_ids=ids.to("neuron")).logits
+    assert out.dtype == dtype
+    assert max_diff(out.float(), reference(input_ids=ids).logits.float()) < 1e-2
+    assert not neuron.supports_dtype(torch.float64)
+
+
+def test_profile_info_and_versions(neuron: NeuronEmulatedDevice) -> None:
+    name, digest = neuron.profile_info()
+    assert name == "torch-mlir"
+    assert digest == load_profile("torch-mlir").hash and len(digest) == 16
+    assert neuron.emulated is True
+    assert "emulated" in neuron.versions()["neuron_backend"]
+    assert neuron.compile_backend == "neuron"
+    assert torch.neuron.device_count() == 1  # type: ignore[attr-defined]
+    with torch.neuron.device(0):  # type: ignore[attr-defined]
+        assert torch.empty(2, device="neuron").device.type == "neuron"
+
+
+def test_registry_returns_emulated_with_user_profile(tmp_path) -> None:
+    path = tmp_path / "mine.txt"
+    path.write_text("# my device\naten::mm\naten::add.Tensor\n")
+    device = get_device("neuron", profile=str(path))
+    assert isinstance(device, NeuronEmulatedDevice)  # torch_neuronx is not installed here
+    assert device.profile_info()[0] == "mine"
+    assert device.is_native("aten::add.out") and device.is_native("aten::add_.Tensor")
+    assert not device.is_native("aten::sin.out")
+    assert isinstance(get_device("neuron-emulated", strict=True), NeuronEmulatedDevice)
+
+
+def test_install_is_first_wins_in_a_fresh_process() -> None:
+    """Another PrivateUse1 backend owning the process is refused with a DeviceError."""
+    code = textwrap.dedent(
+        """
+        import torch
+        torch.utils.rename_privateuse1_backend("other")
+        from reports.errors import DeviceError
+        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        assert not NeuronEmulatedDevice.is_available()
+        try:
+            NeuronEmulatedDevice().setup()
+        except DeviceError as exc:
+            print("refused:", exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "'other'" in done.stdout
