@@ -1,0 +1,113 @@
+"""The device registry and the real-device fallback detectors (parsers tested without hardware)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from reports.errors import DeviceError, UnknownNameError
+from runners.devices import DEVICES, get_device
+from runners.devices.base import FallbackLog, collecting
+from runners.devices.cpu import CpuDevice
+from runners.devices.mps import fallbacks_from_warnings
+from runners.devices.neuron import dispatch_entry, fallbacks_from_events
+from runners.devices.profiles import BUNDLED, base_name, load_profile
+
+
+def test_registry_names() -> None:
+    assert {"cpu", "cuda", "mps", "neuron", "neuron-emulated"} <= set(DEVICES)
+    assert isinstance(get_device("cpu"), CpuDevice)
+    with pytest.raises(UnknownNameError, match="Did you mean 'neuron'"):
+        get_device("nueron")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_unavailable_device_raises_device_error() -> None:
+    with pytest.raises(DeviceError, match="not available") as info:
+        get_device("cuda")
+    assert info.value.hint and "cpu" in info.value.hint
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_device_runs_and_reports_memory() -> None:
+    device = get_device("cuda")
+    device.setup()
+    model = device.prepare_model(torch.nn.Linear(8, 8))
+    device.reset_peak_memory()
+    with device.record_fallbacks() as log:
+        model(device.to_device(torch.randn(4, 8))).sum().backward()
+    device.synchronize()
+    assert log.ops == {}
+    assert (device.peak_memory_bytes() or 0) > 0
+
+
+def test_default_profile_is_the_union_of_the_bundled_lists() -> None:
+    union = load_profile()
+    direct = load_profile("torch-mlir-stablehlo-direct")
+    decomposed = load_profile("torch-mlir-decomposed")
+    assert union.ops == direct.ops | decomposed.ops
+    assert len(direct.ops) == 165 and len(decomposed.ops) == 209
+    assert union.hash == load_profile("torch-mlir").hash != direct.hash
+    assert set(BUNDLED) == {"torch-mlir", "torch-mlir-stablehlo-direct", "torch-mlir-decomposed"}
+    with pytest.raises(DeviceError):
+        load_profile("/no/such/profile.txt")
+
+
+def test_base_name_matching() -> None:
+    assert base_name("aten::add_.Tensor") == "aten::add"
+    assert base_name("aten::pow.Tensor_Scalar_out") == "aten::pow"
+    assert base_name("aten::__and__.Tensor") == "aten::__and__"
+    assert load_profile().is_native("aten::mm.out")
+
+
+def test_mps_warning_parser() -> None:
+    messages = [
+        "The operator 'aten::_linalg_eigh.eigenvalues' is not currently supported on the MPS "
+        "backend and will fall back to run on the CPU. This may have performance implications.",
+        "The operator 'aten::_linalg_eigh.eigenvalues' is not currently supported on the MPS "
+        "backend and will fall back to run on the CPU.",
+        "some other warning",
+    ]
+    assert fallbacks_from_warnings(messages) == {"aten::_linalg_eigh.eigenvalues": 2}
+
+
+@dataclass
+class Event:
+    name: str
+    cpu_children: list[Event] = field(default_factory=list)
+
+
+def test_profiler_fallback_parser() -> None:
+    to_cpu = Event("aten::_to_cpu")
+    events = [
+        Event("aten::linear", [Event("aten::addmm")]),
+        Event("aten::addmm"),
+        Event("aten::digamma", [to_cpu, Event("aten::digamma")]),
+        Event("aten::digamma", [to_cpu]),
+        to_cpu,
+    ]
+    assert fallbacks_from_events(events) == {"aten::digamma": 2}
+
+
+def test_dispatch_table_check_on_the_emulated_backend() -> None:
+    get_device("neuron-emulated").setup()
+    assert dispatch_entry("aten::sin.out") == "fallback"
+    assert dispatch_entry("aten::empty_strided") == "kernel"
+    assert dispatch_entry("aten::no_such_op") is None
+
+
+def test_default_device_records_compile_fallbacks_only() -> None:
+    device = CpuDevice()
+    with device.record_fallbacks() as log:
+        from runners.devices.base import active_fallback_logs
+
+        assert active_fallback_logs()[-1] is log
+        log.record_compile("aten::foo")
+    assert log.op_count == 1 and log.ops == {}
+    outer = FallbackLog()
+    with collecting(outer):
+        pass
+    assert not active_fallback_logs()
