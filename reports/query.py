@@ -250,22 +250,34 @@ class StoreQuery:
                 if self._summarised.get(run_id) == files.fingerprint:
                     continue
                 cur = self._con.cursor()
-                cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
-                if files.results and files.fallbacks:
-                    cur.execute(
-                        f"INSERT INTO model_runs BY NAME {SUMMARY_WITH_FALLBACKS_SQL}",
-                        {"files": list(files.results), "fallback_files": list(files.fallbacks)},
-                    )
-                elif files.results:
-                    cur.execute(
-                        f"INSERT INTO model_runs BY NAME {SUMMARY_SQL}",
-                        {"files": list(files.results)},
-                    )
+                cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
+                try:
+                    cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
+                    if files.results and files.fallbacks:
+                        cur.execute(
+                            f"INSERT INTO model_runs BY NAME {SUMMARY_WITH_FALLBACKS_SQL}",
+                            {"files": list(files.results), "fallback_files": list(files.fallbacks)},
+                        )
+                    elif files.results:
+                        cur.execute(
+                            f"INSERT INTO model_runs BY NAME {SUMMARY_SQL}",
+                            {"files": list(files.results)},
+                        )
+                    cur.execute("COMMIT")
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                finally:
+                    cur.close()
                 self._summarised[run_id] = files.fingerprint
-                self._memo = {k: v for k, v in self._memo.items() if k[1] != run_id}
 
     def ensure_all_summaries(self) -> list[str]:
+        """Summaries of every run with results (and none of runs whose files are gone)."""
         ids = self.run_ids()
+        with self._lock:
+            for gone in set(self._summarised) - set(ids):
+                self.fetch("DELETE FROM model_runs WHERE run_id = $run", {"run": gone})
+                del self._summarised[gone]
         self.ensure_summaries(ids)
         return ids
 
