@@ -1,0 +1,336 @@
+"""Build tiny diffusers models from a TinySpec, make their inputs, and compute a training loss.
+
+Inputs come from each class's recipe in `data/diffusers_class_rules.json` ("inputs"): a mapping
+of forward kwarg -> tensor spec whose shapes are expressions over the model's config (so they
+follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
+
+- `randn` / `uniform` (`low`, `high`) / `randint` (`low`, `high`): a shape list;
+- `zeros` / `ones` / `full` (`value`): a shape list, with an optional `dtype`;
+- `grid_ids`: `[t, h, w]` -> `(t*h*w, width)` integer position ids (Flux-style `img_ids`);
+- `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value;
+- `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
+  `when` holds.
+
+Any spec may carry `when`, an expression: the input is omitted unless it holds. A class without
+a recipe gets inputs guessed from its forward signature (`inputs_are_curated` says which).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from model_configs.shrink.diffusers import (
+    class_rule,
+    default_config,
+    evaluate,
+    load_rules,
+    model_class,
+)
+from model_configs.spec import ResolvedConfig, TinySpec
+from reports.schema import ConfigSource
+
+BATCH = 2
+_DTYPES = {"float": "float32", "long": "int64", "int": "int32", "bool": "bool"}
+
+# Classes that wrap a list of other models (no config of their own to build from).
+WRAPPER_ARGS = ("controlnets", "adapters")
+
+
+def _quiet_diffusers() -> None:
+    from diffusers.utils import logging as dlogging
+
+    dlogging.set_verbosity_error()
+
+
+def build_model(spec: TinySpec) -> Any:
+    """The tiny model: fp32, CPU, weights from seed 0, eval mode."""
+    import torch
+
+    _quiet_diffusers()
+    cls = model_class(spec.architecture)
+    torch.manual_seed(0)
+    model = cls.from_config(dict(spec.config))
+    return model.to(dtype=torch.float32).eval()
+
+
+def _names(spec: TinySpec, model: Any) -> dict[str, Any]:
+    config = dict(getattr(model, "config", {}) or {})
+    config.update({k: v for k, v in spec.config.items() if k not in config})
+    return {**config, "B": BATCH, **class_rule(spec.architecture).get("vars_const", {})}
+
+
+def inputs_are_curated(spec: TinySpec) -> bool:
+    """True when the class has a written input recipe (not guessed from its signature)."""
+    return "inputs" in class_rule(spec.architecture)
+
+
+def make_inputs(
+    spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
+) -> dict[str, Any]:
+    """CPU inputs for `model(**inputs)` (the same for train and generate: nothing generates)."""
+    import torch
+
+    entry = class_rule(spec.architecture)
+    recipe = entry.get("inputs") or guess_recipe(spec, model)
+    names = _names(spec, model)
+    for key, expr in entry.get("vars", {}).items():
+        names[key] = evaluate(expr, names)
+    generator = torch.Generator().manual_seed(seed)
+    out = _build_dict(recipe, names, generator)
+    return out
+
+
+def _build_dict(recipe: dict[str, Any], names: dict[str, Any], generator: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, spec in recipe.items():
+        if isinstance(spec, dict) and "first_of" in spec:
+            spec = next((s for s in spec["first_of"] if _holds(s, names)), None)
+        if spec is None or not _holds(spec, names):
+            continue
+        out[key] = _build(spec, names, generator)
+    return out
+
+
+def _holds(spec: Any, names: dict[str, Any]) -> bool:
+    return not (isinstance(spec, dict) and "when" in spec) or bool(evaluate(spec["when"], names))
+
+
+def _shape(dims: Any, names: dict[str, Any]) -> list[int]:
+    return [int(evaluate(d, names)) for d in dims]
+
+
+def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
+    import torch
+
+    if not isinstance(spec, dict):
+        return spec
+    dtype_name = str(spec.get("dtype", "float"))
+    dtype = getattr(torch, _DTYPES.get(dtype_name, dtype_name))
+    if "dict" in spec:
+        return _build_dict(spec["dict"], names, generator)
+    if "list" in spec:
+        return [_build(s, names, generator) for s in spec["list"]]
+    if "value" in spec and "full" not in spec:
+        return _plain(spec["value"], names)
+    if "randn" in spec:
+        return torch.randn(_shape(spec["randn"], names), generator=generator).to(dtype)
+    if "uniform" in spec:
+        low, high = evaluate(spec.get("low", 0), names), evaluate(spec.get("high", 1), names)
+        tensor = torch.rand(_shape(spec["uniform"], names), generator=generator)
+        return (low + (high - low) * tensor).to(dtype)
+    if "randint" in spec:
+        low, high = int(evaluate(spec.get("low", 0), names)), int(evaluate(spec["high"], names))
+        shape = _shape(spec["randint"], names)
+        ints = torch.randint(low, max(high, low + 1), shape, generator=generator)
+        return ints.to(getattr(torch, _DTYPES.get(spec.get("dtype", "long"), "int64")))
+    if "zeros" in spec:
+        return torch.zeros(_shape(spec["zeros"], names), dtype=dtype)
+    if "ones" in spec:
+        return torch.ones(_shape(spec["ones"], names), dtype=dtype)
+    if "full" in spec:
+        value = evaluate(spec["value"], names)
+        return torch.full(_shape(spec["full"], names), value, dtype=dtype)
+    if "arange" in spec:
+        return torch.arange(int(evaluate(spec["arange"], names))).to(
+            getattr(torch, _DTYPES.get(spec.get("dtype", "long"), "int64"))
+        )
+    if "tensor" in spec:
+        return torch.tensor(_plain(spec["tensor"], names), dtype=dtype)
+    if "grid_ids" in spec:
+        t, h, w = _shape(spec["grid_ids"], names)
+        width = int(spec.get("width", 3))
+        grid = torch.stack(
+            torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"), -1
+        ).reshape(-1, 3)
+        ids = torch.zeros(grid.shape[0], width)
+        ids[:, width - 3 :] = grid.to(ids.dtype)
+        if spec.get("batch"):
+            ids = ids.unsqueeze(0).expand(BATCH, -1, -1).contiguous()
+        return ids.to(dtype if "dtype" in spec else torch.float32)
+    raise ValueError(f"unknown input spec {spec}")
+
+
+def _plain(value: Any, names: dict[str, Any]) -> Any:
+    """A non-tensor value; strings starting with '=' are expressions."""
+    if isinstance(value, str) and value.startswith("="):
+        return evaluate(value[1:], names)
+    if isinstance(value, list):
+        return [_plain(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v, names) for k, v in value.items()}
+    return value
+
+
+def guess_recipe(spec: TinySpec, model: Any) -> dict[str, Any]:
+    """Inputs guessed from the forward signature, for classes without a written recipe."""
+    params = [
+        p
+        for name, p in inspect.signature(model.forward).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    config = dict(getattr(model, "config", {}) or {})
+    channels = config.get("in_channels") or 4
+    cond = next(
+        (
+            k
+            for k in (
+                "cross_attention_dim",
+                "joint_attention_dim",
+                "text_dim",
+                "caption_channels",
+                "text_embed_dim",
+            )
+            if isinstance(config.get(k), int)
+        ),
+        None,
+    )
+    recipe: dict[str, Any] = {}
+    for p in params:
+        if p.default is not inspect.Parameter.empty:
+            if p.name in ("encoder_hidden_states", "timestep") and cond:
+                pass
+            else:
+                continue
+        if p.name in ("sample", "hidden_states", "x"):
+            recipe[p.name] = {"randn": ["B", channels, 16, 16]}
+        elif p.name in ("timestep", "timesteps", "t"):
+            recipe[p.name] = {"randint": ["B"], "low": 1, "high": 1000}
+        elif p.name == "encoder_hidden_states" and cond:
+            recipe[p.name] = {"randn": ["B", 4, cond]}
+        else:
+            recipe[p.name] = {"randn": ["B", channels, 16, 16]}
+    return recipe
+
+
+def _tensors(value: Any) -> Iterator[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.requires_grad:
+            yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _tensors(v)
+    elif hasattr(value, "to_tuple"):
+        yield from _tensors(value.to_tuple())
+    elif hasattr(value, "__dict__") and not isinstance(value, torch.nn.Module):
+        yield from _tensors(vars(value))
+
+
+def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict[str, Any]) -> Any:
+    """Sum over every differentiable output tensor of its MSE to a fixed random target."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1234)
+    total = None
+    for tensor in _tensors(outputs):
+        target = torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
+        term = torch.nn.functional.mse_loss(tensor, target)
+        total = term if total is None else total + term
+    if total is None:
+        raise ValueError(f"{spec.architecture}: no differentiable output tensor")
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Default configs
+
+
+def model_class_names() -> list[str]:
+    """Every diffusers model class under diffusers.models that builds from a config of its own."""
+    import diffusers
+    import diffusers.models as dm
+    from diffusers.configuration_utils import ConfigMixin
+    from diffusers.models.modeling_utils import ModelMixin
+
+    _quiet_diffusers()
+    names: list[str] = []
+    for name in sorted(set(dir(diffusers)) | set(dir(dm))):
+        try:
+            obj = getattr(diffusers, name, None) or getattr(dm, name, None)
+        except (ImportError, RuntimeError, AttributeError):
+            continue
+        if not (isinstance(obj, type) and issubclass(obj, ModelMixin) and obj is not ModelMixin):
+            continue
+        if not obj.__module__.startswith("diffusers.models"):
+            continue
+        if not issubclass(obj, ConfigMixin):
+            continue
+        params = inspect.signature(obj.__init__).parameters
+        if any(arg in params for arg in WRAPPER_ARGS):
+            continue
+        names.append(name)
+    return names
+
+
+def wrapper_class_names() -> list[str]:
+    """Model classes that only wrap a list of other models (MultiControlNetModel, ...)."""
+    import diffusers
+    import diffusers.models as dm
+    from diffusers.models.modeling_utils import ModelMixin
+
+    names: list[str] = []
+    for name in sorted(set(dir(diffusers)) | set(dir(dm))):
+        try:
+            obj = getattr(diffusers, name, None) or getattr(dm, name, None)
+        except (ImportError, RuntimeError, AttributeError):
+            continue
+        if isinstance(obj, type) and issubclass(obj, ModelMixin) and obj is not ModelMixin:
+            params = inspect.signature(obj.__init__).parameters
+            if obj.__module__.startswith("diffusers.models") and any(
+                arg in params for arg in WRAPPER_ARGS
+            ):
+                names.append(name)
+    return names
+
+
+def iter_default_configs() -> Iterator[ResolvedConfig]:
+    """One ResolvedConfig per diffusers model class, with the class's default config."""
+    for name in model_class_names():
+        yield ResolvedConfig(
+            model_id=f"diffusers-default/{name}",
+            library="diffusers",
+            config=default_config(name),
+            source=ConfigSource.DIFFUSERS_DEFAULT.value,
+            detail=f"_class_name={name}",
+        )
+
+
+def default_config_for_pipeline(pipeline_class_name: str) -> ResolvedConfig | None:
+    """An offline config for a pipeline named in a repo's tags (`diffusers:<Pipeline>`).
+
+    Uses the published denoiser config bundled in `data/diffusers_configs/` when there is one,
+    else the denoiser class's defaults; None for a pipeline this table does not know.
+    """
+    import json
+
+    from model_configs.shrink.diffusers import DATA_DIR
+
+    pipelines = load_rules().get("pipelines", {})
+    entry = pipelines.get(pipeline_class_name)
+    if entry is None:
+        return None
+    component, class_name = entry["component"], entry["class"]
+    index = {"_class_name": pipeline_class_name, component: ["diffusers", class_name]}
+    if entry.get("config_file"):
+        path = DATA_DIR / "diffusers_configs" / entry["config_file"]
+        with path.open() as f:
+            config = json.load(f)
+        config.setdefault("_class_name", class_name)
+        source_detail = f"bundled {entry['config_file']}"
+    else:
+        config = default_config(class_name)
+        source_detail = f"{class_name} defaults"
+    return ResolvedConfig(
+        model_id=f"diffusers-default/{pipeline_class_name}",
+        library="diffusers",
+        config=index,
+        source=ConfigSource.DIFFUSERS_DEFAULT.value,
+        detail=f"pipeline {pipeline_class_name}: {component} from {source_detail}",
+        components={component: config},
+    )
