@@ -257,6 +257,9 @@ def _is_native(name: str, device: NeuronEmulatedDevice) -> bool:
     return native
 
 
+_CONTAINERS = (torch.Tensor, list, tuple, torch.device)
+
+
 class _HostCall:
     """Moves one op's arguments to CPU aliases and its results back onto neuron storage."""
 
@@ -284,6 +287,8 @@ class _HostCall:
             self.bytes_d2h += x.numel() * x.element_size()
             return alias
         if isinstance(x, (list, tuple)):
+            if not any(isinstance(v, _CONTAINERS) for v in x):  # sizes, strides, scalars
+                return x
             return type(x)(self.to_host(v) for v in x)
         if isinstance(x, torch.device) and x.type == BACKEND_NAME:
             return torch.device("cpu")
