@@ -293,7 +293,7 @@ def create_app(
         return found
 
     def model_routes(prefix: str, handler: Callable[..., Any], **kw: Any) -> None:
-        app.add_api_route(prefix + "/{org}/{name}", handler, methods=["GET"], **kw)
+        app.add_api_route(prefix + "/{org}/{name:path}", handler, methods=["GET"], **kw)
         app.add_api_route(prefix + "/{name}", handler, methods=["GET"], **kw)
 
     def api_model(name: str, org: str | None = None, run: str | None = None) -> Any:

@@ -276,7 +276,7 @@ class StoreQuery:
         ids = self.run_ids()
         with self._lock:
             for gone in set(self._summarised) - set(ids):
-                self.fetch("DELETE FROM model_runs WHERE run_id = $run", {"run": gone})
+                self.scalar("DELETE FROM model_runs WHERE run_id = $run", {"run": gone})
                 del self._summarised[gone]
         self.ensure_summaries(ids)
         return ids

@@ -244,3 +244,14 @@ def test_cache_follows_new_part_files(tmp_path) -> None:
     d = coverage.denominators(q, "r2")
     assert d["models"] == 9 and d["passed"] == 4
     assert coverage.denominators(q, "r1")["models"] == 8  # other run untouched
+
+
+def test_removed_run_leaves_the_trend(tmp_path) -> None:
+    import shutil
+
+    store = build_hand_store(tmp_path / "s")
+    q = StoreQuery(store)
+    assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r1", "r2"]
+    for table in ("results", "fallbacks", "runs"):
+        shutil.rmtree(tmp_path / "s" / table / "run_id=r1")
+    assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r2"]

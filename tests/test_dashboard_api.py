@@ -1,0 +1,204 @@
+"""Every dashboard endpoint, HTML and JSON, on the hand-built store: figures, 404s, 400s and
+hostile strings (a model id and an error message holding `<script>`)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dashboard.app import create_app, model_url
+from tests.report_store_builder import EVIL_ID, EVIL_MESSAGE, build_hand_store
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    root = tmp_path_factory.mktemp("dash") / "store"
+    build_hand_store(root)
+    return TestClient(create_app(str(root), refresh_s=0, warm=False))
+
+
+def no_live_script(html: str) -> None:
+    assert "<script>alert" not in html
+    assert "<script" not in html.replace("&lt;script", "")
+
+
+def test_overview_html(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    assert "Coverage of run r2" in html
+    assert 'data-emulated="true"' in html and "neuron (emulated)" in html
+    assert "73.6%" in html  # passed every stage by downloads: 1700 / 2310
+    assert "<svg" in html  # charts drawn inline
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in html  # nothing fetched from the internet
+    no_live_script(html)
+    assert "ValueError: &lt;script&gt;alert(N)&lt;/script&gt;" in html  # a failure cluster
+
+
+def test_overview_api(client: TestClient) -> None:
+    data = client.get("/api/overview").json()
+    d = data["denominators"]
+    assert (d["models"], d["skipped"], d["failed"], d["passed"]) == (8, 2, 3, 3)
+    assert data["headline"]["passing_share"] == pytest.approx(0.25)
+    assert client.get("/api/overview", params={"run": "r1"}).json()["run_id"] == "r1"
+
+
+def test_unknown_and_bad_run(client: TestClient) -> None:
+    r = client.get("/api/overview", params={"run": "r9"})
+    assert r.status_code == 404 and "r9" in r.json()["error"]
+    r = client.get("/", params={"run": "../etc"})
+    assert r.status_code == 400 and "invalid run id" in r.text
+
+
+def test_models_api_filters(client: TestClient) -> None:
+    r = client.get("/api/models", params={"per_page": 3})
+    data = r.json()
+    assert data["total"] == 8 and data["pages"] == 3 and len(data["rows"]) == 3
+    assert data["rows"][0]["model_id"] == "org/a-pass-clean"
+    assert data["rows"][0]["device_label"] == "neuron (emulated)"
+    r = client.get("/api/models", params={"task": "text-generation", "outcome": "failed"})
+    assert {row["model_id"] for row in r.json()["rows"]} == {"org/c-fail-compile", "org/g-timeout"}
+    r = client.get("/api/models", params={"stage": "compile", "status": "fail"})
+    assert [row["model_id"] for row in r.json()["rows"]] == ["org/c-fail-compile"]
+    r = client.get("/api/models", params={"model_type": "bert", "library": "transformers"})
+    assert r.json()["total"] == 1
+    r = client.get("/api/models", params={"search": "<script>"})
+    assert [row["model_id"] for row in r.json()["rows"]] == [EVIL_ID]
+    r = client.get("/api/models", params={"sort": "model_id", "order": "asc", "per_page": 1})
+    assert r.json()["rows"][0]["model_id"] == "bert-x"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"page": "abc"},
+        {"page": "0"},
+        {"per_page": "100000"},
+        {"sort": "downloads; drop table model_runs"},
+        {"order": "up"},
+        {"outcome": "maybe"},
+        {"stage": "lunch"},
+        {"status": "<script>"},
+        {"search": "x" * 500},
+    ],
+)
+def test_models_bad_params_400(client: TestClient, params: dict) -> None:
+    r = client.get("/api/models", params=params)
+    assert r.status_code == 400, r.text
+    assert r.json()["status"] == 400 and r.json()["error"]
+    r = client.get("/models", params=params)
+    assert r.status_code == 400
+    no_live_script(r.text)
+
+
+def test_models_html_table_and_pages(client: TestClient) -> None:
+    r = client.get("/models", params={"per_page": 3})
+    html = r.text
+    assert r.status_code == 200 and "8 models match" in html
+    assert "page 1 of 3" in html and 'rel="next"' in html
+    assert 'href="/models/org/a-pass-clean?run=r2"' in html
+    assert "badge-emulated" in html
+    r = client.get("/models", params={"search": "script"})
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+    no_live_script(r.text)
+    assert "/models/evil/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in r.text
+
+
+def test_model_page_and_api(client: TestClient) -> None:
+    r = client.get("/models/org/b-pass-fallback")
+    assert r.status_code == 200
+    html = r.text
+    assert "org/b-pass-fallback" in html and "neuron (emulated)" in html
+    assert 'data-emulated="true"' in html
+    assert "aten::histc" in html and "4096" in html and "hidden_size" in html
+    assert "hfsweep check org/b-pass-fallback --device neuron" in html
+    assert "2.13.1" in html  # versions
+    data = client.get("/api/models/org/b-pass-fallback").json()
+    assert data["run_id"] == "r2" and len(data["stages"]) == 5
+    assert [h["run_id"] for h in data["history"]] == ["r2", "r1"]
+    old = client.get("/api/models/org/b-pass-fallback", params={"run": "r1"}).json()
+    assert old["summary"]["outcome"] == "failed"
+
+
+def test_model_without_org(client: TestClient) -> None:
+    r = client.get("/api/models/bert-x")
+    assert r.status_code == 200 and r.json()["summary"]["outcome"] == "passed"
+    assert client.get("/models/bert-x").status_code == 200
+    assert model_url("bert-x") == "/models/bert-x"
+
+
+def test_unknown_model_404(client: TestClient) -> None:
+    r = client.get("/api/models/nobody/nothing")
+    assert r.status_code == 404 and "nobody/nothing" in r.json()["error"]
+    r = client.get("/models/nobody/nothing")
+    assert r.status_code == 404 and "no results for model" in r.text
+    r = client.get("/api/models/org/old", params={"run": "r2"})
+    assert r.status_code == 404
+
+
+def test_hostile_model_id_and_message(client: TestClient) -> None:
+    url = "/models/evil/" + quote("<script>alert(1)</script>", safe="")
+    r = client.get(url)
+    assert r.status_code == 200
+    no_live_script(r.text)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+    assert (
+        "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;"
+        in r.text
+    )
+    data = client.get("/api" + url).json()
+    assert data["model_id"] == EVIL_ID
+    assert data["stages"][0]["error_message"] == EVIL_MESSAGE
+    r = client.get("/models/" + quote("<img src=x onerror=alert(1)>", safe=""))
+    assert r.status_code == 404
+    assert "<img" not in r.text and "&lt;img src=x onerror=alert(1)&gt;" in r.text
+
+
+def test_ops_page_and_api(client: TestClient) -> None:
+    data = client.get("/api/ops").json()
+    assert [o["op"] for o in data["ops"]] == ["aten::histc", "aten::nonzero"]
+    assert data["ops"][0]["sole_downloads"] == 500
+    html = client.get("/ops").text
+    assert "aten::histc" in html and "aten::orphan" not in html and "data-emulated" in html
+    assert client.get("/api/ops", params={"limit": 1}).json()["ops"][0]["op"] == "aten::histc"
+    assert client.get("/api/ops", params={"limit": 0}).status_code == 400
+    assert client.get("/api/ops", params={"limit": "x"}).status_code == 400
+
+
+def test_runs_and_diff(client: TestClient) -> None:
+    data = client.get("/api/runs").json()
+    assert [r["run_id"] for r in data["runs"]] == ["r2", "r1"]
+    assert data["runs"][0]["device_label"] == "neuron (emulated)"
+    assert data["diff"]["run_a"] == "r1" and data["diff"]["run_b"] == "r2"
+    d = client.get("/api/diff", params={"a": "r1", "b": "r2"}).json()
+    assert d["summary"]["newly_failing"]["models"] == 1
+    assert d["summary"]["newly_passing"]["models"] == 1
+    html = client.get("/runs", params={"a": "r1", "b": "r2"}).text
+    assert "newly_failing" in html and "org/c-fail-compile" in html and "torch_version" in html
+    no_live_script(html)
+    assert client.get("/runs", params={"a": "r1"}).status_code == 400
+    assert client.get("/api/diff", params={"a": "r1", "b": "zz"}).status_code == 404
+    assert client.get("/api/diff", params={"a": "r1"}).status_code == 400
+    assert client.get("/api/runs", params={"limit": -1}).status_code == 400
+
+
+def test_assets_and_misc(client: TestClient) -> None:
+    r = client.get("/style.css")
+    assert r.status_code == 200 and "text/css" in r.headers["content-type"]
+    assert client.get("/api/health").json()["runs"] == 2
+    assert "/api/models/{org}/{name}?run=" in client.get("/api").json()["endpoints"]
+    r = client.get("/no/such/page/at/all")
+    assert r.status_code == 404
+    assert client.get("/api/nothing").json()["status"] == 404
+
+
+def test_empty_store(tmp_path) -> None:
+    c = TestClient(create_app(str(tmp_path / "empty"), refresh_s=0, warm=False))
+    r = c.get("/")
+    assert r.status_code == 404 and "no results yet" in r.text
+    assert c.get("/api/models").status_code == 404
+    assert c.get("/api/models/org/x").status_code == 404
+    assert c.get("/api/runs").json() == {"runs": [], "diff": None}
