@@ -28,6 +28,9 @@ _SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG
 
 def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
     try:
+        import faulthandler
+
+        faulthandler.disable()  # a crash is reported as a row, not as a dump on stderr
         import torch
 
         torch.set_num_threads(max(1, int(kwargs.pop("threads", 1))))

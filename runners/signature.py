@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 _RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
     (re.compile(r"(/[\w.\-]+)+\.py(:\d+)?"), "<file>"),
     (re.compile(r"\[[\d,\s]+\]"), "[?]"),  # shapes / lists of ints
     (re.compile(r"\(\s*\d+(\s*,\s*\d+)*\s*,?\s*\)"), "(?)"),  # tuples of ints

@@ -1,0 +1,60 @@
+"""Shared fixtures. Tests are offline: the Hub is never contacted, no weights are downloaded."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+HFSWEEP = [sys.executable, "-m", "sweep"]
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One embedded Ray for the whole session (each start costs seconds)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def write_catalog(path: Path, rows: list[dict]) -> Path:
+    """A small catalog CSV in the bundled snapshot's columns."""
+    import csv
+
+    columns = [
+        "rank",
+        "model_id",
+        "downloads_30d",
+        "likes",
+        "pipeline_tag",
+        "library_name",
+        "model_type_hint",
+        "architectures_hint",
+        "custom_code",
+        "tags",
+    ]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for i, row in enumerate(rows, start=1):
+            writer.writerow(
+                {"rank": i, "downloads_30d": 1000 // i, "likes": 0, "custom_code": False, **row}
+            )
+    return path

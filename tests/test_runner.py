@@ -1,0 +1,119 @@
+"""One model through the stages, in process and isolated: statuses, not_run, hangs, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from model_configs.resolve import transformers_default_config
+from model_configs.shrink import shrink
+from model_configs.spec import ResolvedConfig
+from runners import stages as stages_module
+from runners.isolation import run_isolated
+from runners.run_model import run_model
+from runners.signature import error_signature, op_in_message
+
+FAST = ["load", "forward", "backward", "generate"]
+
+
+def tiny(model_type: str, arch: str | None = None):
+    resolved = ResolvedConfig(
+        model_id=f"test/{model_type}",
+        library="transformers",
+        config=transformers_default_config(model_type),
+        source="transformers_default",
+    )
+    return shrink(resolved, architecture_hint=arch)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny("llama", "LlamaForCausalLM")
+
+
+def statuses(outcome) -> dict[str, str]:
+    return {r.stage: r.status for r in outcome.stages}
+
+
+def test_tiny_llama_passes_every_stage_on_cpu(llama):
+    outcome = run_model(llama, device="cpu", stages=FAST)
+    assert statuses(outcome) == dict.fromkeys(FAST, "pass")
+    assert 0 < outcome.param_count < 5_000_000
+    assert all(r.duration_s is not None and r.duration_s >= 0 for r in outcome.stages)
+
+
+def test_generate_is_not_applicable_to_an_encoder():
+    outcome = run_model(tiny("bert", "BertForMaskedLM"), device="cpu", stages=FAST)
+    assert statuses(outcome)["generate"] == "skip"
+    assert outcome.stages[-1].reason == "not_applicable"
+
+
+def test_a_failing_stage_makes_later_ones_not_run(llama, monkeypatch):
+    def broken(self, ctx):
+        raise RuntimeError("shape mismatch: [2, 7] vs [3, 8] at 0x7f00ff")
+
+    monkeypatch.setattr(stages_module.ForwardStage, "run", broken)
+    outcome = run_model(llama, device="cpu", stages=FAST)
+    assert statuses(outcome) == {
+        "load": "pass",
+        "forward": "fail",
+        "backward": "not_run",
+        "generate": "not_run",
+    }
+    failed = outcome.stages[1]
+    assert failed.error_type == "RuntimeError"
+    assert failed.error_signature == "RuntimeError: shape mismatch: [?] vs [?] at <addr>"
+
+
+def test_isolated_run_matches_in_process(llama):
+    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=120)
+    assert statuses(outcome) == dict.fromkeys(FAST, "pass")
+    assert outcome.param_count > 0
+
+
+def test_a_hang_becomes_a_timeout_of_that_stage(llama, monkeypatch):
+    monkeypatch.setattr(stages_module.BackwardStage, "run", lambda self, ctx: time.sleep(60))
+    start = time.monotonic()
+    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=8)
+    assert time.monotonic() - start < 30
+    assert statuses(outcome) == {
+        "load": "pass",
+        "forward": "pass",
+        "backward": "timeout",
+        "generate": "not_run",
+    }
+    assert "8 s" in outcome.stages[2].error_message
+
+
+def test_a_segfault_becomes_a_crash_of_that_stage(llama, monkeypatch):
+    monkeypatch.setattr(
+        stages_module.ForwardStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGSEGV)
+    )
+    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=60)
+    assert statuses(outcome) == {
+        "load": "pass",
+        "forward": "crash",
+        "backward": "not_run",
+        "generate": "not_run",
+    }
+    assert "SIGSEGV" in outcome.stages[1].error_message
+
+
+def test_an_oom_kill_is_reported_as_oom(llama, monkeypatch):
+    monkeypatch.setattr(
+        stages_module.LoadStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGKILL)
+    )
+    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=60)
+    assert statuses(outcome)["load"] == "oom"
+    assert "SIGKILL" in outcome.stages[0].error_message
+
+
+def test_signatures_cluster_and_name_ops():
+    a = error_signature("RuntimeError", "size 32 vs 64 in /x/y/model.py:12")
+    b = error_signature("RuntimeError", "size 16 vs 8 in /a/b/other.py:99")
+    assert a == b
+    assert op_in_message("Could not run 'aten::histc' with arguments") == "aten::histc"
+    assert op_in_message("\"histogram_cpu\" not implemented for 'Int'") == "kernel:histogram_cpu"

@@ -1,0 +1,161 @@
+"""The sweep on a real (embedded) Ray: every model gets its rows, dedup, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from reports.store import Store
+from sweep.driver import RunConfig, run_sweep, stage_list
+from tests.conftest import HFSWEEP, ROOT, write_catalog
+
+pytestmark = pytest.mark.slow
+
+STAGES = "load,forward,backward"
+MODELS = [
+    {
+        "model_id": "org/llama-a",
+        "library_name": "transformers",
+        "model_type_hint": "llama",
+        "architectures_hint": "LlamaForCausalLM",
+        "pipeline_tag": "text-generation",
+    },
+    {
+        "model_id": "org/llama-b",
+        "library_name": "transformers",
+        "model_type_hint": "llama",
+        "architectures_hint": "LlamaForCausalLM",
+        "pipeline_tag": "text-generation",
+    },
+    {"model_id": "org/bert", "library_name": "sentence-transformers", "model_type_hint": "bert"},
+    {
+        "model_id": "org/remote",
+        "library_name": "transformers",
+        "model_type_hint": "llama",
+        "custom_code": True,
+    },
+    {"model_id": "org/timm", "library_name": "timm"},
+    {"model_id": "org/unknown", "library_name": "transformers", "model_type_hint": "nope_type"},
+    {"model_id": "org/gpt2", "library_name": "transformers", "model_type_hint": "gpt2"},
+]
+
+
+def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
+    catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
+    store = tmp_path / "store"
+    summary = run_sweep(
+        RunConfig(
+            store=str(store),
+            catalog=str(catalog),
+            top=None,
+            stages=stage_list(STAGES),
+            run_id="r1",
+            progress=False,
+        )
+    )
+    assert summary.requested == len(MODELS)
+    assert summary.skipped == 3 and summary.tasks == 3 and summary.models_run == 4
+    rows = Store(store).read("results", "r1").to_pylist()
+    assert Counter((r["model_id"], r["stage"]) for r in rows) == Counter(
+        {(m["model_id"], s): 1 for m in MODELS for s in STAGES.split(",")}
+    )
+    by_model = {r["model_id"]: r for r in rows if r["stage"] == "load"}
+    assert by_model["org/remote"]["reason"] == "remote_code"
+    assert by_model["org/timm"]["reason"] == "unsupported_library"
+    assert by_model["org/unknown"]["reason"] == "unknown_model_type"
+    assert by_model["org/llama-b"]["dedup_of"] == "org/llama-a"
+    assert by_model["org/llama-a"]["status"] == "pass"
+    assert by_model["org/llama-a"]["config_source"] == "transformers_default"
+    run = Store(store).run("r1")
+    assert run["status"] == "finished" and run["models_requested"] == len(MODELS)
+    assert run["torch_version"] and run["transformers_version"]
+
+    # the same command again: nothing to do, nothing doubled
+    again = run_sweep(
+        RunConfig(
+            store=str(store),
+            catalog=str(catalog),
+            top=None,
+            stages=stage_list(STAGES),
+            run_id="r1",
+            progress=False,
+        )
+    )
+    assert again.already_done == len(MODELS) and again.tasks == 0
+    assert Store(store).read("results", "r1").num_rows == len(rows)
+
+
+def _part_count(store) -> int:
+    return len(list((store / "results").rglob("part-*.parquet")))
+
+
+def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
+    many = [
+        {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
+        for i, t in enumerate(
+            [
+                "llama",
+                "gpt2",
+                "bert",
+                "mistral",
+                "qwen2",
+                "opt",
+                "roberta",
+                "gpt_neo",
+                "phi",
+                "electra",
+                "t5",
+                "bart",
+            ]
+        )
+    ]
+    catalog = write_catalog(tmp_path / "catalog.csv", many)
+    store = tmp_path / "store"
+    cmd = [
+        *HFSWEEP,
+        "run",
+        "--catalog",
+        str(catalog),
+        "--top",
+        "12",
+        "--store",
+        str(store),
+        "--run-id",
+        "killme",
+        "--stages",
+        STAGES,
+        "--num-cpus",
+        "1",
+        "--no-dedup",
+        "--no-report",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while _part_count(store) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = Store(store).read("results", "killme").num_rows
+    assert 0 < partial < 12 * 3
+    assert Store(store).run("killme")["status"] == "running"  # no clean shutdown happened
+
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = Store(store).read("results", "killme").to_pylist()
+    counts = Counter((r["model_id"], r["stage"]) for r in rows)
+    assert len(counts) == 12 * 3 and set(counts.values()) == {1}
+    assert Store(store).run("killme")["status"] == "finished"
