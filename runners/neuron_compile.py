@@ -103,6 +103,20 @@ def _op_name(node: Any) -> str | None:
     return None
 
 
+def is_view_op(op: Any) -> bool:
+    """An op returning an alias of an input without writing it: metadata only, which every
+    backend handles itself (a CPU fallback cannot even run one). Treated as lowerable/native."""
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+def _lowerable(node: Any, profile: DeviceProfile) -> bool | None:
+    """None for nodes that are not ATen ops (placeholders, getitem, outputs)."""
+    name = _op_name(node)
+    if name is None:
+        return None
+    return is_view_op(node.target) or profile.is_native(name)
+
+
 def check_graph(gm: Any, profile: DeviceProfile) -> tuple[dict[str, int], int]:
     """(unlowerable op -> node count, number of lowerable partitions) of one ATen graph."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -110,14 +124,12 @@ def check_graph(gm: Any, profile: DeviceProfile) -> tuple[dict[str, int], int]:
 
     unlowerable: Counter[str] = Counter()
     for node in gm.graph.nodes:
-        name = _op_name(node)
-        if name is not None and not profile.is_native(name):
-            unlowerable[name] += 1
+        if _lowerable(node, profile) is False:
+            unlowerable[node.target.name()] += 1
 
     class _ProfileSupport(OperatorSupportBase):
         def is_node_supported(self, submodules: Any, node: Any) -> bool:
-            name = _op_name(node)
-            return name is not None and profile.is_native(name)
+            return bool(_lowerable(node, profile))
 
     partitioner = CapabilityBasedPartitioner(
         gm, _ProfileSupport(), allows_single_node_partition=True

@@ -194,14 +194,19 @@ class CompileStage(StageRunner):
             build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
             ctx.device.synchronize()
 
-        start = time.perf_counter()
-        step()
-        ctx.extra["compile_s"] = time.perf_counter() - start
-        start = time.perf_counter()
-        step()
-        ctx.extra["step_s"] = time.perf_counter() - start
+        from runners.neuron_compile import compile_report
+
+        with compile_report(reset=False) as report:  # filled by the `neuron` backend only
+            start = time.perf_counter()
+            step()
+            ctx.extra["compile_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            step()
+            ctx.extra["step_s"] = time.perf_counter() - start
         ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
         ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
+        if ctx.compile_backend == "neuron":
+            ctx.extra["partition_count"] = report.partition_count
         ctx.model.zero_grad(set_to_none=True)
         dynamo.reset()
 
