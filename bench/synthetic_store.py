@@ -246,12 +246,11 @@ def make_models(n: int, seed: int) -> dict[str, np.ndarray]:
     fam = rng.choice(len(FAMILIES), size=n, p=FAMILY_WEIGHTS / FAMILY_WEIGHTS.sum())
     org = rng.choice(len(ORGS), size=n)
     ids = []
-    seen: set[str] = set()
     for i in range(n):
-        word = WORDS[rng.integers(len(WORDS))]
+        mt, _, lib = FAMILIES[fam[i]][:3]
+        word = mt or f"{WORDS[rng.integers(len(WORDS))]}-{lib or 'export'}"
         name = f"{word}-{SIZES[rng.integers(len(SIZES))]}-{i:06d}"
         mid = name if rng.random() < 0.03 else f"{ORGS[org[i]]}/{name}"
-        seen.add(mid)
         ids.append(mid)
     skip = np.full(n, None, dtype=object)
     for i in range(n):

@@ -23,7 +23,7 @@ def hbars(
     `as_percent`, else counts scaled to the largest)."""
     label_w, bar_h, gap = 210, 12, 8
     group_h = bar_h * len(series) + gap
-    legend_h = 22
+    legend_h = 42
     height = legend_h + group_h * len(rows) + 10
     top = max((v or 0 for _, vals in rows for v in vals), default=0) or 1
     scale = 1.0 if as_percent else float(top)
@@ -32,8 +32,8 @@ def hbars(
     for i, name in enumerate(series):
         x = label_w + i * 170
         parts.append(
-            f'<rect x="{x}" y="4" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
-            f'<text x="{x + 14}" y="13" class="legend">{escape(name)}</text>'
+            f'<rect x="{x}" y="24" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
+            f'<text x="{x + 14}" y="33" class="legend">{escape(name)}</text>'
         )
     for r, (label, vals) in enumerate(rows):
         y0 = legend_h + r * group_h
@@ -65,15 +65,15 @@ def lines(
     height: int = 240,
 ) -> Markup:
     """A line chart of shares (0..1) over runs."""
-    left, right, top, bottom = 44, 16, 26, 40
+    left, right, top, bottom = 44, 16, 46, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     n = len(xlabels)
     parts = [_svg_open(width, height, title)]
     for i, (name, _) in enumerate(series):
         x = left + i * 200
         parts.append(
-            f'<rect x="{x}" y="4" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
-            f'<text x="{x + 14}" y="13" class="legend">{escape(name)}</text>'
+            f'<rect x="{x}" y="24" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
+            f'<text x="{x + 14}" y="33" class="legend">{escape(name)}</text>'
         )
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         y = top + plot_h * (1 - tick)
@@ -86,9 +86,9 @@ def lines(
     def xpos(i: int) -> float:
         return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
 
-    step = max(1, n // 6)
+    step = max(1, -(-n * 120 // plot_w))  # labels at least 120 px apart
     for i, label in enumerate(xlabels):
-        if i % step == 0 or i == n - 1:
+        if (n - 1 - i) % step == 0:  # counted back from the newest run, which always shows
             anchor = "start" if i == 0 and n > 1 else "end" if i == n - 1 and n > 1 else "middle"
             parts.append(
                 f'<text x="{xpos(i):.1f}" y="{top + plot_h + 16}" text-anchor="{anchor}" '
@@ -147,6 +147,7 @@ def _svg_open(width: int, height: int, title: str) -> str:
         f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} '
         f'{height}" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(title)}</title>"
+        f'<text x="8" y="14" class="chart-title">{escape(title)}</text>'
     )
 
 
