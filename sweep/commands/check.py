@@ -63,8 +63,10 @@ def _plan(args: argparse.Namespace, stages: list) -> Any:
             )
         return plan_entry(entry, stages, resolved=resolved)
     catalog = load_catalog(args.catalog)
-    entry = catalog.get(target)
-    if entry is None:
+    found = catalog.get(target)
+    if found is not None:
+        entry = found
+    else:
         if settings.hub_offline():
             raise UsageError(
                 f"unknown model id {target!r}: not in catalog {catalog.name}, and the Hub is "

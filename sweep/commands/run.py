@@ -102,5 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_report:
         from sweep.commands import report
 
-        return report.print_summary(args.store, summary.run_id)
+        report_args = argparse.Namespace(
+            store=args.store, run=summary.run_id, format="text", out=None, top=10
+        )
+        return report.run(report_args)
     return 0
