@@ -111,3 +111,44 @@ def test_default_device_records_compile_fallbacks_only() -> None:
     with collecting(outer):
         pass
     assert not active_fallback_logs()
+
+
+def test_real_neuron_chosen_when_torch_neuronx_imports(tmp_path) -> None:
+    """With a (stand-in) torch_neuronx importable, `neuron` is the real device, and a profiler
+    op event with an `aten::_to_cpu` child comes out as that op's CPU fallback."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    package = tmp_path / "torch_neuronx"
+    package.mkdir()
+    (package / "__init__.py").write_text("__version__ = '0.0-test'\n")
+    code = textwrap.dedent(
+        """
+        import os
+        import torch
+        from torch.profiler import record_function
+        from runners.devices import get_device
+        from runners.devices.neuron import RealNeuronDevice
+        device = get_device("neuron")
+        assert isinstance(device, RealNeuronDevice) and not device.emulated
+        device.setup()
+        assert os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "0"
+        with device.record_fallbacks() as log:
+            with record_function("aten::digamma"):  # what cpu_fallback looks like to the profiler
+                with record_function("aten::_to_cpu"):
+                    torch.ones(2).cpu()
+            torch.ones(3).sin()
+        print(dict((op, e.count) for op, e in log.ops.items()))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    env.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "{'aten::digamma': 1}"

@@ -15,6 +15,7 @@ Tested on torch 2.13.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,32 @@ def _is_neuron(x: Any) -> bool:
 # Storage: every neuron storage points into a CPU UntypedStorage kept alive on it as `_host`.
 
 
+class _Memory:
+    """Bytes of live device storage (host buffers wrapped as neuron storage), and the peak."""
+
+    current = 0
+    peak = 0
+
+
+def _release(cell: list[int]) -> None:
+    _Memory.current -= cell[0]
+
+
+def _track(host: torch.UntypedStorage) -> None:
+    nbytes = host.nbytes()
+    cell = getattr(host, "_device_bytes", None)
+    if cell is None:
+        cell = [0]
+        host._device_bytes = cell  # type: ignore[attr-defined]
+        weakref.finalize(host, _release, cell)
+    _Memory.current += nbytes - cell[0]  # a buffer re-wrapped after a resize counts once
+    cell[0] = nbytes
+    _Memory.peak = max(_Memory.peak, _Memory.current)
+
+
 def _wrap_host(host: torch.UntypedStorage) -> torch.UntypedStorage:
+    if host.nbytes():
+        _track(host)
     storage = torch._C._construct_storage_from_data_pointer(host.data_ptr(), _DEV, host.nbytes())
     storage._host = host  # type: ignore[attr-defined]  # the Python object is preserved with the impl
     return storage  # type: ignore[return-value]
@@ -610,6 +636,12 @@ class NeuronEmulatedDevice(Device):
             yield
         finally:
             self.strict = before
+
+    def peak_memory_bytes(self) -> int | None:
+        return _Memory.peak
+
+    def reset_peak_memory(self) -> None:
+        _Memory.peak = _Memory.current
 
     def profile_info(self) -> tuple[str | None, str | None]:
         return self.op_profile.name, self.op_profile.hash
