@@ -81,7 +81,7 @@ def test_overview_search_model_page(server: str, browser) -> None:
     page.goto(server + "/")
     assert page.locator("h1").inner_text() == "Coverage of run r2"
     assert page.locator(".emulated").is_visible()
-    assert page.locator("svg.chart").count() == 4
+    assert page.locator("svg.chart").count() == 5
     assert "73.6%" in page.locator(".cards").inner_text()
     page.fill("#search", "b-pass")
     page.click("text=Search")

@@ -45,6 +45,12 @@ def report_charts(report: dict[str, Any]) -> dict[str, Any]:
             label="key",
             title="Failures by stage (models)",
         ),
+        "signatures": charts.reasons_chart(
+            report["failure_clusters"],
+            label="signature",
+            title="Failures by reason: top error signatures (models)",
+            limit=8,
+        ),
     }
 
 
