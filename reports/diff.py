@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports.coverage import device_label
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, OUTCOME_SKIPPED, StoreQuery
 
 VERSION_FIELDS = (
@@ -104,9 +105,19 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
             summary[cat]["downloads"] += r["downloads"] or 0
             if len(listed[cat]) < limit and not cat.startswith("still_passing"):
                 listed[cat].append(r)
+        devices = {
+            r["run_id"]: device_label(r["device"], r["emulated"])
+            for r in q.fetch(
+                "SELECT run_id, any_value(device) AS device, bool_or(device_emulated) AS emulated "
+                "FROM model_runs WHERE run_id IN ($a, $b) GROUP BY run_id",
+                {"a": run_a, "b": run_b},
+            )
+        }
         return {
             "run_a": run_a,
             "run_b": run_b,
+            "device_a": devices.get(run_a),
+            "device_b": devices.get(run_b),
             "version_changes": versions,
             "summary": summary,
             "models": listed,

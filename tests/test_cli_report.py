@@ -116,6 +116,7 @@ def test_report_uses_hfsweep_store_env(store: str) -> None:
 def test_diff(store: str) -> None:
     p = hfsweep("diff", "r1", "r2", "--store", store)
     assert p.returncode == 0, p.stderr
+    assert "r1 (neuron (emulated)) -> r2 (neuron (emulated))" in p.stdout
     assert "torch_version: 2.13.0 -> 2.13.1" in p.stdout
     assert "newly_failing:" in p.stdout and "org/c-fail-compile  passed -> failed" in p.stdout
     assert "newly_passing:" in p.stdout and "org/b-pass-fallback  failed -> passed" in p.stdout

@@ -178,6 +178,7 @@ def test_runs_and_diff(client: TestClient) -> None:
     assert d["summary"]["newly_passing"]["models"] == 1
     html = client.get("/runs", params={"a": "r1", "b": "r2"}).text
     assert "newly_failing" in html and "org/c-fail-compile" in html and "torch_version" in html
+    assert "r1 (neuron (emulated))" in html
     no_live_script(html)
     assert client.get("/runs", params={"a": "r1"}).status_code == 400
     assert client.get("/api/diff", params={"a": "r1", "b": "zz"}).status_code == 404

@@ -37,7 +37,11 @@ def run(args: argparse.Namespace) -> int:
 def render_text(diff: dict[str, Any]) -> str:
     from reports.render import fmt
 
-    lines = [f"hfsweep diff: {diff['run_a']} -> {diff['run_b']}", ""]
+    lines = [
+        f"hfsweep diff: {diff['run_a']} ({diff['device_a'] or '-'}) -> {diff['run_b']} "
+        f"({diff['device_b'] or '-'})",
+        "",
+    ]
     if diff["version_changes"]:
         lines.append("software / device changes:")
         lines += [f"  {c['field']}: {c['a']} -> {c['b']}" for c in diff["version_changes"]]
