@@ -136,6 +136,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("peak_memory_bytes", pa.int64()),
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         pa.field("attempt", pa.int16()),
+        pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid
         pa.field("finished_at", pa.timestamp("us", tz="UTC")),
     ]
 )

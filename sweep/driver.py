@@ -191,7 +191,7 @@ def run_sweep(config: RunConfig) -> RunSummary:
         with SweepProgress(len(todo), description="plan", enabled=config.progress) as bar:
 
             def planned_one(p: Planned) -> None:
-                bar.advance("skip" if p.outcome else "pass")
+                bar.advance("skip" if p.outcome else "ready")
 
             planned = plan_entries(
                 todo, config.stages, config_dir=catalog.config_dir, on_planned=planned_one
@@ -286,16 +286,21 @@ def _execute_local(
     from runners.isolation import run_isolated
 
     for task in tasks:
-        yield task, run_isolated(task.spec, **_task_kwargs(config)), 1
+        outcome = run_isolated(task.spec, **_task_kwargs(config))
+        outcome.worker = f"{socket.gethostname()}:{os.getpid()}"
+        yield task, outcome, 1
 
 
 def run_task(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
     """The body of one Ray task: import the heavy libraries once per worker, then fork."""
+    import ray
+
     import runners.stages  # noqa: F401  (torch + model libraries, before the fork)
     from runners.isolation import run_isolated
 
     outcome = run_isolated(spec, **kwargs)
-    outcome.worker = f"{socket.gethostname()}:{os.getpid()}"
+    node = ray.get_runtime_context().get_node_id()
+    outcome.worker = f"ray:{node[:12]}:{os.getpid()}"
     return outcome
 
 

@@ -18,6 +18,7 @@ class SweepProgress:
         self.description = description
         self.interactive = sys.stderr.isatty() if enabled is None else enabled
         self._last_line = 0.0
+        self._printed_at = -1
         self._start = time.monotonic()
         self._bar: Any = None
         self._task: Any = None
@@ -52,12 +53,11 @@ class SweepProgress:
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.stop()
-        elif self.total:
+        elif self.total and self._printed_at != self.done:
             self._print_line(force=True)
 
     def _counts_text(self) -> str:
-        order = ("pass", "fail", "skip")
-        return " ".join(f"{k}={self.counts[k]}" for k in order if self.counts[k])
+        return " ".join(f"{k}={v}" for k, v in self.counts.items() if v)
 
     def advance(self, outcome: str, n: int = 1) -> None:
         self.done += n
@@ -72,6 +72,7 @@ class SweepProgress:
         if not force and now - self._last_line < 10 and self.done < self.total:
             return
         self._last_line = now
+        self._printed_at = self.done
         elapsed = now - self._start
         eta = (elapsed / self.done) * (self.total - self.done) if self.done else 0.0
         print(

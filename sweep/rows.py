@@ -59,6 +59,7 @@ def model_rows(
         "dtype": run.dtype,
         "dedup_of": dedup_of,
         "attempt": attempt,
+        "worker": outcome.worker,
         "finished_at": finished,
     }
     results, fallbacks = [], []
