@@ -6,8 +6,10 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 
 - `randn` / `uniform` (`low`, `high`) / `randint` (`low`, `high`): a shape list;
 - `zeros` / `ones` / `full` (`value`): a shape list, with an optional `dtype`;
-- `grid_ids`: `[t, h, w]` -> `(t*h*w, width)` integer position ids (Flux-style `img_ids`);
-- `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value;
+- `grid_ids`: dims `[t, h, w, ...]` -> `(t*h*w*..., width)` position ids, one column per dim,
+  zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
+- `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value
+  (`tuples: true` turns its innermost lists into tuples);
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
   `when` holds.
 
@@ -52,7 +54,25 @@ def build_model(spec: TinySpec) -> Any:
     cls = model_class(spec.architecture)
     torch.manual_seed(0)
     model = cls.from_config(dict(spec.config))
+    _randomize_zero_weights(model)
     return model.to(dtype=torch.float32).eval()
+
+
+def _randomize_zero_weights(model: Any) -> None:
+    """Give all-zero weight matrices/kernels small random values (seeded).
+
+    ControlNets, adaLN-zero DiTs and zero-conv adapters start with zero output projections, so
+    at initialisation no gradient reaches the layers before them; trained checkpoints have no
+    such zeros. Biases and norm scales are left as initialised.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2 and param.numel() > 1 and not bool(param.any()):
+                noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+                param.copy_(noise.to(param.dtype) * 0.02)
 
 
 def _names(spec: TinySpec, model: Any) -> dict[str, Any]:
@@ -113,7 +133,8 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
     if "list" in spec:
         return [_build(s, names, generator) for s in spec["list"]]
     if "value" in spec and "full" not in spec:
-        return _plain(spec["value"], names)
+        value = _plain(spec["value"], names)
+        return _tuples(value) if spec.get("tuples") else value
     if "randn" in spec:
         return torch.randn(_shape(spec["randn"], names), generator=generator).to(dtype)
     if "uniform" in spec:
@@ -139,17 +160,24 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
     if "tensor" in spec:
         return torch.tensor(_plain(spec["tensor"], names), dtype=dtype)
     if "grid_ids" in spec:
-        t, h, w = _shape(spec["grid_ids"], names)
-        width = int(spec.get("width", 3))
-        grid = torch.stack(
-            torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"), -1
-        ).reshape(-1, 3)
+        dims = _shape(spec["grid_ids"], names)
+        width = int(spec.get("width", len(dims)))
+        grid = torch.cartesian_prod(*(torch.arange(d) for d in dims)).reshape(-1, len(dims))
         ids = torch.zeros(grid.shape[0], width)
-        ids[:, width - 3 :] = grid.to(ids.dtype)
+        ids[:, width - len(dims) :] = grid.to(ids.dtype)
         if spec.get("batch"):
             ids = ids.unsqueeze(0).expand(BATCH, -1, -1).contiguous()
         return ids.to(dtype if "dtype" in spec else torch.float32)
     raise ValueError(f"unknown input spec {spec}")
+
+
+def _tuples(value: Any) -> Any:
+    """Innermost lists become tuples (JSON has no tuples; some forwards check for them)."""
+    if isinstance(value, list):
+        if all(not isinstance(v, list) for v in value):
+            return tuple(value)
+        return [_tuples(v) for v in value]
+    return value
 
 
 def _plain(value: Any, names: dict[str, Any]) -> Any:

@@ -383,7 +383,8 @@ def shrink_config(
         new[key] = copy.deepcopy(value)
     if not entry.get("skip_group_fix"):
         _fix_groups(new, {**rules["group_fix"], **entry.get("group_fix", {})})
-    for key, rule in entry.get("after", {}).items():
+    after = {**rules["size_rules"].get("after", {}), **entry.get("after", {})}
+    for key, rule in after.items():
         names = {**new, "orig": original}
         if key in new and _when(rule, names):
             try:
