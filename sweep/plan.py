@@ -87,6 +87,9 @@ def plan_entries(
     config_dir: Path | None = None,
     on_planned: Callable[[Planned], None] | None = None,
 ) -> list[Planned]:
+    from runners.run_model import quiet_libraries
+
+    quiet_libraries()  # the libraries' per-config advice would drown the progress
     out = []
     for entry in entries:
         planned = plan_entry(entry, stages, config_dir=config_dir)
