@@ -44,12 +44,15 @@ class CompileReport:
 
 
 _REPORTS: list[CompileReport] = []
-_STATE: dict[str, Any] = {"registered": False, "profile": None, "aot": None}
+_STATE: dict[str, Any] = {"registered": False, "profile": None, "aot": None, "strict": False}
 
 
-def set_profile(profile: DeviceProfile | None) -> None:
-    """The op set graphs are checked against (the current device's); None: the default."""
+def set_profile(profile: DeviceProfile | None, *, strict: bool = False) -> None:
+    """The op set graphs are checked against (the current device's; None: the default), and
+    whether an unlowerable op fails the compile (as TorchNeuron does unless fallback execution
+    is enabled) instead of running on the CPU."""
     _STATE["profile"] = profile
+    _STATE["strict"] = strict
 
 
 def current_profile() -> DeviceProfile:
@@ -148,6 +151,16 @@ def _graph_compiler(kind: str) -> Any:
         for op, n in unlowerable.items():
             for log in active_fallback_logs():
                 log.record_compile(op, n)
+        if unlowerable and _STATE["strict"]:
+            from runners.devices.neuron_emulated import FallbackDisallowed
+
+            op = next(iter(unlowerable))
+            raise FallbackDisallowed(
+                f"{op} cannot be lowered by the neuron compiler (profile {profile.name}) and "
+                "fallback execution is disabled",
+                op=op,
+                device=BACKEND_NAME,
+            )
         for report in _REPORTS:
             report.partition_count += partitions
             if kind == "forward":

@@ -109,3 +109,21 @@ def test_short_reason() -> None:
     text = "Call to foo\n  Explanation: it cannot be traced\n  Hint: do not"
     assert short_reason(text) == "Call to foo: it cannot be traced"
     assert short_reason("one line") == "one line"
+
+
+def test_strict_compile_fails_naming_the_unlowerable_op(neuron: NeuronEmulatedDevice) -> None:
+    from runners.devices.neuron_emulated import FallbackDisallowed
+
+    strict = NeuronEmulatedDevice(strict=True)
+    model = neuron.prepare_model(Planted(graph_break=False))
+    try:
+        with compile_report(), strict.record_fallbacks(), pytest.raises(Exception) as info:
+            torch.compile(model, backend="neuron")(torch.randn(2, 8).to("neuron"))
+    finally:
+        neuron.activate()
+    error = info.value
+    # Dynamo wraps backend errors in BackendCompilerFailed, keeping ours as `inner_exception`
+    cause = error if isinstance(error, FallbackDisallowed) else error.inner_exception
+    assert isinstance(cause, FallbackDisallowed)
+    assert cause.op == "aten::digamma"
+    assert "aten::digamma" in str(error)

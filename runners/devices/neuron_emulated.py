@@ -616,7 +616,7 @@ class NeuronEmulatedDevice(Device):
         _STATE.device = self
         from runners import neuron_compile
 
-        neuron_compile.set_profile(self.op_profile)
+        neuron_compile.set_profile(self.op_profile, strict=self.strict)
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
@@ -632,10 +632,12 @@ class NeuronEmulatedDevice(Device):
     def strictness(self, strict: bool) -> Iterator[None]:
         """Temporarily switch strict mode (a fallback raises `FallbackDisallowed`)."""
         before, self.strict = self.strict, strict
+        self.activate()
         try:
             yield
         finally:
             self.strict = before
+            self.activate()
 
     def peak_memory_bytes(self) -> int | None:
         return _Memory.peak
