@@ -362,3 +362,16 @@ def test_peak_memory_tracks_live_device_storage(neuron: NeuronEmulatedDevice) ->
     gc.collect()
     neuron.reset_peak_memory()
     assert (neuron.peak_memory_bytes() or 0) < base + 8000
+
+
+def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
+    x = torch.randn(2, 3).to("neuron")
+    clone = pickle.loads(pickle.dumps(x))  # torch.save of a storage goes through at::from_blob
+    assert clone.device.type == "neuron" and torch.equal(clone.cpu(), x.cpu())
+    model = neuron.prepare_model(torch.nn.Linear(3, 2))
+    twin = copy.deepcopy(model)
+    assert twin.weight.device.type == "neuron"
+    assert twin.weight.data_ptr() != model.weight.data_ptr()
+    assert torch.equal(twin.weight.cpu(), model.weight.cpu())
+    with torch.autocast("neuron", dtype=torch.bfloat16):  # no autocast lists: ops keep dtypes
+        assert (x @ x.T).dtype == torch.float32

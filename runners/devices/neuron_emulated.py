@@ -108,15 +108,20 @@ def _new_storage(nbytes: int) -> torch.UntypedStorage:
     return _wrap_host(torch.UntypedStorage(nbytes))
 
 
+def _host_of(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """The CPU storage behind a neuron storage. Storages PyTorch builds itself around our memory
+    (`at::from_blob`, as `torch.save` does) have no `_host`: view their memory without owning it."""
+    host = getattr(storage, "_host", None)
+    if host is None:
+        host = torch._C._construct_storage_from_data_pointer(
+            storage.data_ptr(), torch.device("cpu"), storage.nbytes()
+        )
+        storage._host = host  # type: ignore[attr-defined]
+    return host
+
+
 def _host_storage(t: torch.Tensor) -> torch.UntypedStorage:
-    storage = t.untyped_storage()
-    try:
-        return storage._host  # type: ignore[attr-defined]
-    except AttributeError:
-        raise DeviceError(
-            "A neuron tensor has no host buffer: it was not created by the emulated backend.",
-            device=BACKEND_NAME,
-        ) from None
+    return _host_of(t.untyped_storage())
 
 
 def _make_tensor(
@@ -303,7 +308,7 @@ class _HostCall:
             if x.device.type != BACKEND_NAME:
                 return x
             storage = x.untyped_storage()
-            host = storage._host  # type: ignore[attr-defined]
+            host = _host_of(storage)
             if host.nbytes():
                 self.storages[host.data_ptr()] = storage
             alias = torch.empty(0, dtype=x.dtype).set_(
@@ -564,6 +569,8 @@ def install_backend() -> None:
         aten.impl(name, fn, "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # noqa: TOR901
     fallback.fallback(_fallback, "PrivateUse1")
+    # No autocast op lists for this device: autocast regions run ops in their own dtypes.
+    fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     _STATE.libraries = [aten, fallback]
     global _DEV
     _DEV = torch.device(BACKEND_NAME, 0)
