@@ -117,7 +117,7 @@ def _host_of(storage: torch.UntypedStorage) -> torch.UntypedStorage:
             storage.data_ptr(), torch.device("cpu"), storage.nbytes()
         )
         storage._host = host  # type: ignore[attr-defined]
-    return host
+    return host  # type: ignore[return-value]
 
 
 def _host_storage(t: torch.Tensor) -> torch.UntypedStorage:
