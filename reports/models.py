@@ -161,7 +161,7 @@ def model_history(q: StoreQuery, model_id: str) -> list[dict[str, Any]]:
     rows = q.fetch(
         f"""
         SELECT run_id, outcome, skip_reason, failed_stage, failed_status, error_signature,
-          stages_passed, fallback_ops, device, device_emulated, part_file,
+          stages_passed, fallback_ops, device, device_emulated, part_no,
           {", ".join(f"s_{s}" for s in STAGES)}
         FROM model_runs WHERE model_id = $model
         """,
@@ -187,7 +187,7 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     if chosen is None:
         return None
     run_id = chosen["run_id"]
-    part = chosen.pop("part_file", None)
+    part = q.summary_part(run_id, chosen.pop("part_no", None))
     files = q.files(run_id)
     result_files = [part] if part in files.results else list(files.results)
     stages = q.fetch(
@@ -217,7 +217,7 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     first = stages[0] if stages else {}
     run = q.run_info(run_id) or {}
     for h in history:
-        h.pop("part_file", None)
+        h.pop("part_no", None)
     return {
         "model_id": model_id,
         "run_id": run_id,

@@ -52,18 +52,21 @@ _STAGE_STATUS_SQL = ",\n".join(
     for s in STAGES
 )
 
-# One row per (run, model). `r` holds the latest attempt of each (model, stage).
+# Keeps the latest attempt of each (model, stage) when a run holds several (a retried model).
+_DEDUP_SQL = """
+  QUALIFY row_number() OVER (
+    PARTITION BY model_id, stage
+    ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1"""
+
+# One row per (run, model). `part_no` is the model's part file: its 1-based position in $files.
 SUMMARY_SQL = f"""
 WITH raw AS (
-  SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx
-  , filename AS part_file
+  SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx,
+    list_position($files, filename) AS part_no
   FROM read_parquet($files, filename = true)
 ),
 r AS (
-  SELECT * FROM raw
-  QUALIFY row_number() OVER (
-    PARTITION BY model_id, stage
-    ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+  SELECT * FROM raw{{dedup}}
 )
 SELECT
   any_value(run_id) AS run_id,
@@ -98,7 +101,7 @@ SELECT
   coalesce(sum(fallback_call_count), 0) AS fallback_calls,
   sum(duration_s) AS duration_s,
   max(finished_at) AS finished_at,
-  any_value(part_file) AS part_file
+  any_value(part_no) AS part_no
 FROM r
 GROUP BY model_id
 """
@@ -123,7 +126,7 @@ CREATE TABLE IF NOT EXISTS model_runs (
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
   error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE,
-  finished_at TIMESTAMPTZ, part_file VARCHAR
+  finished_at TIMESTAMPTZ, part_no INTEGER
 )
 """
 
@@ -159,6 +162,7 @@ class StoreQuery:
         self._runs_fp: tuple[tuple[str, int, int], ...] = ()
         self._runs: list[dict[str, Any]] = []
         self._summarised: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._summary_parts: dict[str, tuple[str, ...]] = {}
         self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     # ---- listing -------------------------------------------------------------------------
@@ -250,19 +254,26 @@ class StoreQuery:
                 if self._summarised.get(run_id) == files.fingerprint:
                     continue
                 cur = self._con.cursor()
+                params: dict[str, Any] = {"files": list(files.results)}
+                sql = SUMMARY_SQL
+                if files.fallbacks:
+                    sql = SUMMARY_WITH_FALLBACKS_SQL
+                    params["fallback_files"] = list(files.fallbacks)
+                # The window that keeps the latest attempt costs more than the rest of the
+                # summary: use it only when some (model, stage) has several rows.
+                dedup = bool(files.results) and bool(
+                    cur.execute(
+                        "SELECT count(*) > count(DISTINCT (model_id, stage)) "
+                        "FROM read_parquet($files)",
+                        {"files": list(files.results)},
+                    ).fetchall()[0][0]
+                )
+                sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
                 cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
                 try:
                     cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
-                    if files.results and files.fallbacks:
-                        cur.execute(
-                            f"INSERT INTO model_runs BY NAME {SUMMARY_WITH_FALLBACKS_SQL}",
-                            {"files": list(files.results), "fallback_files": list(files.fallbacks)},
-                        )
-                    elif files.results:
-                        cur.execute(
-                            f"INSERT INTO model_runs BY NAME {SUMMARY_SQL}",
-                            {"files": list(files.results)},
-                        )
+                    if files.results:
+                        cur.execute(f"INSERT INTO model_runs BY NAME {sql}", params)
                     cur.execute("COMMIT")
                 except BaseException:
                     cur.execute("ROLLBACK")
@@ -270,6 +281,14 @@ class StoreQuery:
                 finally:
                     cur.close()
                 self._summarised[run_id] = files.fingerprint
+                self._summary_parts[run_id] = files.results
+
+    def summary_part(self, run_id: str, part_no: int | None) -> str | None:
+        """The results part file a summary row points at (None if unknown)."""
+        parts = self._summary_parts.get(run_id, ())
+        if part_no is None or not 1 <= part_no <= len(parts):
+            return None
+        return parts[part_no - 1]
 
     def ensure_all_summaries(self) -> list[str]:
         """Summaries of every run with results (and none of runs whose files are gone)."""
@@ -278,6 +297,7 @@ class StoreQuery:
             for gone in set(self._summarised) - set(ids):
                 self.scalar("DELETE FROM model_runs WHERE run_id = $run", {"run": gone})
                 del self._summarised[gone]
+                self._summary_parts.pop(gone, None)
         self.ensure_summaries(ids)
         return ids
 
