@@ -71,9 +71,16 @@ def model_class(class_name: str) -> Any:
 # Pipelines
 
 
+PIPELINE_LIBRARIES = ("diffusers", "transformers")
+
+
 def is_pipeline_index(config: dict[str, Any]) -> bool:
+    """A model_index.json: a *Pipeline class, or components given as [library, class]."""
     name = str(config.get("_class_name", ""))
-    return name.endswith("Pipeline") or any(_component_ref(v) for v in config.values())
+    if name.endswith("Pipeline"):
+        return True
+    refs = [_component_ref(v) for k, v in config.items() if not k.startswith("_")]
+    return any(ref and ref[0] in PIPELINE_LIBRARIES for ref in refs)
 
 
 def _component_ref(value: Any) -> tuple[str, str] | None:
@@ -235,9 +242,13 @@ def _eval(node: ast.AST, names: dict[str, Any]) -> Any:
         return -_eval(node.operand, names)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return not _eval(node.operand, names)
-    if isinstance(node, ast.BoolOp):
-        values = (_eval(v, names) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.BoolOp):  # Python semantics: the deciding operand, short-circuit
+        value = None
+        for operand in node.values:
+            value = _eval(operand, names)
+            if bool(value) != isinstance(node.op, ast.And):
+                return value
+        return value
     if isinstance(node, ast.Compare):
         left = _eval(node.left, names)
         for op, comp in zip(node.ops, node.comparators, strict=True):
