@@ -43,8 +43,10 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
             fell_back = q.fetch(
                 f"""
                 WITH f AS (
-                  SELECT model_id, stage, op, count, source
-                  FROM read_parquet($files)
+                  SELECT f.model_id, f.stage, f.op, f.count, f.source
+                  FROM read_parquet($files, filename = true) f
+                  JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
+                    AND s.part_no = list_position($parts, parse_filename(f.filename))
                 ),
                 op_model AS (
                   SELECT op, model_id, sum(count) AS calls,
@@ -65,21 +67,26 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
                 FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
                 GROUP BY o.op
                 """,
-                {"files": list(files.fallbacks), "run": run_id},
+                {
+                    "files": list(files.fallbacks),
+                    "run": run_id,
+                    "parts": q.summary_part_names(run_id),
+                },
             )
+        union = (
+            "UNION SELECT DISTINCT f.op, f.model_id "
+            "FROM read_parquet($files, filename = true) f "
+            "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
+            "AND s.part_no = list_position($parts, parse_filename(f.filename))"
+            if files.fallbacks
+            else ""
+        )
         blocked_sql = f"""
             WITH fail AS (
               SELECT failing_op AS op, model_id FROM model_runs
               WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
             ),
-            touched AS (
-              SELECT op, model_id FROM fail
-              {
-            "UNION SELECT DISTINCT op, model_id FROM read_parquet($files)"
-            if files.fallbacks
-            else ""
-        }
-            )
+            touched AS (SELECT op, model_id FROM fail {union})
             SELECT t.op, count(*) AS blocked_models,
               coalesce(sum(m.downloads), 0) AS blocked_downloads
             FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
@@ -88,6 +95,7 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
         params: dict[str, Any] = {"run": run_id}
         if files.fallbacks:
             params["files"] = list(files.fallbacks)
+            params["parts"] = q.summary_part_names(run_id)
         blocked = {r["op"]: r for r in q.fetch(blocked_sql, params)}
         by_op = {r["op"]: r for r in fell_back}
         for r in fell_back:

@@ -62,7 +62,7 @@ _DEDUP_SQL = """
 SUMMARY_SQL = f"""
 WITH raw AS (
   SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx,
-    list_position($files, filename) AS part_no
+    list_position($files, filename) + $offset AS part_no
   FROM read_parquet($files, filename = true)
 ),
 r AS (
@@ -101,7 +101,7 @@ SELECT
   coalesce(sum(fallback_call_count), 0) AS fallback_calls,
   sum(duration_s) AS duration_s,
   max(finished_at) AS finished_at,
-  any_value(part_no) AS part_no
+  max(part_no) AS part_no  -- parts sort by time: the latest part that has the model
 FROM r
 GROUP BY model_id
 """
@@ -247,41 +247,85 @@ class StoreQuery:
     # ---- summaries -----------------------------------------------------------------------
 
     def ensure_summaries(self, run_ids: Sequence[str]) -> None:
-        """Bring `model_runs` up to date for these runs (rebuilding a run whose files changed)."""
+        """Bring `model_runs` up to date for these runs.
+
+        A run whose only change is new part files (a sweep in progress) gets just those parts
+        summarised: the driver writes every stage of a model in one part, so a model in a new
+        part replaces its earlier summary (a retried model). Any other change rebuilds the run.
+        """
         for run_id in run_ids:
             files = self.files(run_id)
+            if self._summarised.get(run_id) == files.fingerprint:  # fast path, no lock
+                continue
             with self._lock:
-                if self._summarised.get(run_id) == files.fingerprint:
+                old_fp = self._summarised.get(run_id)
+                if old_fp == files.fingerprint:
                     continue
-                cur = self._con.cursor()
-                params: dict[str, Any] = {"files": list(files.results)}
-                sql = SUMMARY_SQL
-                if files.fallbacks:
-                    sql = SUMMARY_WITH_FALLBACKS_SQL
-                    params["fallback_files"] = list(files.fallbacks)
-                # The window that keeps the latest attempt costs more than the rest of the
-                # summary: use it only when some (model, stage) has several rows.
-                dedup = bool(files.results) and bool(
-                    cur.execute(
-                        "SELECT count(*) > count(DISTINCT (model_id, stage)) "
-                        "FROM read_parquet($files)",
-                        {"files": list(files.results)},
-                    ).fetchall()[0][0]
-                )
-                sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
-                cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
-                try:
-                    cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
-                    if files.results:
-                        cur.execute(f"INSERT INTO model_runs BY NAME {sql}", params)
-                    cur.execute("COMMIT")
-                except BaseException:
-                    cur.execute("ROLLBACK")
-                    raise
-                finally:
-                    cur.close()
+                old_parts = self._summary_parts.get(run_id, ())
+                appended = old_fp is not None and set(old_fp) <= set(files.fingerprint)
+                if appended:
+                    known = set(old_parts)
+                    parts = [p for p in files.results if p not in known]
+                else:
+                    parts = list(files.results)
+                names = {p.rsplit("/", 1)[-1] for p in parts}
+                fallbacks = [p for p in files.fallbacks if p.rsplit("/", 1)[-1] in names]
+                offset = len(old_parts) if appended else 0
+                self._summarise(run_id, parts, fallbacks, replace_run=not appended, offset=offset)
                 self._summarised[run_id] = files.fingerprint
-                self._summary_parts[run_id] = files.results
+                self._summary_parts[run_id] = (
+                    (*old_parts, *parts) if appended else tuple(files.results)
+                )
+
+    def _summarise(
+        self,
+        run_id: str,
+        parts: list[str],
+        fallbacks: list[str],
+        *,
+        replace_run: bool,
+        offset: int,
+    ) -> None:
+        cur = self._con.cursor()
+        try:
+            params: dict[str, Any] = {"files": parts, "offset": offset}
+            sql = SUMMARY_SQL
+            if fallbacks:
+                sql = SUMMARY_WITH_FALLBACKS_SQL
+                params["fallback_files"] = fallbacks
+            # The window that keeps the latest attempt costs more than the rest of the summary:
+            # use it only when some (model, stage) has several rows.
+            dedup = bool(parts) and bool(
+                cur.execute(
+                    "SELECT count(*) > count(DISTINCT (model_id, stage)) FROM read_parquet($files)",
+                    {"files": parts},
+                ).fetchall()[0][0]
+            )
+            sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
+            cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
+            try:
+                if replace_run:
+                    cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
+                if parts:
+                    cur.execute(f"CREATE OR REPLACE TEMP TABLE fresh AS {sql}", params)
+                    if not replace_run:
+                        cur.execute(
+                            "DELETE FROM model_runs WHERE run_id = $run "
+                            "AND model_id IN (SELECT model_id FROM fresh)",
+                            {"run": run_id},
+                        )
+                    cur.execute("INSERT INTO model_runs BY NAME SELECT * FROM fresh")
+                    cur.execute("DROP TABLE fresh")
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        finally:
+            cur.close()
+
+    def summary_part_names(self, run_id: str) -> list[str]:
+        """Base names of the results parts behind a run's summary, in `part_no` order."""
+        return [p.rsplit("/", 1)[-1] for p in self._summary_parts.get(run_id, ())]
 
     def summary_part(self, run_id: str, part_no: int | None) -> str | None:
         """The results part file a summary row points at (None if unknown)."""

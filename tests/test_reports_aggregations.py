@@ -255,3 +255,29 @@ def test_removed_run_leaves_the_trend(tmp_path) -> None:
     for table in ("results", "fallbacks", "runs"):
         shutil.rmtree(tmp_path / "s" / table / "run_id=r1")
     assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r2"]
+
+
+def test_appended_parts_update_only_their_models(tmp_path) -> None:
+    store = build_hand_store(tmp_path / "s")
+    q = StoreQuery(store)
+    assert coverage.denominators(q, "r2")["failed"] == 3
+    # a retry of c that now passes, written as a new part while the run goes on
+    res, fb = rows_for(
+        "r2",
+        "org/c-fail-compile",
+        ["pass"] * 5,
+        attempt=3,
+        fallbacks={"forward": {"aten::histc": 1}},
+    )
+    store.write_model_rows("r2", res, fb)
+    d = coverage.denominators(q, "r2")
+    assert (d["models"], d["failed"], d["passed"]) == (8, 2, 4)
+    c = model_detail(q, "org/c-fail-compile")
+    assert [s["status"] for s in c["stages"]] == ["pass"] * 5
+    assert [(f["op"], f["count"]) for f in c["fallbacks"]] == [("aten::histc", 1)]
+    assert model_detail(q, "org/a-pass-clean")["stages"][0]["status"] == "pass"  # first part
+    assert ops.missing_ops(q, "r2")[0]["op"] == "aten::histc"
+    # the superseded attempt's fallbacks no longer count
+    assert [r["op"] for r in ops.missing_ops(q, "r2")] == ["aten::histc"]
+    histc = ops.missing_ops(q, "r2")[0]
+    assert (histc["models"], histc["calls"]) == (2, 6)  # b: 3 + 2, c: 1
