@@ -69,12 +69,9 @@ def rss_mb(pid: int) -> float:
 
 def sample_models(store: str, n: int, seed: int) -> list[str]:
     files = sorted(str(p) for p in Path(store, "results").glob("run_id=*/*.parquet"))
-    ids = [
-        r[0]
-        for r in duckdb.sql(
-            "SELECT DISTINCT model_id FROM read_parquet($files)", params={"files": files[-10:]}
-        ).fetchall()
-    ]
+    con = duckdb.connect()
+    query = "SELECT DISTINCT model_id FROM read_parquet($files)"
+    ids = [r[0] for r in con.execute(query, {"files": files[-10:]}).fetchall()]
     rng = random.Random(seed)
     return rng.sample(ids, min(n, len(ids)))
 
@@ -106,7 +103,7 @@ def bench_size(label: str, rows: int, workdir: Path, requests: int, seed: int) -
         totals = generate(store, models=MODELS_PER_RUN, runs=runs, seed=seed, quiet=True)
     else:
         fb_files = [str(p) for p in Path(store, "fallbacks").glob("run_id=*/*.parquet")]
-        n_fb = duckdb.sql("SELECT count(*) FROM read_parquet($f)", params={"f": fb_files})
+        n_fb = duckdb.connect().execute("SELECT count(*) FROM read_parquet($f)", {"f": fb_files})
         totals = {"results": rows, "fallbacks": int(n_fb.fetchall()[0][0]), "runs": runs}
     gen_s = time.perf_counter() - t0
     size_mb = sum(p.stat().st_size for p in Path(store).rglob("*.parquet")) / 1e6
