@@ -8,6 +8,7 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `zeros` / `ones` / `full` (`value`): a shape list, with an optional `dtype`;
 - `grid_ids`: dims `[t, h, w, ...]` -> `(t*h*w*..., width)` position ids, one column per dim,
   zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
+- `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
 - `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value
   (`tuples: true` turns its innermost lists into tuples);
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
@@ -157,6 +158,8 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
         return torch.arange(int(evaluate(spec["arange"], names))).to(
             getattr(torch, _DTYPES.get(spec.get("dtype", "long"), "int64"))
         )
+    if "rope" in spec:
+        return _rope(spec, names)
     if "tensor" in spec:
         return torch.tensor(_plain(spec["tensor"], names), dtype=dtype)
     if "grid_ids" in spec:
@@ -169,6 +172,21 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
             ids = ids.unsqueeze(0).expand(BATCH, -1, -1).contiguous()
         return ids.to(dtype if "dtype" in spec else torch.float32)
     raise ValueError(f"unknown input spec {spec}")
+
+
+# RoPE tables some forwards take from their pipeline (computed there, passed in).
+ROPE_FUNCTIONS = ("get_2d_rotary_pos_embed", "get_2d_rotary_pos_embed_lumina", "get_3d_rotary_pos_embed")
+
+
+def _rope(spec: dict[str, Any], names: dict[str, Any]) -> Any:
+    """A pipeline-computed RoPE table: `{"rope": <fn in ROPE_FUNCTIONS>, "args": [...]}`."""
+    from diffusers.models import embeddings
+
+    if spec["rope"] not in ROPE_FUNCTIONS:
+        raise ValueError(f"rope function {spec['rope']!r} is not one of {ROPE_FUNCTIONS}")
+    args = [_plain(a, names) for a in spec.get("args", [])]
+    kwargs = {k: _plain(v, names) for k, v in spec.get("kwargs", {}).items()}
+    return getattr(embeddings, spec["rope"])(*args, **kwargs)
 
 
 def _tuples(value: Any) -> Any:

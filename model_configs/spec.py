@@ -29,7 +29,9 @@ class CatalogEntry:
     likes: int | None = None
     pipeline_tag: str | None = None
     library: str | None = None
-    model_type_hint: str | None = None  # inferred, not read from the repo (see the catalog's README)
+    model_type_hint: str | None = (
+        None  # inferred, not read from the repo (see the catalog's README)
+    )
     architectures_hint: tuple[str, ...] = ()
     custom_code: bool = False
     gated: bool = False
@@ -75,7 +77,9 @@ class TinySpec:
     architecture: str
     config: dict[str, Any]
     generative: bool = False
-    task: str | None = None  # what the class does: "causal-lm", "seq2seq", "image-classification"...
+    task: str | None = (
+        None  # what the class does: "causal-lm", "seq2seq", "image-classification"...
+    )
     changes: dict[str, list[Any]] = field(default_factory=dict)
 
     @property

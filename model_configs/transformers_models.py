@@ -89,8 +89,8 @@ def _vision_config(config: Any) -> Any:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
-    for c in (_vision_config(config), config):
-        size = getattr(c, "image_size", None)
+    for c in (_vision_config(config), getattr(config, "encoder", None), config):
+        size = getattr(c, "image_size", None) or getattr(c, "input_size", None)
         if isinstance(size, int):
             return size, size
         if isinstance(size, (list, tuple)) and len(size) == 2:
@@ -104,7 +104,7 @@ def _image_size(config: Any) -> tuple[int, int]:
 
 
 def _num_channels(config: Any) -> int:
-    for c in (_vision_config(config), config):
+    for c in (_vision_config(config), getattr(config, "encoder", None), config):
         for k in ("num_channels", "in_channels", "in_chans"):
             v = getattr(c, k, None)
             if isinstance(v, int) and v > 0:
@@ -133,9 +133,10 @@ def make_inputs(
         inputs["input_ids"] = _token_ids(gen, config, (BATCH, seq), avoid)
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
-    if main == "pixel_values" or ("pixel_values" in params and _has_vision(config)):
-        h, w = _image_size(config)
-        inputs["pixel_values"] = torch.randn(BATCH, _num_channels(config), h, w, generator=gen)
+    if main == "pixel_values" or (
+        "pixel_values" in params and _has_vision(config) and _image_token_id(config) is None
+    ):
+        inputs.update(_pixel_inputs(config, params, gen))
     if main == "input_features":
         inputs["input_features"] = _audio_features(gen, config, rules)
     if main == "input_values":
@@ -151,6 +152,13 @@ def make_inputs(
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
 
+    if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
+        mask = torch.zeros_like(inputs["input_ids"])
+        mask[:, 0] = 1
+        inputs["global_attention_mask"] = mask
+    if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
+        _add_images(model, config, params, inputs, gen, avoid)
+
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         dec_seq = int(rules.get("decoder_seq_len", 8))
         inputs["decoder_input_ids"] = _token_ids(gen, config, (BATCH, dec_seq), avoid)
@@ -165,6 +173,115 @@ def make_inputs(
     else:
         inputs.pop("decoder_input_ids", None)
     return inputs
+
+
+def _image_token_id(config: Any) -> int | None:
+    for k in ("image_token_id", "image_token_index"):
+        v = getattr(config, k, None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _config_int(config: Any, *names: str, default: int) -> int:
+    for c in (_vision_config(config), config):
+        for k in names:
+            v = getattr(c, k, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return default
+
+
+def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
+    """Images at the shrunk size, in the layout the model takes (one image per sample)."""
+    import torch
+
+    if "image_grid_thw" in params:  # Qwen-VL style: flattened patches plus the patch grid
+        patch = _config_int(config, "patch_size", default=14)
+        temporal = _config_int(config, "temporal_patch_size", default=2)
+        merge = _config_int(config, "spatial_merge_size", default=2)
+        channels = _num_channels(config)
+        side = merge * 2
+        rows = BATCH * side * side
+        return {
+            "pixel_values": torch.randn(rows, channels * temporal * patch * patch, generator=gen),
+            "image_grid_thw": torch.tensor([[1, side, side]] * BATCH),
+        }
+    h, w = _image_size(config)
+    channels = _num_channels(config)
+    if "spatial_shapes" in params:  # NaFlex (SigLIP2): patch sequences plus their grid
+        patch = _config_int(config, "patch_size", default=16)
+        n = _config_int(config, "num_patches", default=16)
+        side = int(n**0.5)
+        return {
+            "pixel_values": torch.randn(BATCH, n, channels * patch * patch, generator=gen),
+            "pixel_attention_mask": torch.ones(BATCH, n, dtype=torch.long),
+            "spatial_shapes": torch.tensor([[side, n // side]] * BATCH),
+        }
+    return {"pixel_values": torch.randn(BATCH, channels, h, w, generator=gen)}
+
+
+def _count_image_tokens(model: Any, config: Any, pixels: dict[str, Any]) -> int:
+    """How many text positions the vision tower's features fill, for all images together."""
+    import torch
+
+    fn = getattr(model, "get_image_features", None)
+    if fn is None:
+        raise ShrinkError(f"{type(model).__name__} takes images but has no get_image_features")
+    accepted = set(inspect.signature(fn).parameters)
+    kwargs = {k: v for k, v in pixels.items() if k in accepted or "kwargs" in accepted}
+    with torch.no_grad():
+        out = fn(**kwargs)
+    width = getattr(_text_config(config), "hidden_size", None)
+    candidates = []
+    if isinstance(out, (torch.Tensor, list, tuple)):
+        candidates.append(out)
+    else:
+        for attr in ("pooler_output", "image_embeds", "last_hidden_state"):
+            value = getattr(out, attr, None)
+            if value is not None:
+                candidates.append(value)
+    for feats in candidates:
+        tensors = [feats] if isinstance(feats, torch.Tensor) else list(feats)
+        if all(isinstance(t, torch.Tensor) for t in tensors) and (
+            width is None or all(t.shape[-1] == width for t in tensors)
+        ):
+            return sum(t.numel() // t.shape[-1] for t in tensors)
+    raise ShrinkError("cannot tell how many image tokens the vision features fill")
+
+
+def _add_images(
+    model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any, avoid: set[int]
+) -> None:
+    """Images plus a prompt whose image-token count matches the vision features."""
+    import torch
+
+    pixels = _pixel_inputs(config, params, gen)
+    total = _count_image_tokens(model, config, pixels)
+    per_sample = total // BATCH
+    image_id = _image_token_id(config)
+    before = [
+        v for k in ("vision_start_token_id", "boi_token_id", "boi_token_index")
+        if isinstance(v := getattr(config, k, None), int)
+    ][:1]  # fmt: skip
+    after = [
+        v for k in ("vision_end_token_id", "eoi_token_id", "eoi_token_index")
+        if isinstance(v := getattr(config, k, None), int)
+    ][:1]  # fmt: skip
+    text = inputs["input_ids"]
+    rows = []
+    for b in range(BATCH):
+        image = torch.tensor(before + [image_id] * per_sample + after, dtype=torch.long)
+        rows.append(torch.cat([text[b, :1], image, text[b, 1:]]))
+    ids = torch.stack(rows)
+    inputs["input_ids"] = ids
+    if "attention_mask" in inputs:
+        inputs["attention_mask"] = torch.ones_like(ids)
+    is_image = (ids == image_id).long()
+    for k in ("mm_token_type_ids", "token_type_ids"):
+        if k in params:
+            inputs[k] = is_image
+    inputs.update(pixels)
 
 
 def _has_vision(config: Any) -> bool:

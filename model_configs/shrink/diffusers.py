@@ -321,6 +321,14 @@ def apply_rule(rule: dict[str, Any], value: Any, names: dict[str, Any]) -> Any:
         if not isinstance(value, list) or not value:
             return value
         return _rescale_axes([int(v) for v in value], int(evaluate(rule["axes_sum"], names)))
+    if "kv_heads" in rule:  # keep MHA (kv == heads), MQA (kv == 1) and GQA (1 < kv < heads)
+        heads_key = str(rule["kv_heads"])
+        orig_heads, heads = names["orig"].get(heads_key), names.get(heads_key)
+        if not isinstance(value, int) or not isinstance(orig_heads, int) or not isinstance(heads, int):
+            return value
+        if value >= orig_heads:
+            return heads
+        return 1 if value == 1 else max(1, heads // 2)
     if "keep_indices_below" in rule:
         if not isinstance(value, list):
             return value

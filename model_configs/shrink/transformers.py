@@ -37,7 +37,9 @@ HIDDEN_KEYS = (
     "word_embed_proj_dim", "embedding_size", "out_hidden_size", "text_hidden_size",
     "vision_hidden_size", "projection_dim", "projector_hidden_size", "output_hidden_size",
     "d_embed", "n_embed", "emb_dim", "width", "encoder_hidden_size", "decoder_hidden_size",
-    "hidden_channels", "proj_dim", "text_embed_dim", "vision_embed_dim",
+    "hidden_channels", "proj_dim", "text_embed_dim", "vision_embed_dim", "reassemble_hidden_size",
+    "projection_size", "pooler_output_size", "vision_output_dim", "text_output_dim",
+    "mm_hidden_size", "vision_feature_dim", "encoder_embed_dim", "decoder_embed_dim",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -53,6 +55,13 @@ HEAD_KEYS = (
 )  # fmt: skip
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "d_head")
+# Further per-head sizes (MLA, linear attention, SSM heads): capped independently.
+EXTRA_HEAD_DIM_KEYS = (
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
+    "linear_value_head_dim", "global_head_dim", "attention_key_size", "attention_value_size",
+    "index_head_dim", "swa_head_dim",
+)  # fmt: skip
+RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "o_lora_rank", "index_topk")
 LAYER_KEYS = (
     "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
     "num_decoder_layers", "n_layers", "depth", "num_encoder_layers", "decoder_num_layers",
@@ -89,6 +98,7 @@ class _Shrinker:
         self.widths: dict[int, int] = {}
         self.token_ids: dict[int, int] = {}
         self.vocab_free: list[int] = []
+        self.mrope_fallback: list[int] | None = None
 
     # ----- width mapping -----
     def width(self, value: int, factor: float) -> int:
@@ -105,6 +115,7 @@ class _Shrinker:
         model_type = str(d.get("model_type") or getattr(cls, "model_type", "") or "")
         rules = family_rules().get(model_type, {})
         keep = set(rules.get("keep", []))
+        self.mrope_fallback = rules.get("mrope_fallback")
 
         def real(name: str) -> str:
             return amap.get(name, name)
@@ -146,15 +157,13 @@ class _Shrinker:
                 new_heads -= 1
         factor = 1.0
         if hidden:
-            if hidden in self.widths:
-                new_hidden = self.widths[hidden]
-            else:
-                new_hidden = min(hidden, HIDDEN if new_heads else HIDDEN)
-                if new_heads and new_hidden % new_heads:
-                    new_hidden = new_heads * HEAD_DIM
-                self.widths[hidden] = new_hidden
+            new_hidden = self.widths.setdefault(hidden, min(hidden, HIDDEN))
             factor = hidden / new_hidden
             d[hidden_key] = new_hidden  # type: ignore[index]
+        for k in keys(HIDDEN_KEYS):  # every hidden-like width: the same target
+            v = d[k]
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in NOT_A_SIZE:
+                d[k] = self.widths.setdefault(v, min(v, HIDDEN))
         for k in head_keys:
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
@@ -174,13 +183,20 @@ class _Shrinker:
             d[kv_key] = new_kv  # type: ignore[index]
         if hd and hd > HEAD_DIM:
             d[hd_key] = HEAD_DIM  # type: ignore[index]
+        for k in keys(EXTRA_HEAD_DIM_KEYS):
+            if isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > HEAD_DIM:
+                d[k] = HEAD_DIM
+        for k in keys(RANK_KEYS):
+            if isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > 2 * HEAD_DIM:
+                d[k] = 2 * HEAD_DIM
+        self._shrink_ssm(d)
 
         # Other widths scale with the level's hidden factor.
         if factor == 1.0 and not hidden:
             factor = self._guess_factor(d, keys(HIDDEN_KEYS + FFN_KEYS))
-        for k in keys(HIDDEN_KEYS + FFN_KEYS):
+        for k in keys(FFN_KEYS):
             v = d[k]
-            if k == hidden_key or k in NOT_A_SIZE:
+            if k in NOT_A_SIZE:
                 continue
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 d[k] = self.width(v, factor)
@@ -225,9 +241,10 @@ class _Shrinker:
                             d[tk] = min(d[tk], 1)
 
         # --- vocab, positions, windows ---
-        vocab = d.get(real("vocab_size"))
-        if isinstance(vocab, int) and vocab > VOCAB:
-            d[real("vocab_size")] = VOCAB
+        for k in [real("vocab_size")] + [k for k in d if "vocab_size" in k and k not in keep]:
+            v = d.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > VOCAB:
+                d[k] = VOCAB
         for k in keys(POSITION_KEYS):
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > MAX_POSITIONS:
@@ -236,19 +253,63 @@ class _Shrinker:
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > WINDOW:
                 d[k] = WINDOW
-        self._shrink_rope(d, hd or (hidden // heads_val if hidden and heads_val else None))
+        new_hd = d.get(hd_key) if hd_key else None
+        if not new_hd and new_heads and hidden_key:
+            new_hd = d[hidden_key] // new_heads
+        self._shrink_rope(d, hd or (hidden // heads_val if hidden and heads_val else None), new_hd)
 
         # --- images ---
         patch = d.get("patch_size")
-        image = d.get("image_size")
+        image = d.get("image_size", d.get("input_size"))
+        if isinstance(patch, int) and isinstance(d.get("input_size"), int) and "image_size" not in d:
+            d["input_size"] = min(d["input_size"], patch * GRID)
+        if isinstance(d.get("num_patches"), int) and d["num_patches"] > GRID * GRID:
+            d["num_patches"] = GRID * GRID
         if isinstance(patch, int) and isinstance(image, int) and image > patch * GRID:
             d["image_size"] = patch * GRID
         elif isinstance(patch, list) and isinstance(image, list) and len(patch) == len(image):
             d["image_size"] = [min(i, p * GRID) for i, p in zip(image, patch, strict=True)]
 
         # --- family rules (after the generic ones) ---
+        for dotted, value in rules.get("defaults", {}).items():
+            if _get_dotted(d, dotted) is None:
+                _set_dotted(d, dotted, copy.deepcopy(value))
         for dotted, value in rules.get("set", {}).items():
             _set_dotted(d, dotted, copy.deepcopy(value))
+
+    def _shrink_ssm(self, d: dict[str, Any]) -> None:
+        """Mamba-2 style mixers: heads * head_dim must equal expand * hidden."""
+        for heads_k, dim_k, expand_k, groups_k in (
+            ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups"),
+            ("num_heads", "head_dim", "expand", "n_groups"),
+            ("mamba_num_heads", "mamba_head_dim", "mamba_expand", "mamba_n_groups"),
+        ):
+            hidden = d.get("hidden_size")
+            expand = d.get(expand_k)
+            if not all(isinstance(d.get(k), int) for k in (heads_k, dim_k)) or not isinstance(
+                hidden, int
+            ):
+                continue
+            if not isinstance(expand, (int, float)):
+                continue
+            inner = int(expand * hidden)
+            head_dim = min(d[dim_k], HEAD_DIM)
+            d[dim_k] = head_dim
+            d[heads_k] = max(1, inner // head_dim)
+            if isinstance(d.get(groups_k), int):
+                g = min(d[groups_k], d[heads_k])
+                while d[heads_k] % g:
+                    g -= 1
+                d[groups_k] = g
+            for k in ("mamba_intermediate_size", "ssm_intermediate_size"):
+                if isinstance(d.get(k), int):
+                    d[k] = inner
+        for k in ("state_size", "mamba_d_state", "ssm_state_size", "d_state"):
+            if isinstance(d.get(k), int) and d[k] > 16:
+                d[k] = 16
+        for k in ("chunk_size", "mamba_chunk_size"):
+            if isinstance(d.get(k), int) and d[k] > 16:
+                d[k] = 16
 
     def _guess_factor(self, d: dict[str, Any], width_keys: list[str]) -> float:
         ints = [d[k] for k in width_keys if isinstance(d[k], int) and d[k] > 0]
@@ -278,7 +339,9 @@ class _Shrinker:
                 i += 1
             picked.sort()
         else:
-            picked = list(range(min(n, 2)))
+            outs = d.get("out_indices")
+            want = max(2, len(outs) if isinstance(outs, list) else 0)
+            picked = list(range(min(n, want)))
         new_n = len(picked)
         for k in layer_keys:
             v = d[k]
@@ -294,8 +357,30 @@ class _Shrinker:
                 d[k] = [v[i] for i in picked]
             elif isinstance(v, str) and len(v) == n and n > new_n and k.endswith("pattern"):
                 d[k] = "".join(v[i] for i in picked)
+        for k, v in list(d.items()):  # {layer index: overrides}
+            if k.startswith("per_layer") and isinstance(v, dict) and v:
+                try:
+                    idx = {int(i): i for i in v}
+                except (TypeError, ValueError):
+                    continue
+                width = max(len(str(i)) for i in v)
+                d[k] = {
+                    str(picked.index(i)).zfill(width): _cap_dims(copy.deepcopy(v[orig]))
+                    for i, orig in sorted(idx.items())
+                    if i in picked
+                }
+        stages = d.get("stage_names")
+        if n > new_n and isinstance(stages, list) and len(stages) == n + 1:
+            # A backbone over layers: keep as many outputs, on the last layers.
+            outs = d.get("out_indices") or []
+            m = min(len(outs), new_n) if isinstance(outs, list) else 0
+            d["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, new_n + 1)]
+            if m:
+                d["out_indices"] = list(range(new_n - m + 1, new_n + 1))
+                d["out_features"] = [f"stage{i}" for i in d["out_indices"]]
         for k in (
             "mlp_only_layers",
+            "deepstack_visual_indexes",
             "full_attn_idxs",
             "fullatt_block_indexes",
             "global_attn_indexes",
@@ -320,8 +405,8 @@ class _Shrinker:
                 if isinstance(d.get(off), int):
                     d[off] = d[off] % new_n
 
-    def _shrink_rope(self, d: dict[str, Any], old_head_dim: int | None) -> None:
-        new_hd = d.get("head_dim") if isinstance(d.get("head_dim"), int) else None
+    def _shrink_rope(self, d: dict[str, Any], old_head_dim: int | None, new_hd: Any) -> None:
+        new_hd = new_hd if isinstance(new_hd, int) else None
         for key in ("rope_parameters", "rope_scaling"):
             rp = d.get(key)
             if not isinstance(rp, dict):
@@ -334,14 +419,30 @@ class _Shrinker:
                     params["original_max_position_embeddings"] = max(
                         1, mp // max(1, int(params.get("factor", 1) or 1))
                     )
+                if "mrope_section" not in params and self.mrope_fallback:
+                    params["mrope_section"] = list(self.mrope_fallback)
                 sec = params.get("mrope_section")
-                if isinstance(sec, list) and old_head_dim and new_hd and sum(sec) > new_hd // 2:
-                    params["mrope_section"] = _rescale_section(sec, new_hd // 2)
+                if isinstance(sec, list) and new_hd:
+                    rot = int(new_hd * float(params.get("partial_rotary_factor") or
+                                             d.get("partial_rotary_factor") or 1.0))
+                    if sum(sec) > rot // 2:
+                        params["mrope_section"] = _rescale_section(sec, rot // 2)
                 for fk in ("short_factor", "long_factor"):
                     fac = params.get(fk)
                     if isinstance(fac, list) and new_hd:
                         rot = int(new_hd * d.get("partial_rotary_factor", 1.0))
                         params[fk] = _resample(fac, max(1, rot // 2))
+
+
+def _cap_dims(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Shrink the sizes inside one layer's overrides (a wider head on full-attention layers)."""
+    for k, v in overrides.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            if k in HEAD_DIM_KEYS or k.endswith("head_dim"):
+                overrides[k] = min(v, 2 * HEAD_DIM)
+            elif k in HEAD_KEYS or k in KV_KEYS:
+                overrides[k] = min(v, 2)
+    return overrides
 
 
 def _rescale_section(section: list[int], total: int) -> list[int]:
@@ -447,7 +548,9 @@ def _fix_token_ids(root: dict[str, Any]) -> None:
     fix(root, None, None)
 
 
-def _is_token_key(k: str) -> bool:
+def _is_token_key(k: Any) -> bool:
+    if not isinstance(k, str):
+        return False
     return (
         k.endswith(("_token_id", "_token_ids", "_token_index", "_token_idx"))
         or k in ("suppress_tokens", "begin_suppress_tokens", "image_token", "decoder_start_token")
