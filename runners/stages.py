@@ -220,8 +220,11 @@ class GenerateStage(StageRunner):
         return ctx.spec.generative
 
     def run(self, ctx: StageContext) -> None:
+        # inputs are built on the host: some recipes run the model (image token counts), so
+        # they get the CPU copy when there is one
+        host_model = ctx.reference if ctx.reference is not None else ctx.model
         cpu_inputs = _cast_inputs(
-            build.make_inputs(ctx.spec, ctx.model, seed=ctx.seed, purpose="generate"), ctx.dtype
+            build.make_inputs(ctx.spec, host_model, seed=ctx.seed, purpose="generate"), ctx.dtype
         )
         inputs = ctx.device.to_device(cpu_inputs)
         with torch.no_grad():

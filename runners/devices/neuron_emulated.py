@@ -530,6 +530,12 @@ def _check_torch_version() -> None:
         )
 
 
+def _opaque_to_dynamo(fn: Any) -> Any:
+    """Keep Dynamo from tracing the backend's own Python: after a graph break, eager code runs
+    with Dynamo's frame hook on, and it would otherwise try to compile these kernels."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
 def install_backend() -> None:
     """Register the emulated backend in this process (idempotent; first registration wins)."""
     if _STATE.installed:
@@ -566,9 +572,9 @@ def install_backend() -> None:
         ("convolution_overrideable", _convolution),
         ("convolution_backward_overrideable", _convolution_backward),
     ]:
-        aten.impl(name, fn, "PrivateUse1")
+        aten.impl(name, _opaque_to_dynamo(fn), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # noqa: TOR901
-    fallback.fallback(_fallback, "PrivateUse1")
+    fallback.fallback(_opaque_to_dynamo(_fallback), "PrivateUse1")
     # No autocast op lists for this device: autocast regions run ops in their own dtypes.
     fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     _STATE.libraries = [aten, fallback]
