@@ -261,7 +261,11 @@ class _Shrinker:
         # --- images ---
         patch = d.get("patch_size")
         image = d.get("image_size", d.get("input_size"))
-        if isinstance(patch, int) and isinstance(d.get("input_size"), int) and "image_size" not in d:
+        if (
+            isinstance(patch, int)
+            and isinstance(d.get("input_size"), int)
+            and "image_size" not in d
+        ):
             d["input_size"] = min(d["input_size"], patch * GRID)
         if isinstance(d.get("num_patches"), int) and d["num_patches"] > GRID * GRID:
             d["num_patches"] = GRID * GRID
@@ -423,8 +427,14 @@ class _Shrinker:
                     params["mrope_section"] = list(self.mrope_fallback)
                 sec = params.get("mrope_section")
                 if isinstance(sec, list) and new_hd:
-                    rot = int(new_hd * float(params.get("partial_rotary_factor") or
-                                             d.get("partial_rotary_factor") or 1.0))
+                    rot = int(
+                        new_hd
+                        * float(
+                            params.get("partial_rotary_factor")
+                            or d.get("partial_rotary_factor")
+                            or 1.0
+                        )
+                    )
                     if sum(sec) > rot // 2:
                         params["mrope_section"] = _rescale_section(sec, rot // 2)
                 for fk in ("short_factor", "long_factor"):
