@@ -127,3 +127,20 @@ def test_strict_compile_fails_naming_the_unlowerable_op(neuron: NeuronEmulatedDe
     assert isinstance(cause, FallbackDisallowed)
     assert cause.op == "aten::digamma"
     assert "aten::digamma" in str(error)
+
+
+def test_backend_python_is_not_traced_by_dynamo(neuron: NeuronEmulatedDevice) -> None:
+    """Eager code at a graph break (here `str(tensor)`) calls the backend's Python kernels with
+    Dynamo's frame hook on; they must not be compiled as user code."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, str]:
+        y = torch.digamma(x.abs() + 1)
+        text = str(y)
+        return y.cos(), text
+
+    x = torch.randn(3)
+    with compile_report() as report, neuron.record_fallbacks():
+        out, text = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    assert text.startswith("tensor(")
+    assert torch.allclose(out.cpu(), torch.digamma(x.abs() + 1).cos())
+    assert report.graph_count == 2 and report.graph_break_count == 1
