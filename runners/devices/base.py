@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -113,10 +113,11 @@ class Device(ABC):
         return model
 
     def to_device(self, obj: Any) -> Any:
-        """Move tensors (also inside dicts, lists, tuples) to the device."""
+        """Move tensors (also inside mappings, lists, tuples) to the device. Mappings that are
+        not dicts (transformers' BatchEncoding / BatchFeature) come back as plain dicts."""
         if isinstance(obj, torch.Tensor):
             return obj.to(self.torch_device)
-        if isinstance(obj, dict):
+        if isinstance(obj, Mapping):
             return {k: self.to_device(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return type(obj)(self.to_device(v) for v in obj)
