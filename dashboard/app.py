@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -142,6 +142,23 @@ def create_app(
     @app.get("/", response_class=HTMLResponse)
     def overview(request: Request, run: str | None = None) -> Response:
         report = overview_data(run)
+
+        def models_link(key: str) -> Callable[[str], str | None]:
+            def link(value: str) -> str | None:
+                if value in ("(none)", "(no signature)", ""):
+                    return None
+                return "/models?" + urlencode({"run": report["run_id"], key: value})
+
+            return link
+
+        links = {
+            "headline": models_link("architecture"),
+            "failures": models_link("signature"),
+            "by_library": models_link("library"),
+            "by_pipeline_tag": models_link("task"),
+            "by_model_type": models_link("model_type"),
+            "by_architecture": models_link("architecture"),
+        }
         return render_page(
             request,
             "overview.html",
@@ -149,114 +166,40 @@ def create_app(
             sections=report_sections(report),
             charts=html_site.report_charts(report),
             runs=q.run_ids(),
+            links=links,
         )
 
     # ---- models table --------------------------------------------------------------------
 
-    def table_data(
-        run: str | None,
-        search: str | None,
-        outcome: str | None,
-        stage: str | None,
-        status: str | None,
-        library: str | None,
-        task: str | None,
-        model_type: str | None,
-        sort: str,
-        order: str,
-        page: int,
-        per_page: int,
-    ) -> tuple[dict[str, Any], ModelFilter]:
+    def table_data(params: dict[str, Any]) -> tuple[dict[str, Any], ModelFilter]:
         flt = ModelFilter(
-            search=search or None,
-            outcome=outcome or None,
-            stage=stage or None,
-            status=status or None,
-            library=library or None,
-            pipeline_tag=task or None,
-            model_type=model_type or None,
-            sort=sort,
-            order=order,
-            page=page,
-            per_page=per_page,
+            search=params["search"] or None,
+            outcome=params["outcome"] or None,
+            stage=params["stage"] or None,
+            status=params["status"] or None,
+            library=params["library"] or None,
+            pipeline_tag=params["task"] or None,
+            model_type=params["model_type"] or None,
+            architecture=params["architecture"] or None,
+            error_signature=params["signature"] or None,
+            sort=params["sort"],
+            order=params["order"],
+            page=params["page"],
+            per_page=params["per_page"],
         )
-        run_id = run_param(run)
+        run_id = run_param(params["run"])
         return model_table_query(q, run_id, flt), flt
 
     @app.get("/api/models")
-    def api_models(
-        run: str | None = None,
-        search: str | None = None,
-        outcome: str | None = None,
-        stage: str | None = None,
-        status: str | None = None,
-        library: str | None = None,
-        task: str | None = None,
-        model_type: str | None = None,
-        sort: str = "downloads",
-        order: str = "desc",
-        page: int = Query(1),
-        per_page: int = Query(50),
-    ) -> Any:
-        data, _ = table_data(
-            run,
-            search,
-            outcome,
-            stage,
-            status,
-            library,
-            task,
-            model_type,
-            sort,
-            order,
-            page,
-            per_page,
-        )
+    def api_models(params: dict[str, Any] = Depends(table_params)) -> Any:
+        data, _ = table_data(params)
         return _json(data)
 
     @app.get("/models", response_class=HTMLResponse)
-    def models(
-        request: Request,
-        run: str | None = None,
-        search: str | None = None,
-        outcome: str | None = None,
-        stage: str | None = None,
-        status: str | None = None,
-        library: str | None = None,
-        task: str | None = None,
-        model_type: str | None = None,
-        sort: str = "downloads",
-        order: str = "desc",
-        page: int = Query(1),
-        per_page: int = Query(50),
-    ) -> Response:
-        data, flt = table_data(
-            run,
-            search,
-            outcome,
-            stage,
-            status,
-            library,
-            task,
-            model_type,
-            sort,
-            order,
-            page,
-            per_page,
-        )
-        params = {
-            "run": run,
-            "search": search,
-            "outcome": outcome,
-            "stage": stage,
-            "status": status,
-            "library": library,
-            "task": task,
-            "model_type": model_type,
-            "sort": sort,
-            "order": order,
-            "per_page": per_page if per_page != 50 else None,
-        }
+    def models(request: Request, params: dict[str, Any] = Depends(table_params)) -> Response:
+        data, flt = table_data(params)
+        params = {**params, "per_page": params["per_page"] if params["per_page"] != 50 else None}
+        sort, order = params["sort"], params["order"]
 
         def link(**changes: Any) -> str:
             merged = {**params, **changes}
@@ -398,6 +341,41 @@ def create_app(
         return {"ok": True, "store": q.store.uri, "runs": len(q.run_ids())}
 
     return app
+
+
+def table_params(
+    run: str | None = None,
+    search: str | None = None,
+    outcome: str | None = None,
+    stage: str | None = None,
+    status: str | None = None,
+    library: str | None = None,
+    task: str | None = None,
+    model_type: str | None = None,
+    architecture: str | None = None,
+    signature: str | None = None,
+    sort: str = "downloads",
+    order: str = "desc",
+    page: int = Query(1),
+    per_page: int = Query(50),
+) -> dict[str, Any]:
+    """The query parameters of the models table (HTML and JSON alike)."""
+    return {
+        "run": run,
+        "search": search,
+        "outcome": outcome,
+        "stage": stage,
+        "status": status,
+        "library": library,
+        "task": task,
+        "model_type": model_type,
+        "architecture": architecture,
+        "signature": signature,
+        "sort": sort,
+        "order": order,
+        "page": page,
+        "per_page": per_page,
+    }
 
 
 def run_report_denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class ModelFilter:
     pipeline_tag: str | None = None
     model_type: str | None = None
     architecture: str | None = None
+    error_signature: str | None = None  # the signature of the model's first failure, exactly
     sort: str = "downloads"
     order: str = "desc"
     page: int = 1
@@ -104,7 +105,7 @@ def model_table(
     elif flt.status:
         where.append("(" + " OR ".join(f"s_{s} = $status" for s in STAGES) + ")")
         params["status"] = flt.status
-    for key in ("library", "pipeline_tag", "model_type", "architecture"):
+    for key in ("library", "pipeline_tag", "model_type", "architecture", "error_signature"):
         value = getattr(flt, key)
         if value:
             where.append(f"{key} = ${key}")

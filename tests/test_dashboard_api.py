@@ -36,6 +36,10 @@ def test_overview_html(client: TestClient) -> None:
     assert "https://" not in html  # nothing fetched from the internet
     no_live_script(html)
     assert "ValueError: &lt;script&gt;alert(N)&lt;/script&gt;" in html  # a failure cluster
+    # tables link to the models behind each line
+    assert 'href="/models?run=r2&amp;architecture=LlamaForCausalLM"' in html
+    assert 'href="/models?run=r2&amp;signature=RuntimeError%3A+boom"' in html
+    assert 'href="/models?run=r2&amp;library=gguf"' in html
 
 
 def test_overview_api(client: TestClient) -> None:
@@ -67,6 +71,13 @@ def test_models_api_filters(client: TestClient) -> None:
     assert r.json()["total"] == 1
     r = client.get("/api/models", params={"search": "<script>"})
     assert [row["model_id"] for row in r.json()["rows"]] == [EVIL_ID]
+    r = client.get("/api/models", params={"architecture": "LlamaForCausalLM"})
+    assert {row["model_id"] for row in r.json()["rows"]} == {
+        "org/a-pass-clean",
+        "org/b-pass-fallback",
+    }
+    r = client.get("/api/models", params={"signature": "TimeoutError: stage exceeded N s"})
+    assert [row["model_id"] for row in r.json()["rows"]] == ["org/g-timeout"]
     r = client.get("/api/models", params={"sort": "model_id", "order": "asc", "per_page": 1})
     assert r.json()["rows"][0]["model_id"] == "bert-x"
 
