@@ -56,16 +56,22 @@ def run_class(resolved: Any) -> dict[str, Any]:
         spec = shrink(resolved)
         row["curated_inputs"] = dm.inputs_are_curated(spec)
         row["stage"] = "size"
-        with torch.device("meta"):
-            meta = model_class(name).from_config(dict(spec.config))
-        row["params"] = sum(p.numel() for p in meta.parameters())
-        del meta
-        if row["params"] > MAX_PARAMS:
+        try:
+            with torch.device("meta"):
+                meta = model_class(name).from_config(dict(spec.config))
+            row["params"] = sum(p.numel() for p in meta.parameters())
+            del meta
+        except (RuntimeError, NotImplementedError):  # e.g. weight_norm cannot init on meta
+            row["params"] = None
+        if row["params"] is not None and row["params"] > MAX_PARAMS:
             raise ValueError(f"shrunk model has {row['params'] / 1e6:.1f}M parameters")
         start = time.perf_counter()
         row["stage"] = "build"
         model = dm.build_model(spec)
         row["built"] = True
+        row["params"] = sum(p.numel() for p in model.parameters())
+        if row["params"] > MAX_PARAMS:
+            raise ValueError(f"shrunk model has {row['params'] / 1e6:.1f}M parameters")
         row["stage"] = "inputs"
         inputs = dm.make_inputs(spec, model)
         row["stage"] = "forward"

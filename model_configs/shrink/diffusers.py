@@ -378,6 +378,8 @@ def shrink_config(
     rules = load_rules()
     entry = class_rule(class_name)
     original = {k: v for k, v in config.items() if not k.startswith("_")}
+    for key, value in entry.get("fill", {}).items():  # required kwargs the config may lack
+        original.setdefault(key, copy.deepcopy(value))
     new = copy.deepcopy(original)
     kind = entry.get("kind") or ("unet" if "down_block_types" in new else "transformer")
     steps: list[tuple[str, dict[str, Any]]] = []

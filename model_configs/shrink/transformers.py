@@ -305,7 +305,7 @@ class _Shrinker:
                 while d[heads_k] % g:
                     g -= 1
                 d[groups_k] = g
-            for k in ("mamba_intermediate_size", "ssm_intermediate_size"):
+            for k in ("mamba_intermediate_size", "ssm_intermediate_size", "mamba_d_ssm"):
                 if isinstance(d.get(k), int):
                     d[k] = inner
         for k in ("state_size", "mamba_d_state", "ssm_state_size", "d_state"):
