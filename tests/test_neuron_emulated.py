@@ -375,3 +375,12 @@ def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
     assert torch.equal(twin.weight.cpu(), model.weight.cpu())
     with torch.autocast("neuron", dtype=torch.bfloat16):  # no autocast lists: ops keep dtypes
         assert (x @ x.T).dtype == torch.float32
+
+
+def test_an_op_failing_on_the_host_is_named(neuron: NeuronEmulatedDevice) -> None:
+    """MoE routing calls histc on integer expert ids; the CPU has no such kernel. The error
+    keeps its type and names the op, for the stage's `failing_op`."""
+    ids = torch.tensor([0, 1, 1, 3], dtype=torch.int32).to("neuron")
+    with pytest.raises(NotImplementedError, match="histogram_cpu") as info:
+        torch.histc(ids, bins=4, min=0, max=3)
+    assert info.value.op == "aten::histc"  # type: ignore[attr-defined]

@@ -381,7 +381,13 @@ def _execute(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
     host_kwargs = {k: call.to_host(v) for k, v in kwargs.items()}
     target = kwargs.get("device")
     call.outputs_on_host = target is not None and torch.device(target).type != BACKEND_NAME
-    result = op(*host_args, **host_kwargs)
+    try:
+        result = op(*host_args, **host_kwargs)
+    except Exception as exc:  # name the op that failed, for the stage's `failing_op`
+        if getattr(exc, "op", None) is None:
+            with contextlib.suppress(AttributeError):
+                exc.op = info.name  # type: ignore[attr-defined]
+        raise
     for key in info.mutated:
         if isinstance(key, int):
             if key < len(args):
