@@ -277,7 +277,7 @@ def _add_images(
     inputs["input_ids"] = ids
     if "attention_mask" in inputs:
         inputs["attention_mask"] = torch.ones_like(ids)
-    is_image = (ids == image_id).long()
+    is_image = torch.eq(ids, image_id).long()
     for k in ("mm_token_type_ids", "token_type_ids"):
         if k in params:
             inputs[k] = is_image
