@@ -136,6 +136,14 @@ def headline_section(report: dict[str, Any]) -> Section:
         ]
         for a in h["list"]
     ]
+    if not h["models"]:
+        return Section(
+            "headline",
+            "Headline: architectures of the top text-generation models",
+            ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
+            [],
+            [f"No {h['task']} model in this run."],
+        )
     notes = [
         f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
         f"downloaded {h['task']} models, {h['passing']} pass every stage "
