@@ -11,6 +11,7 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
 - `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value
   (`tuples: true` turns its innermost lists into tuples);
+- `cat`: specs concatenated along `dim` (default 0);
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
   `when` holds.
 
@@ -133,6 +134,9 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
         return _build_dict(spec["dict"], names, generator)
     if "list" in spec:
         return [_build(s, names, generator) for s in spec["list"]]
+    if "cat" in spec:
+        parts = [_build(s, names, generator) for s in spec["cat"]]
+        return torch.cat(parts, dim=int(spec.get("dim", 0)))
     if "value" in spec and "full" not in spec:
         value = _plain(spec["value"], names)
         return _tuples(value) if spec.get("tuples") else value

@@ -259,7 +259,7 @@ def _add_images(
     pixels = _pixel_inputs(config, params, gen)
     total = _count_image_tokens(model, config, pixels)
     per_sample = total // BATCH
-    image_id = _image_token_id(config)
+    image_id = int(_image_token_id(config) or 0)
     before = [
         v for k in ("vision_start_token_id", "boi_token_id", "boi_token_index")
         if isinstance(v := getattr(config, k, None), int)
