@@ -141,7 +141,9 @@ def make_inputs(
         inputs["input_features"] = _audio_features(gen, config, rules)
     if main == "input_values":
         n = int(rules.get("samples", 3200))
-        inputs["input_values"] = torch.randn(BATCH, n, generator=gen)
+        channels = int(rules.get("audio_channels", 0))
+        shape = (BATCH, channels, n) if channels else (BATCH, n)
+        inputs["input_values"] = torch.randn(*shape, generator=gen)
     if (
         "input_ids" not in inputs
         and main != "input_ids"
@@ -159,9 +161,16 @@ def make_inputs(
     if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
-    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params and (
+        spec.task != "sequence-classification"  # those shift input_ids themselves
+    ):
         dec_seq = int(rules.get("decoder_seq_len", 8))
-        inputs["decoder_input_ids"] = _token_ids(gen, config, (BATCH, dec_seq), avoid)
+        codebooks = getattr(getattr(config, "decoder", None), "num_codebooks", None)
+        rows = BATCH * codebooks if isinstance(codebooks, int) else BATCH  # MusicGen layout
+        inputs["decoder_input_ids"] = _token_ids(gen, config, (rows, dec_seq), avoid)
+    eos = getattr(_text_config(config), "eos_token_id", None)
+    if spec.task == "sequence-classification" and isinstance(eos, int) and "input_ids" in inputs:
+        inputs["input_ids"][:, -1] = eos  # BART-style heads pool on the last <eos>
 
     if purpose == "train":
         if "use_cache" in params:
@@ -297,10 +306,18 @@ def _has_text(config: Any, model: Any) -> bool:
 def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
     import torch
 
-    layout = rules.get("features", "mel_channels_first")
+    whisper_like = getattr(config, "num_mel_bins", None) and getattr(
+        config, "max_source_positions", None
+    )
+    layout = rules.get("features", "mel_channels_first" if whisper_like else "frames_last")
     bins = int(
         getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 80) or 80
     )
+    for k in ("feature_projection_input_dim", "feature_size", "input_dim"):
+        v = getattr(config, k, None)
+        if layout == "frames_last" and isinstance(v, int) and v > 0:
+            bins = v
+            break
     if layout == "mel_channels_first":
         frames = 2 * int(getattr(config, "max_source_positions", 32) or 32)
         return torch.randn(BATCH, bins, frames, generator=gen)

@@ -274,6 +274,19 @@ class _Shrinker:
         elif isinstance(patch, list) and isinstance(image, list) and len(patch) == len(image):
             d["image_size"] = [min(i, p * GRID) for i, p in zip(image, patch, strict=True)]
 
+        # Hierarchical vision (Swin-like): a small window, and an image that still spans a
+        # window at the last stage.
+        depths = d.get("depths")
+        if isinstance(patch, int) and isinstance(d.get("window_size"), int) and isinstance(
+            depths, list
+        ):
+            d["window_size"] = min(d["window_size"], 2)
+            if isinstance(d.get("image_size"), int):
+                d["image_size"] = patch * d["window_size"] * 2 ** max(0, len(depths) - 1)
+        for k in ("num_queries", "num_detection_tokens", "num_top_queries"):
+            if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] > 8:
+                d[k] = 8
+
         # --- family rules (after the generic ones) ---
         for dotted, value in rules.get("defaults", {}).items():
             if _get_dotted(d, dotted) is None:
