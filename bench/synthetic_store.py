@@ -430,8 +430,8 @@ def write_run(
                     "attempt": 1,
                     "finished_at": started + dt.timedelta(seconds=i * 0.1),
                 }
-                for k, v in row.items():
-                    cols[k].append(v)
+                for k in RESULTS_SCHEMA.names:  # columns added to the schema later stay null
+                    cols[k].append(row.get(k))
         name = f"part-{time.time_ns():020d}-{run_index:04d}{lo:09d}.parquet"
         _write(store, "fallbacks", run_id, name, pa.table(fb, schema=FALLBACKS_SCHEMA))
         _write(store, "results", run_id, name, pa.table(cols, schema=RESULTS_SCHEMA))

@@ -11,7 +11,7 @@ from typing import Any
 from reports.coverage import device_label
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, StoreQuery
-from reports.schema import Status
+from reports.schema import RESULTS_SCHEMA, Status
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -192,9 +192,14 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     files = q.files(run_id)
     result_files = [part] if part in files.results else list(files.results)
     stages = q.fetch(
-        "SELECT * EXCLUDE (run_id) FROM read_parquet($files) WHERE model_id = $model",
+        # union_by_name: part files written before a column was added to the schema lack it
+        "SELECT * FROM read_parquet($files, union_by_name = true) WHERE model_id = $model",
         {"files": result_files, "model": model_id},
     )
+    for row in stages:
+        for name in RESULTS_SCHEMA.names:
+            row.setdefault(name, None)
+        row.pop("run_id", None)
     stages.sort(
         key=lambda r: (
             STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
@@ -210,7 +215,7 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
         fallbacks = q.fetch(
             """
             SELECT stage, op, count, source, bytes_h2d, bytes_d2h
-            FROM read_parquet($files) WHERE model_id = $model
+            FROM read_parquet($files, union_by_name = true) WHERE model_id = $model
             ORDER BY list_position($stages, stage), count DESC, op
             """,
             {"files": fb_files, "model": model_id, "stages": list(STAGES)},

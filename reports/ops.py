@@ -44,7 +44,7 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
                 f"""
                 WITH f AS (
                   SELECT f.model_id, f.stage, f.op, f.count, f.source
-                  FROM read_parquet($files, filename = true) f
+                  FROM read_parquet($files, filename = true, union_by_name = true) f
                   JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
                     AND s.part_no = list_position($parts, parse_filename(f.filename))
                 ),
@@ -75,7 +75,7 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
             )
         union = (
             "UNION SELECT DISTINCT f.op, f.model_id "
-            "FROM read_parquet($files, filename = true) f "
+            "FROM read_parquet($files, filename = true, union_by_name = true) f "
             "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
             "AND s.part_no = list_position($parts, parse_filename(f.filename))"
             if files.fallbacks

@@ -63,7 +63,7 @@ SUMMARY_SQL = f"""
 WITH raw AS (
   SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx,
     list_position($files, filename) + $offset AS part_no
-  FROM read_parquet($files, filename = true)
+  FROM read_parquet($files, filename = true, union_by_name = true)
 ),
 r AS (
   SELECT * FROM raw{{dedup}}
@@ -111,7 +111,7 @@ SUMMARY_WITH_FALLBACKS_SQL = f"""
 WITH s AS ({SUMMARY_SQL}),
 fb AS (
   SELECT model_id, count(DISTINCT op) AS n_ops
-  FROM read_parquet($fallback_files) GROUP BY model_id
+  FROM read_parquet($fallback_files, union_by_name = true) GROUP BY model_id
 )
 SELECT s.* REPLACE (greatest(coalesce(fb.n_ops, 0), s.fallback_ops) AS fallback_ops)
 FROM s LEFT JOIN fb USING (model_id)
@@ -297,7 +297,8 @@ class StoreQuery:
             # use it only when some (model, stage) has several rows.
             dedup = bool(parts) and bool(
                 cur.execute(
-                    "SELECT count(*) > count(DISTINCT (model_id, stage)) FROM read_parquet($files)",
+                    "SELECT count(*) > count(DISTINCT (model_id, stage)) "
+                    "FROM read_parquet($files, union_by_name = true)",
                     {"files": parts},
                 ).fetchall()[0][0]
             )

@@ -281,3 +281,22 @@ def test_appended_parts_update_only_their_models(tmp_path) -> None:
     assert [r["op"] for r in ops.missing_ops(q, "r2")] == ["aten::histc"]
     histc = ops.missing_ops(q, "r2")[0]
     assert (histc["models"], histc["calls"]) == (2, 6)  # b: 3 + 2, c: 1
+
+
+def test_parts_written_before_a_column_was_added(tmp_path) -> None:
+    """An older writer did not know some columns: its parts still read, the columns are null."""
+    import pyarrow.parquet as pq
+
+    from reports.schema import to_table
+
+    store = build_hand_store(tmp_path / "s")
+    res, _ = rows_for("r2", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")
+    old = to_table("results", res).drop_columns(["dedup_of", "param_count"])
+    folder = tmp_path / "s" / "results" / "run_id=r2"
+    pq.write_table(old, folder / "part-99999999999999999999-old.parquet")
+    q = StoreQuery(store)
+    assert coverage.denominators(q, "r2")["models"] == 9
+    m = model_detail(q, "org/old", "r2")
+    assert m["stages"][0]["status"] == "pass" and m["stages"][0]["dedup_of"] is None
+    assert model_detail(q, "org/b-pass-fallback")["model"]["param_count"] is None
+    assert len(ops.missing_ops(q, "r2")) == 2
