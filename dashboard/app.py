@@ -71,7 +71,9 @@ def create_app(
     )
     app.state.query = q
     env = html_site.environment([TEMPLATES])
-    env.globals.update(model_url=model_url, stages=STAGES, store_uri=q.store.uri)
+    env.globals.update(
+        model_url=model_url, stages=STAGES, store_uri=q.store.uri, store_warming=lambda: q.warming
+    )
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -338,7 +340,7 @@ def create_app(
 
     @app.get("/api/health")
     def health() -> Any:
-        return {"ok": True, "store": q.store.uri, "runs": len(q.run_ids())}
+        return {"ok": True, "store": q.store.uri, "runs": len(q.run_ids()), "warming": q.warming}
 
     return app
 
@@ -391,8 +393,11 @@ def _json(data: Any) -> JSONResponse:
 def _warm(q: StoreQuery) -> None:
     """Summarise every run and build the latest run's overview."""
     try:
-        ids = q.ensure_all_summaries()
-        if ids:
-            run_report(q, ids[0])
+        latest = q.latest_run_id()
+        if latest:  # the newest run first: the overview is ready before the history is
+            q.ensure_summaries([latest])
+        q.warm()
+        if latest:
+            run_report(q, latest)
     except Exception:  # a broken store shows up on the first request, with its message
         pass

@@ -334,10 +334,11 @@ def _problem(m: dict[str, Any]) -> str:
 
 
 def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
-    """Per run (oldest first): models, passed and on-device shares by count and by downloads."""
+    """Per run (oldest first): models, passed and on-device shares by count and by downloads.
+    While the dashboard warms up, only the runs summarised so far."""
+    ids, _ = q.available_runs()
 
     def build() -> list[dict[str, Any]]:
-        ids = q.ensure_all_summaries()
         rows = q.fetch(
             f"""
             SELECT run_id, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
@@ -351,8 +352,9 @@ def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
               coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
                 AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads,
               bool_or(device_emulated) AS device_emulated, any_value(device) AS device
-            FROM model_runs GROUP BY run_id
-            """
+            FROM model_runs WHERE list_contains($ids, run_id) GROUP BY run_id
+            """,
+            {"ids": ids},
         )
         order = {run: i for i, run in enumerate(reversed(ids))}
         rows.sort(key=lambda r: order.get(r["run_id"], -1))
@@ -367,7 +369,7 @@ def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
             r["on_device_downloads_share"] = share(r["on_device_downloads"], r["downloads"])
         return rows
 
-    return q.memo("coverage_over_runs", None, build)
+    return q.memo("coverage_over_runs", None, build, tuple(ids))
 
 
 def _in(values: Any) -> str:

@@ -156,17 +156,23 @@ def facets(q: StoreQuery, run_id: str) -> dict[str, list[str]]:
     return q.memo("facets", run_id, build)
 
 
-def model_history(q: StoreQuery, model_id: str) -> list[dict[str, Any]]:
-    """The model's outcome in every run that has it, newest first."""
-    ids = q.ensure_all_summaries()
+def model_history(
+    q: StoreQuery, model_id: str, *, include: str | None = None
+) -> list[dict[str, Any]]:
+    """The model's outcome in every run that has it, newest first (while the dashboard warms up,
+    in the runs summarised so far, plus `include`)."""
+    ids, _ = q.available_runs()
+    if include is not None and include not in ids:
+        q.ensure_summaries([include])
+        ids = [r for r in q.run_ids() if r in ids or r == include]
     rows = q.fetch(
         f"""
         SELECT run_id, outcome, skip_reason, failed_stage, failed_status, error_signature,
           stages_passed, fallback_ops, device, device_emulated, part_no,
           {", ".join(f"s_{s}" for s in STAGES)}
-        FROM model_runs WHERE model_id = $model
+        FROM model_runs WHERE model_id = $model AND list_contains($ids, run_id)
         """,
-        {"model": model_id},
+        {"model": model_id, "ids": ids},
     )
     order = {run: i for i, run in enumerate(ids)}
     rows.sort(key=lambda r: order.get(r["run_id"], len(order)))
@@ -179,9 +185,14 @@ def model_history(q: StoreQuery, model_id: str) -> list[dict[str, Any]]:
 def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dict[str, Any] | None:
     """Everything about one model in one run (default: the newest run that has it), or None if
     no run has it."""
-    history = model_history(q, model_id)
     if run_id is not None:
         run_id = q.resolve_run(run_id)
+    # the asked-for (or newest) run is always in the history, even during a warm-up
+    history = model_history(q, model_id, include=run_id or q.latest_run_id())
+    if run_id is None and not history and q.warming:
+        q.ensure_all_summaries()  # the model may be only in runs not summarised yet: wait
+        history = model_history(q, model_id)
+    if run_id is not None:
         chosen = next((h for h in history if h["run_id"] == run_id), None)
     else:
         chosen = history[0] if history else None

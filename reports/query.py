@@ -164,6 +164,7 @@ class StoreQuery:
         self._summarised: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._summary_parts: dict[str, tuple[str, ...]] = {}
         self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        self.warming = False  # True while `warm` summarises every run
 
     # ---- listing -------------------------------------------------------------------------
 
@@ -323,6 +324,24 @@ class StoreQuery:
                 raise
         finally:
             cur.close()
+
+    def warm(self) -> list[str]:
+        """Summarise every run, newest first. While this runs, views over all runs
+        (`available_runs`) use the runs summarised so far instead of waiting."""
+        self.warming = True
+        try:
+            return self.ensure_all_summaries()
+        finally:
+            self.warming = False
+
+    def available_runs(self) -> tuple[list[str], bool]:
+        """Runs (newest first) whose summaries views over all runs may use, and whether that is
+        every run. Outside a warm-up this summarises whatever is missing."""
+        if not self.warming:
+            return self.ensure_all_summaries(), True
+        ids = self.run_ids()
+        ready = [r for r in ids if self._summarised.get(r) == self.files(r).fingerprint]
+        return ready, len(ready) == len(ids)
 
     def summary_part_names(self, run_id: str) -> list[str]:
         """Base names of the results parts behind a run's summary, in `part_no` order."""

@@ -172,7 +172,7 @@ def test_dashboard_command_serves(store: str) -> None:
                 break
             except OSError:
                 time.sleep(0.2)
-        assert body == {"ok": True, "store": store, "runs": 2}
+        assert body["ok"] is True and body["store"] == store and body["runs"] == 2
     finally:
         proc.terminate()
         proc.wait(timeout=20)

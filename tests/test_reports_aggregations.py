@@ -300,3 +300,18 @@ def test_parts_written_before_a_column_was_added(tmp_path) -> None:
     assert m["stages"][0]["status"] == "pass" and m["stages"][0]["dedup_of"] is None
     assert model_detail(q, "org/b-pass-fallback")["model"]["param_count"] is None
     assert len(ops.missing_ops(q, "r2")) == 2
+
+
+def test_views_over_runs_do_not_wait_for_a_warm_up(tmp_path) -> None:
+    build_hand_store(tmp_path / "s")
+    q = StoreQuery(tmp_path / "s")
+    q.ensure_summaries(["r2"])
+    q.warming = True  # as while the dashboard summarises earlier runs in the background
+    assert q.available_runs() == (["r2"], False)
+    assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r2"]
+    assert [h["run_id"] for h in model_detail(q, "org/a-pass-clean")["history"]] == ["r2"]
+    assert model_detail(q, "org/b-pass-fallback", "r1")["summary"]["outcome"] == "failed"
+    assert model_detail(q, "org/old")["run_id"] == "r1"  # only in r1: waits for it
+    q.warming = False
+    assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r1", "r2"]
+    assert [h["run_id"] for h in model_detail(q, "org/a-pass-clean")["history"]] == ["r2", "r1"]
