@@ -58,6 +58,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
         if warm:
+            q.warming = True  # before the thread starts: no request sees a false "warm"
             threading.Thread(target=_warm, args=(q,), daemon=True, name="warm-up").start()
         yield
 
@@ -401,3 +402,5 @@ def _warm(q: StoreQuery) -> None:
             run_report(q, latest)
     except Exception:  # a broken store shows up on the first request, with its message
         pass
+    finally:
+        q.warming = False
