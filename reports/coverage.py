@@ -162,12 +162,10 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 count(*) FILTER (WHERE s_{stage} IN ({_in(FAILED_STATUSES)}))
                   AS "{stage}.failed",
                 count(*) FILTER (WHERE s_{stage} = 'not_run') AS "{stage}.not_run",
-                count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}'
-                  AND skip_reason IS DISTINCT FROM NULL) AS "{stage}.skipped_device",
                 count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
                   AS "{stage}.skipped",
-                count(*) FILTER (WHERE outcome <> '{OUTCOME_SKIPPED}' AND s_{stage} IS NOT NULL
-                  AND NOT (s_{stage} = 'skip')) AS "{stage}.attempted"
+                count(*) FILTER (WHERE s_{stage} = 'pass'
+                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted"
                 """
             )
         row = q.fetch(

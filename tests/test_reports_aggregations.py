@@ -315,3 +315,10 @@ def test_views_over_runs_do_not_wait_for_a_warm_up(tmp_path) -> None:
     q.warming = False
     assert [r["run_id"] for r in coverage.coverage_over_runs(q)] == ["r1", "r2"]
     assert [h["run_id"] for h in model_detail(q, "org/a-pass-clean")["history"]] == ["r2", "r1"]
+
+
+def test_funnel_attempted_is_passed_plus_failed(q: StoreQuery) -> None:
+    lines = {f["line"]: f for f in coverage.funnel(q, "r2")}
+    assert [
+        lines[s]["attempted"] for s in ("load", "forward", "backward", "compile", "generate")
+    ] == [6, 5, 4, 4, 2]
