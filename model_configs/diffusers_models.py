@@ -179,7 +179,12 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
 
 
 # RoPE tables some forwards take from their pipeline (computed there, passed in).
-ROPE_FUNCTIONS = ("get_2d_rotary_pos_embed", "get_2d_rotary_pos_embed_lumina", "get_3d_rotary_pos_embed")
+ROPE_FUNCTIONS = (
+    "get_1d_rotary_pos_embed",
+    "get_2d_rotary_pos_embed",
+    "get_2d_rotary_pos_embed_lumina",
+    "get_3d_rotary_pos_embed",
+)
 
 
 def _rope(spec: dict[str, Any], names: dict[str, Any]) -> Any:

@@ -154,6 +154,10 @@ def make_inputs(
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
 
+    if "encoder_hidden_states" in params and "input_ids" in inputs and _has_cross_attention(model):
+        width = int(getattr(_text_config(config), "hidden_size", 0) or 0)
+        width = int(getattr(config, "cross_attention_hidden_size", None) or width)
+        inputs["encoder_hidden_states"] = torch.randn(BATCH, 8, width, generator=gen)
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
         mask = torch.zeros_like(inputs["input_ids"])
         mask[:, 0] = 1
@@ -291,6 +295,14 @@ def _add_images(
         if k in params:
             inputs[k] = is_image
     inputs.update(pixels)
+
+
+def _has_cross_attention(model: Any) -> bool:
+    """A decoder built alone whose layers cross-attend (BartForCausalLM, BertLMHeadModel...)."""
+    return any(
+        ("encoder_attn" in n or "crossattention" in n or "cross_attn" in n)
+        for n, _ in model.named_parameters()
+    )
 
 
 def _has_vision(config: Any) -> bool:

@@ -356,7 +356,7 @@ class _Shrinker:
                 i += 1
             picked.sort()
         else:
-            outs = d.get("out_indices")
+            outs = d.get("out_indices") or d.get("backbone_out_indices")
             want = max(2, len(outs) if isinstance(outs, list) else 0)
             picked = list(range(min(n, want)))
         new_n = len(picked)
@@ -386,6 +386,10 @@ class _Shrinker:
                     for i, orig in sorted(idx.items())
                     if i in picked
                 }
+        bouts = d.get("backbone_out_indices")
+        if n > new_n and isinstance(bouts, list) and bouts:  # hidden-state indices (DPT)
+            m = min(len(bouts), new_n)
+            d["backbone_out_indices"] = list(range(new_n - m + 1, new_n + 1))
         stages = d.get("stage_names")
         if n > new_n and isinstance(stages, list) and len(stages) == n + 1:
             # A backbone over layers: keep as many outputs, on the last layers.
@@ -512,6 +516,16 @@ def _sub_config_class(cls: Any, key: str, sub: dict[str, Any]) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------
+
+
+def _ensure_pad_token(d: dict[str, Any]) -> None:
+    """Sequence-classification heads find the last token through pad_token_id; users of
+    decoder-only checkpoints (GPT-2, Qwen2) set it to eos, as done here when it is missing."""
+    target = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    if target.get("pad_token_id") is None:
+        eos = target.get("eos_token_id")
+        eos = eos[0] if isinstance(eos, list) and eos else eos
+        target["pad_token_id"] = eos if isinstance(eos, int) else 0
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -664,6 +678,8 @@ def shrink_transformers(
         _fix_token_ids(d)
         for dst, src in family_rules().get(mt, {}).get("link", {}).items():
             _set_dotted(d, dst, copy.deepcopy(_get_dotted(d, src)))
+        if task == "sequence-classification":
+            _ensure_pad_token(d)
         d["architectures"] = [arch]
         tiny = type(config).from_dict(d)
         final = tiny.to_dict()
