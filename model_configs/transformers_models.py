@@ -165,8 +165,12 @@ def make_inputs(
     if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
-    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params and (
-        spec.task != "sequence-classification"  # those shift input_ids themselves
+    if (
+        getattr(config, "is_encoder_decoder", False)
+        and "decoder_input_ids" in params
+        and (
+            spec.task != "sequence-classification"  # those shift input_ids themselves
+        )
     ):
         dec_seq = int(rules.get("decoder_seq_len", 8))
         codebooks = getattr(getattr(config, "decoder", None), "num_codebooks", None)

@@ -40,6 +40,7 @@ HIDDEN_KEYS = (
     "hidden_channels", "proj_dim", "text_embed_dim", "vision_embed_dim", "reassemble_hidden_size",
     "projection_size", "pooler_output_size", "vision_output_dim", "text_output_dim",
     "mm_hidden_size", "vision_feature_dim", "encoder_embed_dim", "decoder_embed_dim",
+    "fusion_hidden_size", "head_hidden_size", "auxiliary_channels", "decoder_channels",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -277,8 +278,10 @@ class _Shrinker:
         # Hierarchical vision (Swin-like): a small window, and an image that still spans a
         # window at the last stage.
         depths = d.get("depths")
-        if isinstance(patch, int) and isinstance(d.get("window_size"), int) and isinstance(
-            depths, list
+        if (
+            isinstance(patch, int)
+            and isinstance(d.get("window_size"), int)
+            and isinstance(depths, list)
         ):
             d["window_size"] = min(d["window_size"], 2)
             if isinstance(d.get("image_size"), int):
@@ -389,7 +392,7 @@ class _Shrinker:
         bouts = d.get("backbone_out_indices")
         if n > new_n and isinstance(bouts, list) and bouts:  # hidden-state indices (DPT)
             m = min(len(bouts), new_n)
-            d["backbone_out_indices"] = list(range(new_n - m + 1, new_n + 1))
+            d["backbone_out_indices"] = list(range(new_n - m, new_n))
         stages = d.get("stage_names")
         if n > new_n and isinstance(stages, list) and len(stages) == n + 1:
             # A backbone over layers: keep as many outputs, on the last layers.
