@@ -158,6 +158,10 @@ def make_inputs(
         width = int(getattr(_text_config(config), "hidden_size", 0) or 0)
         width = int(getattr(config, "cross_attention_hidden_size", None) or width)
         inputs["encoder_hidden_states"] = torch.randn(BATCH, 8, width, generator=gen)
+    if "input_ids" in inputs and _audio_token_id(config) is not None and (
+        "input_features" in params and getattr(config, "audio_config", None) is not None
+    ):
+        _add_audio(model, config, params, inputs, gen)
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
         mask = torch.zeros_like(inputs["input_ids"])
         mask[:, 0] = 1
@@ -238,13 +242,15 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
     return {"pixel_values": torch.randn(BATCH, channels, h, w, generator=gen)}
 
 
-def _count_image_tokens(model: Any, config: Any, pixels: dict[str, Any]) -> int:
-    """How many text positions the vision tower's features fill, for all images together."""
+def _count_feature_tokens(
+    model: Any, config: Any, pixels: dict[str, Any], getter: str = "get_image_features"
+) -> int:
+    """How many text positions a tower's features fill, for all images (or clips) together."""
     import torch
 
-    fn = getattr(model, "get_image_features", None)
+    fn = getattr(model, getter, None)
     if fn is None:
-        raise ShrinkError(f"{type(model).__name__} takes images but has no get_image_features")
+        raise ShrinkError(f"{type(model).__name__} takes this modality but has no {getter}")
     accepted = set(inspect.signature(fn).parameters)
     kwargs = {k: v for k, v in pixels.items() if k in accepted or "kwargs" in accepted}
     with torch.no_grad():
@@ -274,7 +280,7 @@ def _add_images(
     import torch
 
     pixels = _pixel_inputs(config, params, gen)
-    total = _count_image_tokens(model, config, pixels)
+    total = _count_feature_tokens(model, config, pixels)
     per_sample = total // BATCH
     image_id = int(_image_token_id(config) or 0)
     before = [
@@ -285,12 +291,7 @@ def _add_images(
         v for k in ("vision_end_token_id", "eoi_token_id", "eoi_token_index")
         if isinstance(v := getattr(config, k, None), int)
     ][:1]  # fmt: skip
-    text = inputs["input_ids"]
-    rows = []
-    for b in range(BATCH):
-        image = torch.tensor(before + [image_id] * per_sample + after, dtype=torch.long)
-        rows.append(torch.cat([text[b, :1], image, text[b, 1:]]))
-    ids = torch.stack(rows)
+    ids = _splice(inputs["input_ids"], before + [image_id] * per_sample + after)
     inputs["input_ids"] = ids
     if "attention_mask" in inputs:
         inputs["attention_mask"] = torch.ones_like(ids)
@@ -299,6 +300,60 @@ def _add_images(
         if k in params:
             inputs[k] = is_image
     inputs.update(pixels)
+
+
+def _splice(text: Any, tokens: list[int]) -> Any:
+    """Insert the same token run after the first token of every row."""
+    import torch
+
+    run = torch.tensor(tokens, dtype=torch.long)
+    return torch.stack([torch.cat([row[:1], run, row[1:]]) for row in text])
+
+
+def _audio_token_id(config: Any) -> int | None:
+    for k in ("audio_token_id", "audio_token_index"):
+        v = getattr(config, k, None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _add_audio(
+    model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any
+) -> None:
+    """Audio features plus a prompt whose audio-token count matches the audio tower's output."""
+    import torch
+
+    audio_config = getattr(config, "audio_config", None) or config
+    feats = _audio_features(gen, audio_config, {})
+    frames = feats.shape[-1] if feats.shape[1] == _mel_bins(audio_config) else feats.shape[1]
+    audio: dict[str, Any] = {"input_features": feats}
+    getter = getattr(model, "get_audio_features", None)
+    accepted = set(inspect.signature(getter).parameters) if getter else set()
+    for k in ("input_features_mask", "feature_attention_mask", "audio_attention_mask"):
+        if k in accepted or k in params:
+            audio[k] = torch.ones(BATCH, frames, dtype=torch.long)
+    total = _count_feature_tokens(model, config, audio, getter="get_audio_features")
+    audio_id = int(_audio_token_id(config) or 0)
+    before = [
+        v for k in ("audio_start_token_id", "audio_bos_token_id", "boa_token_id")
+        if isinstance(v := getattr(config, k, None), int)
+    ][:1]  # fmt: skip
+    after = [
+        v for k in ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id")
+        if isinstance(v := getattr(config, k, None), int)
+    ][:1]  # fmt: skip
+    ids = _splice(inputs["input_ids"], before + [audio_id] * (total // BATCH) + after)
+    inputs["input_ids"] = ids
+    if "attention_mask" in inputs:
+        inputs["attention_mask"] = torch.ones_like(ids)
+    inputs.update({k: v for k, v in audio.items() if k in params})
+
+
+def _mel_bins(config: Any) -> int:
+    return int(
+        getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 80) or 80
+    )
 
 
 def _has_cross_attention(model: Any) -> bool:
