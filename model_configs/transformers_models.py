@@ -159,7 +159,8 @@ def make_inputs(
         width = int(getattr(config, "cross_attention_hidden_size", None) or width)
         inputs["encoder_hidden_states"] = torch.randn(BATCH, 8, width, generator=gen)
     if "input_ids" in inputs and _audio_token_id(config) is not None and (
-        "input_features" in params and getattr(config, "audio_config", None) is not None
+        "input_features" in params
+        and (getattr(config, "audio_config", None) or getattr(config, "encoder_config", None))
     ):
         _add_audio(model, config, params, inputs, gen)
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
@@ -324,8 +325,11 @@ def _add_audio(
     """Audio features plus a prompt whose audio-token count matches the audio tower's output."""
     import torch
 
-    audio_config = getattr(config, "audio_config", None) or config
-    feats = _audio_features(gen, audio_config, {})
+    audio_config = (
+        getattr(config, "audio_config", None) or getattr(config, "encoder_config", None) or config
+    )
+    layout = "mel_channels_first" if getattr(audio_config, "num_mel_bins", None) else "frames_last"
+    feats = _audio_features(gen, audio_config, {"features": layout})
     frames = feats.shape[-1] if feats.shape[1] == _mel_bins(audio_config) else feats.shape[1]
     audio: dict[str, Any] = {"input_features": feats}
     getter = getattr(model, "get_audio_features", None)
@@ -390,7 +394,7 @@ def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
             bins = v
             break
     if layout == "mel_channels_first":
-        frames = 2 * int(getattr(config, "max_source_positions", 32) or 32)
+        frames = 2 * int(getattr(config, "max_source_positions", None) or 32)
         return torch.randn(BATCH, bins, frames, generator=gen)
     frames = int(rules.get("frames", 64))
     channels = int(getattr(config, "input_channels", 1) or 1)

@@ -250,6 +250,9 @@ class _Shrinker:
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > MAX_POSITIONS:
                 d[k] = MAX_POSITIONS
+        v = d.get("max_source_positions")
+        if isinstance(v, int) and not isinstance(v, bool) and v > 32 and "max_source_positions" not in keep:
+            d["max_source_positions"] = 32  # audio encoders: frames = 2 * positions
         for k in keys(WINDOW_KEYS):
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > WINDOW:
