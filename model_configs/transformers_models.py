@@ -397,7 +397,8 @@ def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
         frames = 2 * int(getattr(config, "max_source_positions", None) or 32)
         return torch.randn(BATCH, bins, frames, generator=gen)
     frames = int(rules.get("frames", 64))
-    channels = int(getattr(config, "input_channels", 1) or 1)
+    per_channel = getattr(config, "input_feat_per_channel", None)
+    channels = int(getattr(config, "input_channels", 1) or 1) if per_channel == bins else 1
     return torch.randn(BATCH, frames, bins * channels, generator=gen)
 
 

@@ -317,6 +317,11 @@ def apply_rule(rule: dict[str, Any], value: Any, names: dict[str, Any]) -> Any:
         return _cap(value, int(rule["cap"]))
     if "channels" in rule:
         return _channels(value, int(rule["channels"]), int(rule.get("max", 64)))
+    if "scale_first" in rule:  # list scaled so its first entry becomes the base (ratios kept)
+        if not isinstance(value, list) or not value or not value[0]:
+            return value
+        base = int(rule["scale_first"])
+        return [max(1, v * base // value[0]) for v in value]
     if "axes_sum" in rule:
         if not isinstance(value, list) or not value:
             return value
