@@ -56,8 +56,24 @@ def build_model(spec: TinySpec) -> Any:
     cls = model_class(spec.architecture)
     torch.manual_seed(0)
     model = cls.from_config(dict(spec.config))
+    host = class_rule(spec.architecture).get("host")
+    if host:
+        model = _build_host(host, model, spec)
     _randomize_zero_weights(model)
     return model.to(dtype=torch.float32).eval()
+
+
+def _build_host(host: dict[str, Any], part: Any, spec: TinySpec) -> Any:
+    """The model a part-only class runs inside (MotionAdapter -> UNetMotionModel, ...).
+
+    `host` names the base class and its config (expressions over the part's config, so the
+    two agree), the host class and its factory, which takes (base, part) positionally.
+    """
+    names = {**dict(part.config), "B": BATCH}
+    base_config = {k: _plain(v, names) for k, v in host["base_config"].items()}
+    base = model_class(host["base"]).from_config(base_config)
+    factory = getattr(model_class(host["class"]), host["factory"])
+    return factory(base, part)
 
 
 def _randomize_zero_weights(model: Any) -> None:
@@ -80,12 +96,15 @@ def _randomize_zero_weights(model: Any) -> None:
 def _names(spec: TinySpec, model: Any) -> dict[str, Any]:
     config = dict(getattr(model, "config", {}) or {})
     config.update({k: v for k, v in spec.config.items() if k not in config})
-    return {**config, "B": BATCH, **class_rule(spec.architecture).get("vars_const", {})}
+    return {**config, "B": BATCH}
 
 
 def inputs_are_curated(spec: TinySpec) -> bool:
     """True when the class has a written input recipe (not guessed from its signature)."""
-    return "inputs" in class_rule(spec.architecture)
+    entry = class_rule(spec.architecture)
+    if entry.get("host"):
+        entry = class_rule(entry["host"]["class"])
+    return "inputs" in entry
 
 
 def make_inputs(
@@ -95,6 +114,8 @@ def make_inputs(
     import torch
 
     entry = class_rule(spec.architecture)
+    if entry.get("host"):  # the part runs inside its host model: feed the host
+        entry = class_rule(entry["host"]["class"])
     recipe = entry.get("inputs") or guess_recipe(spec, model)
     names = _names(spec, model)
     for key, expr in entry.get("vars", {}).items():

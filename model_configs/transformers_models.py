@@ -158,9 +158,13 @@ def make_inputs(
         width = int(getattr(_text_config(config), "hidden_size", 0) or 0)
         width = int(getattr(config, "cross_attention_hidden_size", None) or width)
         inputs["encoder_hidden_states"] = torch.randn(BATCH, 8, width, generator=gen)
-    if "input_ids" in inputs and _audio_token_id(config) is not None and (
-        "input_features" in params
-        and (getattr(config, "audio_config", None) or getattr(config, "encoder_config", None))
+    if (
+        "input_ids" in inputs
+        and _audio_token_id(config) is not None
+        and (
+            "input_features" in params
+            and (getattr(config, "audio_config", None) or getattr(config, "encoder_config", None))
+        )
     ):
         _add_audio(model, config, params, inputs, gen)
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
@@ -231,6 +235,30 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
         }
     h, w = _image_size(config)
     channels = _num_channels(config)
+    frames = getattr(_vision_config(config), "num_frames", None) or getattr(
+        config, "num_frames", None
+    )
+    if isinstance(frames, int) and frames > 0 and "image_grid_thw" not in params:  # video
+        return {"pixel_values": torch.randn(BATCH, frames, channels, h, w, generator=gen)}
+    if "pixel_attention_mask" in params and "spatial_shapes" not in params:  # Idefics2/3
+        return {
+            "pixel_values": torch.randn(BATCH, 1, channels, h, w, generator=gen),
+            "pixel_attention_mask": torch.ones(BATCH, 1, h, w, dtype=torch.long),
+        }
+    pins = getattr(config, "image_grid_pinpoints", None)
+    if pins and "image_sizes" in params:  # LLaVA-NeXT any-resolution tiles
+        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+        n = int(image_size_to_num_patches((h, w), pins, h))
+        return {
+            "pixel_values": torch.randn(BATCH, n, channels, h, w, generator=gen),
+            "image_sizes": torch.tensor([[h, w]] * BATCH),
+        }
+    if "image_sizes" in params:  # Pixtral-style: one image of its own size
+        return {
+            "pixel_values": torch.randn(BATCH, channels, h, w, generator=gen),
+            "image_sizes": torch.tensor([[h, w]] * BATCH),
+        }
     if "spatial_shapes" in params:  # NaFlex (SigLIP2): patch sequences plus their grid
         patch = _config_int(config, "patch_size", default=16)
         n = _config_int(config, "num_patches", default=16)
@@ -319,9 +347,7 @@ def _audio_token_id(config: Any) -> int | None:
     return None
 
 
-def _add_audio(
-    model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any
-) -> None:
+def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any) -> None:
     """Audio features plus a prompt whose audio-token count matches the audio tower's output."""
     import torch
 

@@ -251,7 +251,12 @@ class _Shrinker:
             if isinstance(v, int) and not isinstance(v, bool) and v > MAX_POSITIONS:
                 d[k] = MAX_POSITIONS
         v = d.get("max_source_positions")
-        if isinstance(v, int) and not isinstance(v, bool) and v > 32 and "max_source_positions" not in keep:
+        if (
+            isinstance(v, int)
+            and not isinstance(v, bool)
+            and v > 32
+            and "max_source_positions" not in keep
+        ):
             d["max_source_positions"] = 32  # audio encoders: frames = 2 * positions
         for k in keys(WINDOW_KEYS):
             v = d[k]
@@ -260,7 +265,8 @@ class _Shrinker:
         new_hd = d.get(hd_key) if hd_key else None
         if not new_hd and new_heads and hidden_key:
             new_hd = d[hidden_key] // new_heads
-        self._shrink_rope(d, hd or (hidden // heads_val if hidden and heads_val else None), new_hd)
+        old_hd = hd or (hidden // heads_val if hidden and heads_val else None)
+        self._shrink_rope(d, old_hd, new_hd)
 
         # --- images ---
         patch = d.get("patch_size")
@@ -278,6 +284,17 @@ class _Shrinker:
         elif isinstance(patch, list) and isinstance(image, list) and len(patch) == len(image):
             d["image_size"] = [min(i, p * GRID) for i, p in zip(image, patch, strict=True)]
 
+        tubelet = d.get("tubelet_size")
+        if isinstance(tubelet, list) and len(tubelet) == 3 and isinstance(image, int):
+            d["image_size"] = min(image, tubelet[1] * GRID)  # ViViT: the tubelet is the patch
+        frames = d.get("num_frames")
+        if isinstance(frames, int) and not isinstance(frames, bool) and frames > 4:
+            t = tubelet[0] if isinstance(tubelet, list) else tubelet
+            d["num_frames"] = max(4, t if isinstance(t, int) else 1)
+        rot = d.get("rotary_dim")
+        if isinstance(rot, int) and old_hd and new_hd and rot > new_hd:
+            d["rotary_dim"] = max(2, (rot * new_hd // old_hd) // 2 * 2)
+
         # Hierarchical vision (Swin-like): a small window, and an image that still spans a
         # window at the last stage.
         depths = d.get("depths")
@@ -292,6 +309,15 @@ class _Shrinker:
         for k in ("num_queries", "num_detection_tokens", "num_top_queries"):
             if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] > 8:
                 d[k] = 8
+
+        pins = d.get("image_grid_pinpoints")
+        vision = d.get("vision_config")
+        if isinstance(pins, list) and isinstance(vision, dict):
+            size = vision.get("image_size")
+            big = max((max(p) for p in pins if isinstance(p, list) and p), default=0)
+            if isinstance(size, int) and big > size * 4:
+                old_size = min(min(p) for p in pins)
+                d["image_grid_pinpoints"] = [[x * size // old_size for x in p] for p in pins]
 
         # --- family rules (after the generic ones) ---
         for dotted, value in rules.get("defaults", {}).items():
