@@ -136,7 +136,7 @@ def make_inputs(
     if main == "pixel_values" or (
         "pixel_values" in params and _has_vision(config) and _image_token_id(config) is None
     ):
-        inputs.update(_pixel_inputs(config, params, gen))
+        inputs.update(_pixel_inputs(config, params, gen, model))
     if main == "input_features":
         inputs["input_features"] = _audio_features(gen, config, rules)
     if main == "input_values":
@@ -218,7 +218,14 @@ def _config_int(config: Any, *names: str, default: int) -> int:
     return default
 
 
-def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
+def _required_args(fn: Any) -> set[str]:
+    if fn is None:
+        return set()
+    sig = inspect.signature(fn).parameters
+    return {k for k, p in sig.items() if p.default is p.empty and p.kind is not p.VAR_KEYWORD}
+
+
+def _pixel_inputs(config: Any, params: set[str], gen: Any, model: Any = None) -> dict[str, Any]:
     """Images at the shrunk size, in the layout the model takes (one image per sample)."""
     import torch
 
@@ -246,7 +253,8 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
             "pixel_attention_mask": torch.ones(BATCH, 1, h, w, dtype=torch.long),
         }
     pins = getattr(config, "image_grid_pinpoints", None)
-    if pins and "image_sizes" in params:  # LLaVA-NeXT any-resolution tiles
+    sizes_needed = "image_sizes" in _required_args(getattr(model, "get_image_features", None))
+    if pins and sizes_needed:  # LLaVA-NeXT any-resolution tiles
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
         n = int(image_size_to_num_patches((h, w), pins, h))
@@ -254,7 +262,7 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any) -> dict[str, Any]:
             "pixel_values": torch.randn(BATCH, n, channels, h, w, generator=gen),
             "image_sizes": torch.tensor([[h, w]] * BATCH),
         }
-    if "image_sizes" in params:  # Pixtral-style: one image of its own size
+    if sizes_needed:  # Pixtral-style: one image of its own size
         return {
             "pixel_values": torch.randn(BATCH, channels, h, w, generator=gen),
             "image_sizes": torch.tensor([[h, w]] * BATCH),
@@ -308,7 +316,7 @@ def _add_images(
     """Images plus a prompt whose image-token count matches the vision features."""
     import torch
 
-    pixels = _pixel_inputs(config, params, gen)
+    pixels = _pixel_inputs(config, params, gen, model)
     total = _count_feature_tokens(model, config, pixels)
     per_sample = total // BATCH
     image_id = int(_image_token_id(config) or 0)

@@ -553,7 +553,8 @@ def _sub_config_class(cls: Any, key: str, sub: dict[str, Any]) -> Any:
 def _ensure_pad_token(d: dict[str, Any]) -> None:
     """Sequence-classification heads find the last token through pad_token_id; users of
     decoder-only checkpoints (GPT-2, Qwen2) set it to eos, as done here when it is missing."""
-    target = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    text = d.get("text_config")
+    target: dict[str, Any] = text if isinstance(text, dict) else d
     if target.get("pad_token_id") is None:
         eos = target.get("eos_token_id")
         eos = eos[0] if isinstance(eos, list) and eos else eos
