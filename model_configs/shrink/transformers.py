@@ -41,6 +41,7 @@ HIDDEN_KEYS = (
     "projection_size", "pooler_output_size", "vision_output_dim", "text_output_dim",
     "mm_hidden_size", "vision_feature_dim", "encoder_embed_dim", "decoder_embed_dim",
     "fusion_hidden_size", "head_hidden_size", "auxiliary_channels", "decoder_channels",
+    "fpn_feature_size", "mask_feature_size", "encoder_feedforward_dim", "d_latent",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -184,6 +185,12 @@ class _Shrinker:
             d[kv_key] = new_kv  # type: ignore[index]
         if hd and hd > HEAD_DIM:
             d[hd_key] = HEAD_DIM  # type: ignore[index]
+        if "head_dim" in d and d["head_dim"] is None and new_heads and hidden_key:
+            d["head_dim"] = d[hidden_key] // new_heads  # the modeling code may not derive it
+        for k in list(d):  # conv groups that follow the width (depthwise over hidden)
+            v = d[k]
+            if k.endswith("groups") and isinstance(v, int) and hidden and v == hidden:
+                d[k] = d[hidden_key]  # type: ignore[index]
         for k in keys(EXTRA_HEAD_DIM_KEYS):
             if isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > HEAD_DIM:
                 d[k] = HEAD_DIM
