@@ -156,7 +156,8 @@ class StoreQuery:
             self._con.execute(f"SET threads = {int(threads)}")
         self._con.execute("SET enable_object_cache = true")
         self._con.execute(_MODEL_RUNS_DDL)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # listing, memo and bookkeeping
+        self._run_locks: dict[str, threading.Lock] = {}  # one per run: summaries run in parallel
         self._listed_at = -1.0
         self._files: dict[str, RunFiles] = {}
         self._runs_fp: tuple[tuple[str, int, int], ...] = ()
@@ -259,6 +260,11 @@ class StoreQuery:
             if self._summarised.get(run_id) == files.fingerprint:  # fast path, no lock
                 continue
             with self._lock:
+                run_lock = self._run_locks.setdefault(run_id, threading.Lock())
+            # a lock per run: a request for tonight's run never queues behind a warm-up
+            # summarising last month's runs
+            with run_lock:
+                files = self.files(run_id)
                 old_fp = self._summarised.get(run_id)
                 if old_fp == files.fingerprint:
                     continue
