@@ -372,6 +372,10 @@ class _Shrinker:
         return max(1.0, max(ints) / (HIDDEN * 2)) if ints else 1.0
 
     def _shrink_layers(self, d: dict[str, Any], layer_keys: list[str]) -> None:
+        for k in ("depths", "encoder_layers_per_stage", "num_layers_per_stage", "stage_depths"):
+            v = d.get(k)
+            if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+                d[k] = [min(x, 1) for x in v]  # per-stage depths: one block per stage
         counts = [d[k] for k in layer_keys if isinstance(d[k], int) and not isinstance(d[k], bool)]
         if not counts:
             return
