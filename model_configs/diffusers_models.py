@@ -96,7 +96,7 @@ def _randomize_zero_weights(model: Any) -> None:
 def _names(spec: TinySpec, model: Any) -> dict[str, Any]:
     config = dict(getattr(model, "config", {}) or {})
     config.update({k: v for k, v in spec.config.items() if k not in config})
-    return {**config, "B": BATCH}
+    return {**config, "B": int(class_rule(spec.architecture).get("batch", BATCH))}
 
 
 def inputs_are_curated(spec: TinySpec) -> bool:
