@@ -138,7 +138,12 @@ def make_inputs(
     ):
         inputs.update(_pixel_inputs(config, params, gen, model))
     if main == "input_features":
-        inputs["input_features"] = _audio_features(gen, config, rules)
+        audio_config = _audio_config(config)
+        inputs["input_features"] = _audio_features(gen, audio_config, rules)
+        if "attention_mask" in params and "input_ids" not in inputs:
+            frames_dim = -1 if inputs["input_features"].shape[1] == _mel_bins(audio_config) else 1
+            frames = inputs["input_features"].shape[frames_dim]
+            inputs["attention_mask"] = torch.ones(BATCH, frames, dtype=torch.long)
     if main == "input_values":
         n = int(rules.get("samples", 3200))
         channels = int(rules.get("audio_channels", 0))
@@ -347,6 +352,14 @@ def _splice(text: Any, tokens: list[int]) -> Any:
     return torch.stack([torch.cat([row[:1], run, row[1:]]) for row in text])
 
 
+def _audio_config(config: Any) -> Any:
+    for k in ("audio_config", "encoder_config", "speech_config"):
+        sub = getattr(config, k, None)
+        if sub is not None and not isinstance(sub, dict):
+            return sub
+    return config
+
+
 def _audio_token_id(config: Any) -> int | None:
     for k in ("audio_token_id", "audio_token_index"):
         v = getattr(config, k, None)
@@ -359,9 +372,7 @@ def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any]
     """Audio features plus a prompt whose audio-token count matches the audio tower's output."""
     import torch
 
-    audio_config = (
-        getattr(config, "audio_config", None) or getattr(config, "encoder_config", None) or config
-    )
+    audio_config = _audio_config(config)
     layout = "mel_channels_first" if getattr(audio_config, "num_mel_bins", None) else "frames_last"
     feats = _audio_features(gen, audio_config, {"features": layout})
     frames = feats.shape[-1] if feats.shape[1] == _mel_bins(audio_config) else feats.shape[1]

@@ -50,6 +50,7 @@ FFN_KEYS = (
     "dense_intermediate_size", "moe_ffn_hidden_size", "encoder_intermediate_size",
     "decoder_intermediate_size", "inner_dim", "d_inner", "classifier_proj_size",
     "codevector_dim", "proj_codevector_dim", "xvector_output_dim", "pooler_hidden_size",
+    "subsampling_conv_channels", "conv_channels", "adapter_dim",
 )  # fmt: skip
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
