@@ -209,6 +209,7 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "int": int,
     "prod": math.prod,
     "list": list,
+    "range": lambda *a: list(range(*a)),
     "bool": bool,
     "first": lambda v: v[0] if isinstance(v, list | tuple) else v,
 }
@@ -220,7 +221,7 @@ class _Missing(Exception):
 
 def evaluate(expr: Any, names: dict[str, Any]) -> Any:
     """Evaluate a rule expression: numbers, config names, + - * // / % **, comparisons,
-    `and`/`or`/`not`, `x if c else y`, subscripts and len/min/max/sum/int/prod/first. Non-strings
+    `and`/`or`/`not`, `x if c else y`, subscripts and len/min/max/sum/int/prod/first/range/list. Non-strings
     pass through."""
     if not isinstance(expr, str):
         return expr
