@@ -125,7 +125,7 @@ def summarize(rows: list[dict[str, Any]], wrappers: list[str]) -> str:
     lines = []
 
     def pct(k: int) -> str:
-        return f"{k:4d} / {n} ({k / n:.0%})" if n else "0"
+        return f"{k:4d} / {n} ({k / n:.1%})" if n else "0"
 
     built = sum(r["built"] for r in rows)
     fwd = sum(r["forward"] for r in rows)

@@ -258,7 +258,10 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any, model: Any = None) ->
             "pixel_attention_mask": torch.ones(BATCH, 1, h, w, dtype=torch.long),
         }
     pins = getattr(config, "image_grid_pinpoints", None)
-    sizes_needed = "image_sizes" in _required_args(getattr(model, "get_image_features", None))
+    getter = getattr(model, "get_image_features", None) or getattr(
+        getattr(model, "model", None), "get_image_features", None
+    )
+    sizes_needed = "image_sizes" in _required_args(getter)
     if pins and sizes_needed:  # LLaVA-NeXT any-resolution tiles
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
@@ -290,7 +293,7 @@ def _count_feature_tokens(
     """How many text positions a tower's features fill, for all images (or clips) together."""
     import torch
 
-    fn = getattr(model, getter, None)
+    fn = getattr(model, getter, None) or getattr(getattr(model, "model", None), getter, None)
     if fn is None:
         raise ShrinkError(f"{type(model).__name__} takes this modality but has no {getter}")
     accepted = set(inspect.signature(fn).parameters)

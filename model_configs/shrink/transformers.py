@@ -188,6 +188,10 @@ class _Shrinker:
             d[hd_key] = HEAD_DIM  # type: ignore[index]
         if "head_dim" in d and d["head_dim"] is None and new_heads and hidden_key:
             d["head_dim"] = d[hidden_key] // new_heads  # the modeling code may not derive it
+        for k in ("num_groups", "norm_num_groups", "num_norm_groups", "group_norm_groups"):
+            v = d.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 4:
+                d[k] = 4  # GroupNorm groups must divide the (now narrow) channels
         for k in list(d):  # conv groups that follow the width (depthwise over hidden)
             v = d[k]
             if k.endswith("groups") and isinstance(v, int) and hidden and v == hidden:
