@@ -50,6 +50,18 @@ CASES = {
     "sd35_transformer": lambda: _bundled("sd35_medium_transformer.json"),
     "wan_transformer": lambda: _bundled("wan21_i2v_14b_transformer.json"),
     "wan_vae": lambda: default_config("AutoencoderKLWan"),
+    # class defaults of other families: ControlNet, video UNet, DiT/PixArt, Sana, Z-Image,
+    # Qwen-Image, HunyuanVideo, LTX-Video, audio VAE, and an adapter run inside its host model
+    "controlnet": lambda: default_config("ControlNetModel"),
+    "unet_motion": lambda: default_config("UNetMotionModel"),
+    "pixart": lambda: default_config("PixArtTransformer2DModel"),
+    "sana": lambda: default_config("SanaTransformer2DModel"),
+    "z_image": lambda: default_config("ZImageTransformer2DModel"),
+    "qwen_image": lambda: default_config("QwenImageTransformer2DModel"),
+    "hunyuan_video": lambda: default_config("HunyuanVideoTransformer3DModel"),
+    "ltx_video": lambda: default_config("LTXVideoTransformer3DModel"),
+    "oobleck_vae": lambda: default_config("AutoencoderOobleck"),
+    "motion_adapter": lambda: default_config("MotionAdapter"),
 }
 
 
@@ -200,8 +212,33 @@ def test_iter_default_configs_covers_model_classes():
     assert first.config["_class_name"] in names and first.source == "diffusers_default"
 
 
+def test_adapter_runs_inside_its_host():
+    spec = shrink(_resolved(default_config("MotionAdapter")))
+    model = dm.build_model(spec)
+    assert type(model).__name__ == "UNetMotionModel"  # the adapter's modules are inside
+    assert dm.inputs_are_curated(spec)
+    assert dm.make_inputs(spec, model)["sample"].ndim == 5
+
+
+def test_unrunnable_class_is_a_named_skip():
+    with pytest.raises(ConfigError) as exc:
+        shrink(_resolved(default_config("AutoencoderKLAllegro")))
+    assert exc.value.reason == SkipReason.NO_MODEL_CLASS.value
+    assert "tile" in exc.value.message
+
+
+def test_every_class_rule_has_a_reason():
+    from model_configs.shrink.diffusers import load_rules
+
+    classes = load_rules()["classes"]
+    assert len(classes) > 100
+    assert all(entry.get("reason") for entry in classes.values())
+
+
 def test_rule_expressions_are_restricted():
     assert evaluate("2 * a + first(b)", {"a": 3, "b": [4, 5]}) == 10
     assert evaluate("x if c is None else y", {"x": 1, "y": 2, "c": None}) == 1
+    assert evaluate("a or 3", {"a": None}) == 3  # Python semantics, not a bool
+    assert evaluate("orig['k'] // 2", {"orig": {"k": 9}}) == 4
     with pytest.raises(ValueError):
         evaluate("__import__('os')", {})

@@ -330,7 +330,11 @@ def apply_rule(rule: dict[str, Any], value: Any, names: dict[str, Any]) -> Any:
     if "kv_heads" in rule:  # keep MHA (kv == heads), MQA (kv == 1) and GQA (1 < kv < heads)
         heads_key = str(rule["kv_heads"])
         orig_heads, heads = names["orig"].get(heads_key), names.get(heads_key)
-        if not isinstance(value, int) or not isinstance(orig_heads, int) or not isinstance(heads, int):
+        if (
+            not isinstance(value, int)
+            or not isinstance(orig_heads, int)
+            or not isinstance(heads, int)
+        ):
             return value
         if value >= orig_heads:
             return heads
