@@ -172,6 +172,13 @@ def make_inputs(
         )
     ):
         _add_audio(model, config, params, inputs, gen)
+    if (
+        "input_features" in params
+        and "input_features" not in inputs
+        and getattr(config, "audio_config", None) is not None
+        and _audio_token_id(config) is None
+    ):  # dual encoders (CLAP): audio beside text
+        inputs["input_features"] = _audio_features(gen, _audio_config(config), rules)
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
         mask = torch.zeros_like(inputs["input_ids"])
         mask[:, 0] = 1
@@ -441,6 +448,9 @@ def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
         if layout == "frames_last" and isinstance(v, int) and v > 0:
             bins = v
             break
+    if layout == "channel_time_mel":  # CLAP's HTSAT: a one-channel spectrogram image
+        frames = int(rules.get("frames", 64))
+        return torch.randn(BATCH, 1, frames, bins, generator=gen)
     if layout == "mel_channels_first":
         frames = 2 * int(getattr(config, "max_source_positions", None) or 32)
         return torch.randn(BATCH, bins, frames, generator=gen)

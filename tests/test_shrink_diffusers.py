@@ -39,7 +39,39 @@ def _resolved(config: dict, components: dict | None = None) -> ResolvedConfig:
     )
 
 
+def _sd15_variant(**overrides) -> dict:
+    """SD 1.5's UNet with the keys other UNet families change (SD 2, DeepFloyd IF, Kandinsky 2.2)."""
+    return {**_bundled("sd15_unet.json"), **overrides}
+
+
+SIMPLE_CROSS_ATTN = {
+    "down_block_types": ["ResnetDownsampleBlock2D"] + ["SimpleCrossAttnDownBlock2D"] * 3,
+    "up_block_types": ["SimpleCrossAttnUpBlock2D"] * 3 + ["ResnetUpsampleBlock2D"],
+    "mid_block_type": "UNetMidBlock2DSimpleCrossAttn",
+    "resnet_time_scale_shift": "scale_shift",
+    "attention_head_dim": 64,
+    "layers_per_block": 3,
+}
+
 CASES = {
+    "sd2_unet": lambda: _sd15_variant(
+        attention_head_dim=[5, 10, 20, 20], cross_attention_dim=1024, use_linear_projection=True
+    ),
+    "if_unet_text_proj": lambda: _sd15_variant(
+        **SIMPLE_CROSS_ATTN,
+        addition_embed_type="text",
+        encoder_hid_dim=4096,
+        encoder_hid_dim_type="text_proj",
+        in_channels=3,
+        out_channels=6,
+    ),
+    "kandinsky22_unet_image_proj": lambda: _sd15_variant(
+        **SIMPLE_CROSS_ATTN,
+        addition_embed_type="image",
+        encoder_hid_dim=1280,
+        encoder_hid_dim_type="image_proj",
+        out_channels=8,
+    ),
     "sd15_unet": lambda: _bundled("sd15_unet.json"),
     "sdxl_unet": lambda: _bundled("sdxl_base_unet.json"),
     "sdxl_refiner_unet": lambda: _bundled("sdxl_refiner_unet.json"),

@@ -456,6 +456,8 @@ def shrink_diffusers(
             reason=SkipReason.NO_MODEL_CLASS.value,
             model_id=resolved.model_id,
         )
+    # Keys a config.json omits take the class defaults when diffusers loads it; shrink those too.
+    config = {**default_config(class_name), **config}
     try:
         shrunk, changes = shrink_config(config, class_name)
     except ShrinkError as exc:

@@ -418,7 +418,9 @@ class _Shrinker:
         for k, v in list(d.items()):
             if k in layer_keys:
                 continue
-            if isinstance(v, list) and len(v) == n and n > new_n and k != "architectures":
+            if k in HEAD_KEYS or k in STAGE_LIST_KEYS or k == "architectures":
+                continue  # per-stage lists, not per-layer ones
+            if isinstance(v, list) and len(v) == n and n > new_n:
                 d[k] = [v[i] for i in picked]
             elif isinstance(v, str) and len(v) == n and n > new_n and k.endswith("pattern"):
                 d[k] = "".join(v[i] for i in picked)
@@ -507,6 +509,12 @@ class _Shrinker:
                     if isinstance(fac, list) and new_hd:
                         rot = int(new_hd * d.get("partial_rotary_factor", 1.0))
                         params[fk] = _resample(fac, max(1, rot // 2))
+
+
+STAGE_LIST_KEYS = {
+    "depths", "hidden_sizes", "embed_dims", "hidden_dims", "dims", "widths", "strides",
+    "patch_sizes", "patch_stride", "mlp_ratios", "sr_ratios", "kernel_sizes", "channels",
+}  # fmt: skip
 
 
 def _cap_dims(overrides: dict[str, Any]) -> dict[str, Any]:
