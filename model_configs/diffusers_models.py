@@ -10,8 +10,8 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
   zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
 - `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value
-  (`tuples: true` turns its innermost lists into tuples);
-- `cat`: specs concatenated along `dim` (default 0);
+  (`tuples: true` turns its innermost lists into tuples, `int_keys: true` makes dict keys ints);
+- `cat`: specs concatenated along `dim` (default 0); `stack`: specs stacked on a new dim 0;
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
   `when` holds.
 
@@ -67,13 +67,14 @@ def _build_host(host: dict[str, Any], part: Any, spec: TinySpec) -> Any:
     """The model a part-only class runs inside (MotionAdapter -> UNetMotionModel, ...).
 
     `host` names the base class and its config (expressions over the part's config, so the
-    two agree), the host class and its factory, which takes (base, part) positionally.
+    two agree), the host class and its factory, which takes (base, part) positionally, or
+    (part, base) with `part_first` (a ControlNet borrowing its transformer's embedders).
     """
     names = {**dict(part.config), "B": BATCH}
     base_config = {k: _plain(v, names) for k, v in host["base_config"].items()}
     base = model_class(host["base"]).from_config(base_config)
     factory = getattr(model_class(host["class"]), host["factory"])
-    return factory(base, part)
+    return factory(part, base) if host.get("part_first") else factory(base, part)
 
 
 def _randomize_zero_weights(model: Any) -> None:
@@ -158,8 +159,12 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
     if "cat" in spec:
         parts = [_build(s, names, generator) for s in spec["cat"]]
         return torch.cat(parts, dim=int(spec.get("dim", 0)))
+    if "stack" in spec:
+        return torch.stack([_build(s, names, generator) for s in spec["stack"]])
     if "value" in spec and "full" not in spec:
         value = _plain(spec["value"], names)
+        if spec.get("int_keys") and isinstance(value, dict):  # JSON object keys are strings
+            value = {int(k): v for k, v in value.items()}
         return _tuples(value) if spec.get("tuples") else value
     if "randn" in spec:
         return torch.randn(_shape(spec["randn"], names), generator=generator).to(dtype)

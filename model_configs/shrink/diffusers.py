@@ -318,6 +318,18 @@ def apply_rule(rule: dict[str, Any], value: Any, names: dict[str, Any]) -> Any:
         return _cap(value, int(rule["cap"]))
     if "channels" in rule:
         return _channels(value, int(rule["channels"]), int(rule.get("max", 64)))
+    if "rope_factors" in rule:  # longrope factor lists resampled to rotary_dim / 2 entries
+        length = int(evaluate(rule["rope_factors"], names))
+        if value is None:
+            return {"long_factor": [1.0] * length, "short_factor": [1.0] * length}
+        if not isinstance(value, dict):
+            return value
+        out = dict(value)
+        for key in ("long_factor", "short_factor"):
+            factors = value.get(key)
+            if isinstance(factors, list) and factors:
+                out[key] = [factors[i * len(factors) // length] for i in range(length)]
+        return out
     if "scale_first" in rule:  # list scaled so its first entry becomes the base (ratios kept)
         if not isinstance(value, list) or not value or not value[0]:
             return value
