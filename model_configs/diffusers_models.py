@@ -9,7 +9,7 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `grid_ids`: dims `[t, h, w, ...]` -> `(t*h*w*..., width)` position ids, one column per dim,
   zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
-- `arange`: a length; `tensor`: a literal nested list; `value`: a plain (non-tensor) value
+- `arange`: a length (from `start`, default 0); `tensor`: a literal nested list; `value`: a plain (non-tensor) value
   (`tuples: true` turns its innermost lists into tuples, `int_keys: true` makes dict keys ints);
 - `cat`: specs concatenated along `dim` (default 0); `stack`: specs stacked on a new dim 0;
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
@@ -185,7 +185,8 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
         value = evaluate(spec["value"], names)
         return torch.full(_shape(spec["full"], names), value, dtype=dtype)
     if "arange" in spec:
-        return torch.arange(int(evaluate(spec["arange"], names))).to(
+        start = int(evaluate(spec.get("start", 0), names))
+        return torch.arange(start, start + int(evaluate(spec["arange"], names))).to(
             getattr(torch, _DTYPES.get(spec.get("dtype", "long"), "int64"))
         )
     if "rope" in spec:

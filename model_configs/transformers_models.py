@@ -144,7 +144,11 @@ def make_inputs(
             frames_dim = -1 if inputs["input_features"].shape[1] == _mel_bins(audio_config) else 1
             frames = inputs["input_features"].shape[frames_dim]
             inputs["attention_mask"] = torch.ones(BATCH, frames, dtype=torch.long)
-    if main == "input_values":
+    if main == "input_values" and rules.get("input_values") == "frames_mel":  # AST
+        frames = int(getattr(config, "max_length", 64))
+        bins = int(getattr(config, "num_mel_bins", 128))
+        inputs["input_values"] = torch.randn(BATCH, frames, bins, generator=gen)
+    elif main == "input_values":
         n = int(rules.get("samples", 3200))
         channels = int(rules.get("audio_channels", 0))
         shape = (BATCH, channels, n) if channels else (BATCH, n)
@@ -183,6 +187,10 @@ def make_inputs(
         mask = torch.zeros_like(inputs["input_ids"])
         mask[:, 0] = 1
         inputs["global_attention_mask"] = mask
+    if "qformer_input_ids" in params:  # InstructBLIP: the instruction also goes to the Q-Former
+        qconfig = getattr(config, "qformer_config", config)
+        inputs["qformer_input_ids"] = _token_ids(gen, qconfig, (BATCH, 8), avoid)
+        inputs["qformer_attention_mask"] = torch.ones(BATCH, 8, dtype=torch.long)
     if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
@@ -332,7 +340,8 @@ def _add_images(
     import torch
 
     pixels = _pixel_inputs(config, params, gen, model)
-    total = _count_feature_tokens(model, config, pixels)
+    companions = {k: v for k, v in inputs.items() if k.startswith("qformer_")}
+    total = _count_feature_tokens(model, config, {**pixels, **companions})
     per_sample = total // BATCH
     image_id = int(_image_token_id(config) or 0)
     before = [
