@@ -211,7 +211,7 @@ def test_pipeline_index_resolves_to_denoiser():
     )
     assert spec.architecture == "UNet2DConditionModel"
     assert spec.config["addition_embed_type"] == "text_time"
-    assert spec.changes["pipeline.component"] == ["unet", "unet"]
+    assert spec.changes["pipeline"] == ["StableDiffusionXLPipeline", "unet"]
     assert "vae" in spec.changes["pipeline.components"][0]
     # without the component's config the class defaults stand in, and the spec says so
     bare = shrink_diffusers(_resolved(index), architecture_hint=None, pipeline_tag=None)

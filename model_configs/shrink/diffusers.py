@@ -11,7 +11,8 @@ lists stay inside the shrunk layer count.
 
 For a pipeline (`_class_name` ending in "Pipeline", components as `[library, class]` pairs) the
 denoiser component (transformer, unet, prior, ...) is the model that runs; the other diffusers
-components are listed in the spec's `changes` under `pipeline.components`.
+components are listed in the spec's `changes`: `pipeline` is [pipeline class, component that
+runs], `pipeline.components` is [all components, [the one that runs]].
 """
 
 from __future__ import annotations
@@ -131,9 +132,9 @@ def select_model_config(
             model_id=resolved.model_id,
         )
     component, class_name = found
+    # [what the input was, what runs]: the pipeline -> its denoiser, all components -> the one
     notes: dict[str, list[Any]] = {
-        "pipeline.class": [config["_class_name"], config["_class_name"]],
-        "pipeline.component": [component, component],
+        "pipeline": [config["_class_name"], component],
         "pipeline.components": [
             sorted(k for k, v in config.items() if not k.startswith("_") and _component_ref(v)),
             [component],
