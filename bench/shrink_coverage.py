@@ -190,7 +190,9 @@ def catalog_jobs(only: set[str] | None) -> tuple[list[dict[str, Any]], list[dict
             known = [t for t in types if t in CONFIG_MAPPING]
             if not types:
                 continue
-            mt = known[0] if known else types[0]
+            if not known:  # not a transformers model type: outside this target
+                continue
+            mt = known[0]
             if only and mt not in only:
                 continue
             arch = (rec["architectures_hint"] or "").split("|")[0] or None
