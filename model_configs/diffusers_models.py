@@ -8,6 +8,7 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `zeros` / `ones` / `full` (`value`): a shape list, with an optional `dtype`;
 - `grid_ids`: dims `[t, h, w, ...]` -> `(t*h*w*..., width)` position ids, one column per dim,
   zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
+- `from_model`: the value of a helper method of the model the pipeline calls (`kwargs`);
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
 - `arange`: a length (from `start`, default 0); `tensor`: a literal nested list; `value`: a plain (non-tensor) value
   (`tuples: true` turns its innermost lists into tuples, `int_keys: true` makes dict keys ints);
@@ -118,7 +119,7 @@ def make_inputs(
     if entry.get("host"):  # the part runs inside its host model: feed the host
         entry = class_rule(entry["host"]["class"])
     recipe = entry.get("inputs") or guess_recipe(spec, model)
-    names = _names(spec, model)
+    names = {**_names(spec, model), "_model": model}
     for key, expr in entry.get("vars", {}).items():
         names[key] = evaluate(expr, names)
     generator = torch.Generator().manual_seed(seed)
@@ -191,6 +192,14 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
         )
     if "rope" in spec:
         return _rope(spec, names)
+    if "from_model" in spec:  # an input the pipeline builds with a helper method of the model
+        import inspect as _inspect
+
+        method = getattr(names["_model"], spec["from_model"])
+        kwargs = {k: _plain(v, names) for k, v in spec.get("kwargs", {}).items()}
+        if "device" in _inspect.signature(method).parameters:
+            kwargs.setdefault("device", torch.device("cpu"))
+        return method(**kwargs)
     if "tensor" in spec:
         return torch.tensor(_plain(spec["tensor"], names), dtype=dtype)
     if "grid_ids" in spec:
