@@ -60,6 +60,7 @@ def build_model(spec: TinySpec) -> Any:
     host = class_rule(spec.architecture).get("host")
     if host:
         model = _build_host(host, model, spec)
+    _init_unset_weights(model, class_rule(spec.architecture).get("init_normal", []))
     _randomize_zero_weights(model)
     return model.to(dtype=torch.float32).eval()
 
@@ -76,6 +77,25 @@ def _build_host(host: dict[str, Any], part: Any, spec: TinySpec) -> Any:
     base = model_class(host["base"]).from_config(base_config)
     factory = getattr(model_class(host["class"]), host["factory"])
     return factory(part, base) if host.get("part_first") else factory(base, part)
+
+
+def _init_unset_weights(model: Any, suffixes: list[str]) -> None:
+    """Seeded N(0, 0.02) for weights a class allocates with torch.empty and never initialises.
+
+    Named per class in the rules (`init_normal`, parameter-name suffixes); any other parameter
+    holding non-finite or huge values (uninitialised memory) gets the same treatment.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.numel() == 0:
+                continue
+            unset = any(name.endswith(suffix) for suffix in suffixes)
+            if unset or not bool(torch.isfinite(param).all()) or bool(param.abs().max() > 1e4):
+                noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+                param.copy_(noise.to(param.dtype) * 0.02)
 
 
 def _randomize_zero_weights(model: Any) -> None:

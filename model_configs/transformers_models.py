@@ -194,6 +194,10 @@ def make_inputs(
     if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
+    if main == "past_values":  # PatchTST-style time series: (batch, context, channels)
+        length = int(getattr(config, "context_length", 32) or 32)
+        channels = int(getattr(config, "num_input_channels", 1) or 1)
+        inputs["past_values"] = torch.randn(BATCH, length, channels, generator=gen)
     if (
         getattr(config, "is_encoder_decoder", False)
         and "decoder_input_ids" in params

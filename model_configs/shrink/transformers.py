@@ -291,8 +291,10 @@ class _Shrinker:
             d["input_size"] = min(d["input_size"], patch * GRID)
         if isinstance(d.get("num_patches"), int) and d["num_patches"] > GRID * GRID:
             d["num_patches"] = GRID * GRID
+        # Convolutional stages downsample up to 32x: keep such images at 64 px at least.
+        staged = any(k in d for k in ("hidden_sizes", "neck_hidden_sizes", "output_stride"))
         if isinstance(patch, int) and isinstance(image, int) and image > patch * GRID:
-            d["image_size"] = patch * GRID
+            d["image_size"] = min(image, max(patch * GRID, 64 if staged else 0))
         elif isinstance(patch, list) and isinstance(image, list) and len(patch) == len(image):
             d["image_size"] = [min(i, p * GRID) for i, p in zip(image, patch, strict=True)]
 
