@@ -8,6 +8,7 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `zeros` / `ones` / `full` (`value`): a shape list, with an optional `dtype`;
 - `grid_ids`: dims `[t, h, w, ...]` -> `(t*h*w*..., width)` position ids, one column per dim,
   zero columns first (Flux-style `img_ids`); `batch: true` adds the batch dim;
+- `cache_object`: a fresh diffusers `...Cache` container (`args`) that the forward fills;
 - `from_model`: the value of a helper method of the model the pipeline calls (`kwargs`);
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
 - `arange`: a length (from `start`, default 0); `tensor`: a literal nested list; `value`: a plain (non-tensor) value
@@ -212,6 +213,14 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
         )
     if "rope" in spec:
         return _rope(spec, names)
+    if "cache_object" in spec:  # a fresh cache container the forward fills (prefix KV caches)
+        import importlib
+
+        module_name, _, class_name = str(spec["cache_object"]).rpartition(".")
+        if not module_name.startswith("diffusers.models.") or not class_name.endswith("Cache"):
+            raise ValueError(f"not a diffusers model cache class: {spec['cache_object']}")
+        cache_cls = getattr(importlib.import_module(module_name), class_name)
+        return cache_cls(*(_plain(a, names) for a in spec.get("args", [])))
     if "from_model" in spec:  # an input the pipeline builds with a helper method of the model
         import inspect as _inspect
 
