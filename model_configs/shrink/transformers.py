@@ -87,10 +87,24 @@ SKIP_SUBDICTS = {"id2label", "label2id", "rope_parameters", "rope_scaling", "qua
 
 
 @cache
+def _rules_file() -> dict[str, Any]:
+    path = Path(__file__).resolve().parent.parent / "data" / "transformers_family_rules.json"
+    return json.loads(path.read_text())
+
+
 def family_rules() -> dict[str, dict[str, Any]]:
     """The per-family rules, keyed by model_type (see the JSON file's `_about`)."""
-    path = Path(__file__).resolve().parent.parent / "data" / "transformers_family_rules.json"
-    return json.loads(path.read_text())["rules"]
+    return _rules_file()["rules"]
+
+
+def _tiny_timm_name(name: str) -> str:
+    """timm's tiny test variant of the same block type, by the longest matching prefix."""
+    table = {k: v for k, v in _rules_file()["timm_tiny"].items() if not k.startswith("_")}
+    base = name.split(".")[0]
+    for prefix in sorted(table, key=len, reverse=True):
+        if base.startswith(prefix):
+            return str(table[prefix])
+    return name
 
 
 class _Shrinker:
@@ -332,6 +346,11 @@ class _Shrinker:
             if isinstance(size, int) and big > size * 4:
                 old_size = min(min(p) for p in pins)
                 d["image_grid_pinpoints"] = [[x * size // old_size for x in p] for p in pins]
+
+        if model_type in ("timm_backbone", "timm_wrapper") or d.get("use_timm_backbone"):
+            for k in ("backbone", "architecture"):
+                if isinstance(d.get(k), str):
+                    d[k] = _tiny_timm_name(d[k])
 
         # --- family rules (after the generic ones) ---
         for dotted, value in rules.get("defaults", {}).items():
