@@ -39,6 +39,9 @@ FAMILIES = [
     "gemma3",  # VLM, pooled image tokens
     "whisper",  # speech seq2seq, fixed frames
     "wav2vec2",  # CTC on raw audio
+    "voxtral",  # speech LLM: audio tokens from the audio tower
+    "videomae",  # video clips
+    "detr",  # detection on a timm backbone (swapped for timm's tiny test variant)
 ]
 
 
@@ -92,7 +95,7 @@ def test_family_shrinks_runs_and_trains(model_type):
         if isinstance(level.get("layer_types"), list):
             assert len(level["layer_types"]) == level["num_hidden_layers"]
     # Random token ids stay off the special ids (VLM prompts hold image tokens on purpose).
-    if "input_ids" in inputs and "pixel_values" not in inputs:
+    if "input_ids" in inputs and not {"pixel_values", "input_features"} & set(inputs):
         assert not set(inputs["input_ids"].flatten().tolist()) & special_token_ids(spec.config)
     # What changed is recorded as [original, shrunk].
     assert spec.changes
@@ -170,6 +173,12 @@ def test_generate_inputs_have_no_labels():
     assert "labels" not in inputs and "use_cache" not in inputs
     out = model.generate(**inputs, max_new_tokens=2, do_sample=False)
     assert out.shape[1] == inputs["input_ids"].shape[1] + 2
+
+
+def test_timm_backbones_become_tiny_test_variants():
+    spec = shrink(_resolved("detr"))
+    assert spec.config["backbone_config"]["backbone"] == "test_resnet"
+    assert spec.changes["backbone_config.backbone"] == ["resnet50", "test_resnet"]
 
 
 def test_class_choice_follows_hint_then_pipeline_tag():

@@ -347,17 +347,16 @@ class _Shrinker:
                 old_size = min(min(p) for p in pins)
                 d["image_grid_pinpoints"] = [[x * size // old_size for x in p] for p in pins]
 
-        if model_type in ("timm_backbone", "timm_wrapper") or d.get("use_timm_backbone"):
-            for k in ("backbone", "architecture"):
-                if isinstance(d.get(k), str):
-                    d[k] = _tiny_timm_name(d[k])
-
         # --- family rules (after the generic ones) ---
         for dotted, value in rules.get("defaults", {}).items():
             if _get_dotted(d, dotted) is None:
                 _set_dotted(d, dotted, copy.deepcopy(value))
         for dotted, value in rules.get("set", {}).items():
             _set_dotted(d, dotted, copy.deepcopy(value))
+        if model_type in ("timm_backbone", "timm_wrapper") or d.get("use_timm_backbone"):
+            for k in ("backbone", "architecture"):
+                if isinstance(d.get(k), str):
+                    d[k] = _tiny_timm_name(d[k])
 
     def _shrink_ssm(self, d: dict[str, Any]) -> None:
         """Mamba-2 style mixers: heads * head_dim must equal expand * hidden."""
