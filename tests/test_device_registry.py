@@ -14,6 +14,7 @@ from runners.devices.cpu import CpuDevice
 from runners.devices.mps import fallbacks_from_warnings
 from runners.devices.neuron import dispatch_entry, fallbacks_from_events
 from runners.devices.profiles import BUNDLED, base_name, load_profile
+from tests.neuron_support import forked
 
 
 def test_registry_names() -> None:
@@ -92,6 +93,7 @@ def test_profiler_fallback_parser() -> None:
     assert fallbacks_from_events(events) == {"aten::digamma": 2}
 
 
+@forked
 def test_dispatch_table_check_on_the_emulated_backend() -> None:
     get_device("neuron-emulated").setup()
     assert dispatch_entry("aten::sin.out") == "fallback"

@@ -8,13 +8,12 @@ import torch
 from runners.devices.neuron_emulated import NeuronEmulatedDevice
 from runners.devices.profiles import DeviceProfile
 from runners.neuron_compile import check_graph, compile_report, short_reason
+from tests.neuron_support import forked
 
 
 @pytest.fixture(scope="module")
 def neuron() -> NeuronEmulatedDevice:
-    device = NeuronEmulatedDevice()
-    device.setup()
-    return device
+    return NeuronEmulatedDevice()  # set up inside the forked test (see tests/neuron_support.py)
 
 
 class Planted(torch.nn.Module):
@@ -33,6 +32,7 @@ class Planted(torch.nn.Module):
         return self.second(h).sum()
 
 
+@forked
 def test_compile_reports_planted_unlowerable_op(neuron: NeuronEmulatedDevice) -> None:
     torch.manual_seed(0)
     reference = Planted(graph_break=False)
@@ -59,6 +59,7 @@ def test_compile_reports_planted_unlowerable_op(neuron: NeuronEmulatedDevice) ->
         assert float((a.grad.cpu() - b.grad).abs().max()) < 1e-5
 
 
+@forked
 def test_compile_counts_graph_breaks(neuron: NeuronEmulatedDevice) -> None:
     model = neuron.prepare_model(Planted(graph_break=True))
     with compile_report() as report, neuron.record_fallbacks():
@@ -68,6 +69,7 @@ def test_compile_counts_graph_breaks(neuron: NeuronEmulatedDevice) -> None:
     assert len(report.break_reasons) == 1 and "\n" not in report.break_reasons[0]
 
 
+@forked
 def test_tiny_llama_compiles_to_one_graph(neuron: NeuronEmulatedDevice) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -111,6 +113,7 @@ def test_short_reason() -> None:
     assert short_reason("one line") == "one line"
 
 
+@forked
 def test_strict_compile_fails_naming_the_unlowerable_op(neuron: NeuronEmulatedDevice) -> None:
     from runners.devices.neuron_emulated import FallbackDisallowed
 
@@ -129,6 +132,7 @@ def test_strict_compile_fails_naming_the_unlowerable_op(neuron: NeuronEmulatedDe
     assert "aten::digamma" in str(error)
 
 
+@forked
 def test_backend_python_is_not_traced_by_dynamo(neuron: NeuronEmulatedDevice) -> None:
     """Eager code at a graph break (here `str(tensor)`) calls the backend's Python kernels with
     Dynamo's frame hook on; they must not be compiled as user code."""

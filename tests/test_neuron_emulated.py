@@ -19,13 +19,12 @@ from runners.devices import get_device
 from runners.devices.neuron_emulated import FallbackDisallowed, NeuronEmulatedDevice
 from runners.devices.profiles import DeviceProfile, base_name, load_profile
 from tests.conftest import ROOT
+from tests.neuron_support import forked
 
 
 @pytest.fixture(scope="module")
 def neuron() -> NeuronEmulatedDevice:
-    device = NeuronEmulatedDevice()
-    device.setup()
-    return device
+    return NeuronEmulatedDevice()  # set up inside the forked test (see tests/neuron_support.py)
 
 
 def tiny_model(kind: str) -> torch.nn.Module:
@@ -76,6 +75,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "bert"])
+@forked
 def test_tiny_model_forward_backward_equals_cpu(neuron: NeuronEmulatedDevice, kind: str) -> None:
     reference = tiny_model(kind)
     model = neuron.prepare_model(copy.deepcopy(reference))
@@ -108,6 +108,7 @@ def test_tiny_model_forward_backward_equals_cpu(neuron: NeuronEmulatedDevice, ki
     assert entry.count >= 1 and entry.bytes_d2h > 0 and entry.bytes_h2d > 0
 
 
+@forked
 def test_views_and_inplace_keep_aliasing(neuron: NeuronEmulatedDevice) -> None:
     base = torch.arange(12, dtype=torch.float32).to("neuron")
     view = base.view(3, 4)
@@ -129,6 +130,7 @@ def test_views_and_inplace_keep_aliasing(neuron: NeuronEmulatedDevice) -> None:
     assert torch.equal(out.cpu(), base.cpu() * 2)
 
 
+@forked
 def test_copies_counted_separately(neuron: NeuronEmulatedDevice) -> None:
     with neuron.record_fallbacks() as log:
         x = torch.ones(10, dtype=torch.float32).to("neuron")
@@ -141,6 +143,7 @@ def test_copies_counted_separately(neuron: NeuronEmulatedDevice) -> None:
     assert log.ops == {}  # sum is native in the default profile
 
 
+@forked
 def test_torch_save_load_round_trip(neuron: NeuronEmulatedDevice) -> None:
     x = torch.randn(3, 5).to("neuron")
     buffer = io.BytesIO()
@@ -160,6 +163,7 @@ def test_torch_save_load_round_trip(neuron: NeuronEmulatedDevice) -> None:
     assert moved.device.type == "neuron" and torch.equal(moved.cpu(), x.cpu())
 
 
+@forked
 def test_save_pretrained_round_trip_keeps_ties(neuron: NeuronEmulatedDevice, tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -173,6 +177,7 @@ def test_save_pretrained_round_trip_keeps_ties(neuron: NeuronEmulatedDevice, tmp
         assert torch.equal(a.cpu(), b.cpu()), name
 
 
+@forked
 def test_tied_weights_stay_tied_through_training(neuron: NeuronEmulatedDevice) -> None:
     reference = tiny_model("gpt2")
     model = neuron.prepare_model(copy.deepcopy(reference))
@@ -213,6 +218,7 @@ OPS = {
 }
 
 
+@forked
 @settings(max_examples=25, deadline=None)
 @given(
     declared=st.sets(st.sampled_from(sorted(OPS))),
@@ -238,6 +244,7 @@ def test_declared_ops_never_logged_undeclared_always(declared, sample, neuron) -
         neuron.activate()
 
 
+@forked
 def test_strict_mode_raises_naming_the_op(neuron: NeuronEmulatedDevice) -> None:
     strict = NeuronEmulatedDevice(strict=True)
     x = torch.rand(4, 4).to("neuron")
@@ -264,6 +271,7 @@ def test_strict_mode_raises_naming_the_op(neuron: NeuronEmulatedDevice) -> None:
     assert "aten::digamma.out" in log.ops
 
 
+@forked
 def test_convolution_runs_and_is_recorded(neuron: NeuronEmulatedDevice) -> None:
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(3, 4, 3, padding=1)
@@ -293,6 +301,7 @@ def test_convolution_runs_and_is_recorded(neuron: NeuronEmulatedDevice) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@forked
 def test_dtypes(neuron: NeuronEmulatedDevice, dtype: torch.dtype) -> None:
     assert neuron.supports_dtype(dtype)
     reference = tiny_model("llama").to(dtype)
@@ -304,6 +313,7 @@ def test_dtypes(neuron: NeuronEmulatedDevice, dtype: torch.dtype) -> None:
     assert not neuron.supports_dtype(torch.float64)
 
 
+@forked
 def test_profile_info_and_versions(neuron: NeuronEmulatedDevice) -> None:
     name, digest = neuron.profile_info()
     assert name == "torch-mlir"
@@ -349,6 +359,7 @@ def test_install_is_first_wins_in_a_fresh_process() -> None:
     assert "refused:" in done.stdout and "'other'" in done.stdout
 
 
+@forked
 def test_peak_memory_tracks_live_device_storage(neuron: NeuronEmulatedDevice) -> None:
     import gc
 
@@ -364,6 +375,7 @@ def test_peak_memory_tracks_live_device_storage(neuron: NeuronEmulatedDevice) ->
     assert (neuron.peak_memory_bytes() or 0) < base + 8000
 
 
+@forked
 def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
     x = torch.randn(2, 3).to("neuron")
     clone = pickle.loads(pickle.dumps(x))  # torch.save of a storage goes through at::from_blob
@@ -377,6 +389,7 @@ def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
         assert (x @ x.T).dtype == torch.float32
 
 
+@forked
 def test_an_op_failing_on_the_host_is_named(neuron: NeuronEmulatedDevice) -> None:
     """MoE routing calls histc on integer expert ids; the CPU has no such kernel. The error
     keeps its type and names the op, for the stage's `failing_op`."""
@@ -384,3 +397,24 @@ def test_an_op_failing_on_the_host_is_named(neuron: NeuronEmulatedDevice) -> Non
     with pytest.raises(NotImplementedError, match="histogram_cpu") as info:
         torch.histc(ids, bins=4, min=0, max=3)
     assert info.value.op == "aten::histc"  # type: ignore[attr-defined]
+
+
+def test_install_after_a_backward_is_refused_clearly() -> None:
+    code = textwrap.dedent(
+        """
+        import torch
+        leaf = torch.ones(1, requires_grad=True)
+        (leaf * 2).sum().backward()  # sizes autograd's device threads: none yet
+        from reports.errors import DeviceError
+        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        try:
+            NeuronEmulatedDevice().setup()
+        except DeviceError as exc:
+            print("refused:", exc, exc.hint)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: A backward pass ran" in done.stdout

@@ -588,6 +588,24 @@ def install_backend() -> None:
     _DEV = torch.device(BACKEND_NAME, 0)
     torch.serialization.register_package(19, _serialization_tag, _serialization_restore)
     _STATE.installed = True
+    _check_autograd_engine()
+
+
+def _check_autograd_engine() -> None:
+    """The autograd engine sizes its device threads once, at the first backward in the process;
+    a backward that ran before this install leaves `neuron` without one. Say so now, clearly."""
+    leaf = torch.ones(1, device=_DEV, requires_grad=True)
+    try:
+        (leaf * 2).sum().backward()
+    except RuntimeError as exc:
+        if "device_ready_queues_" not in str(exc):
+            raise
+        raise DeviceError(
+            "A backward pass ran in this process before the neuron backend was installed, so "
+            "autograd has no thread for the neuron device.",
+            device=BACKEND_NAME,
+            hint="Call device.setup() before any backward pass (e.g. first thing in the worker).",
+        ) from None
 
 
 def is_installed() -> bool:
