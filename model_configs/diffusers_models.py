@@ -57,7 +57,15 @@ def build_model(spec: TinySpec) -> Any:
     _quiet_diffusers()
     cls = model_class(spec.architecture)
     torch.manual_seed(0)
-    model = cls.from_config(dict(spec.config))
+    wrap = class_rule(spec.architecture).get("wrap")
+    if wrap:  # a list-of-models wrapper: build its parts, then the wrapper around them
+        parts = []
+        for index, part_config in enumerate(spec.config["parts"]):
+            torch.manual_seed(index)
+            parts.append(model_class(wrap["part"]).from_config(dict(part_config)))
+        model = cls(parts)
+    else:
+        model = cls.from_config(dict(spec.config))
     host = class_rule(spec.architecture).get("host")
     if host:
         model = _build_host(host, model, spec)
@@ -117,6 +125,9 @@ def _randomize_zero_weights(model: Any) -> None:
 
 
 def _names(spec: TinySpec, model: Any) -> dict[str, Any]:
+    wrap = class_rule(spec.architecture).get("wrap")
+    if wrap:  # a wrapper's inputs follow its parts' config
+        return {**spec.config["parts"][0], "B": BATCH}
     config = dict(getattr(model, "config", {}) or {})
     config.update({k: v for k, v in spec.config.items() if k not in config})
     return {**config, "B": int(class_rule(spec.architecture).get("batch", BATCH))}
@@ -172,6 +183,9 @@ def _build(spec: Any, names: dict[str, Any], generator: Any) -> Any:
 
     if not isinstance(spec, dict):
         return spec
+    if "first_of" in spec:
+        chosen = next((s for s in spec["first_of"] if _holds(s, names)), None)
+        return None if chosen is None else _build(chosen, names, generator)
     dtype_name = str(spec.get("dtype", "float"))
     dtype = getattr(torch, _DTYPES.get(dtype_name, dtype_name))
     if "dict" in spec:
@@ -418,6 +432,22 @@ def iter_default_configs() -> Iterator[ResolvedConfig]:
             config=default_config(name),
             source=ConfigSource.DIFFUSERS_DEFAULT.value,
             detail=f"_class_name={name}",
+        )
+
+
+def iter_wrapper_configs() -> Iterator[ResolvedConfig]:
+    """One ResolvedConfig per list-of-models wrapper (MultiControlNetModel, ...).
+
+    They have no config of their own (most have no from_config); the shrinker builds each from
+    tiny copies of its part class (`wrap` in the class rules).
+    """
+    for name in wrapper_class_names():
+        yield ResolvedConfig(
+            model_id=f"diffusers-default/{name}",
+            library="diffusers",
+            config={"_class_name": name},
+            source=ConfigSource.DIFFUSERS_DEFAULT.value,
+            detail=f"_class_name={name} (wraps a list of models)",
         )
 
 

@@ -252,6 +252,15 @@ def test_adapter_runs_inside_its_host():
     assert dm.make_inputs(spec, model)["sample"].ndim == 5
 
 
+def test_list_of_models_wrapper_trains():
+    resolved = next(r for r in dm.iter_wrapper_configs() if r.model_type == "MultiControlNetModel")
+    spec = shrink(resolved)
+    assert len(spec.config["parts"]) == 2 and spec.changes["parts"] == [None, 2]
+    model, inputs, loss, grad_share = _train_step(spec)
+    assert len(inputs["controlnet_cond"]) == 2
+    assert torch.isfinite(loss) and grad_share >= 0.9
+
+
 def test_unrunnable_class_is_a_named_skip():
     with pytest.raises(ConfigError) as exc:
         shrink(_resolved(default_config("AutoencoderKLAllegro")))

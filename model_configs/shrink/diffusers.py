@@ -54,6 +54,10 @@ def model_class(class_name: str) -> Any:
 
     try:
         cls = getattr(diffusers, class_name, None)
+        if cls is None:
+            import diffusers.models
+
+            cls = getattr(diffusers.models, class_name, None)
     except (ImportError, RuntimeError, AttributeError) as exc:
         raise ConfigError(
             f"diffusers cannot import {class_name}: {exc}",
@@ -472,7 +476,10 @@ def shrink_diffusers(
     # Keys a config.json omits take the class defaults when diffusers loads it; shrink those too.
     config = {**default_config(class_name), **config}
     try:
-        shrunk, changes = shrink_config(config, class_name)
+        if entry.get("wrap"):
+            shrunk, changes = _shrink_wrapper(config, class_name, entry["wrap"])
+        else:
+            shrunk, changes = shrink_config(config, class_name)
     except ShrinkError as exc:
         exc.model_id = exc.model_id or resolved.model_id
         raise
@@ -485,6 +492,25 @@ def shrink_diffusers(
         task=entry.get("task") or _task(class_name),
         changes={**notes, **changes},
     )
+
+
+def _shrink_wrapper(
+    config: dict[str, Any], class_name: str, wrap: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """A class that wraps a list of models (MultiControlNetModel, ...): shrink its part.
+
+    The part's config comes from `config["parts"][0]` when given, else the part class's defaults;
+    the tiny wrapper holds `count` copies of the shrunk part config under "parts".
+    """
+    part = str(wrap["part"])
+    given = config.get("parts")
+    part_config = dict(given[0]) if isinstance(given, list) and given else default_config(part)
+    part_config = {**default_config(part), **part_config}
+    shrunk_part, part_changes = shrink_config(part_config, part)
+    count = int(wrap.get("count", 2))
+    changes = {f"parts.{key}": value for key, value in part_changes.items()}
+    changes["parts"] = [len(given) if isinstance(given, list) else None, count]
+    return {"_class_name": class_name, "parts": [shrunk_part] * count}, changes
 
 
 def _task(class_name: str) -> str:
