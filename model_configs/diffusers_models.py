@@ -11,14 +11,21 @@ follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 - `cache_object`: a fresh diffusers `...Cache` container (`args`) that the forward fills;
 - `from_model`: the value of a helper method of the model the pipeline calls (`kwargs`);
 - `rope`: a RoPE table the pipeline would compute (a whitelisted diffusers function, `args`);
-- `arange`: a length (from `start`, default 0); `tensor`: a literal nested list; `value`: a plain (non-tensor) value
-  (`tuples: true` turns its innermost lists into tuples, `int_keys: true` makes dict keys ints);
+- `arange`: a length (from `start`, default 0); `tensor`: a literal nested list;
+- `value`: a plain (non-tensor) value (`tuples: true` turns its innermost lists into tuples,
+  `int_keys: true` makes dict keys ints);
 - `cat`: specs concatenated along `dim` (default 0); `stack`: specs stacked on a new dim 0;
 - `dict` / `list`: nested specs (e.g. `added_cond_kwargs`); `first_of`: the first spec whose
   `when` holds.
 
 Any spec may carry `when`, an expression: the input is omitted unless it holds. A class without
 a recipe gets inputs guessed from its forward signature (`inputs_are_curated` says which).
+
+Building follows the class rule too: `wrap` (a list-of-models wrapper built from tiny parts),
+`host` (a part-only class, such as an adapter, built inside the model it runs in), and
+`init_normal` (weights a class allocates with torch.empty). All-zero weight matrices (zero-init
+output projections) get small seeded values so gradients reach the layers before them, as they
+do in trained checkpoints.
 """
 
 from __future__ import annotations
