@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -68,12 +69,16 @@ def tiny(kind: str):
 
 
 def interleaved_ms(fns: dict[str, Callable[[], object]], steps: int) -> dict[str, float]:
-    """Median ms per variant, the variants run in turn so machine load hits them alike."""
+    """Median ms per variant, the variants run in turn (shuffled) so machine load hits them
+    alike."""
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns.items())
+    shuffle = random.Random(0).shuffle
     for _ in range(steps):
-        for name, fn in fns.items():
+        shuffle(order)  # no variant always runs first (warm caches favour the later ones)
+        for name, fn in order:
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
