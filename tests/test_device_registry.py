@@ -52,7 +52,13 @@ def test_default_profile_is_the_union_of_the_bundled_lists() -> None:
     assert union.ops == direct.ops | decomposed.ops
     assert len(direct.ops) == 165 and len(decomposed.ops) == 209
     assert union.hash == load_profile("torch-mlir").hash != direct.hash
-    assert set(BUNDLED) == {"torch-mlir", "torch-mlir-stablehlo-direct", "torch-mlir-decomposed"}
+    assert set(BUNDLED) == {
+        "torch-mlir",
+        "torch-mlir-stablehlo-direct",
+        "torch-mlir-decomposed",
+        "torch-xla",
+    }
+    assert len(load_profile("torch-xla").ops) == 377
     with pytest.raises(DeviceError):
         load_profile("/no/such/profile.txt")
 

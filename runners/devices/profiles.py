@@ -20,6 +20,7 @@ BUNDLED: dict[str, tuple[str, ...]] = {
     "torch-mlir": ("torch-mlir-stablehlo-direct.txt", "torch-mlir-decomposed.txt"),
     "torch-mlir-stablehlo-direct": ("torch-mlir-stablehlo-direct.txt",),
     "torch-mlir-decomposed": ("torch-mlir-decomposed.txt",),
+    "torch-xla": ("torch-xla-native.txt",),
 }
 
 
