@@ -418,3 +418,23 @@ def test_install_after_a_backward_is_refused_clearly() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "refused: A backward pass ran" in done.stdout
+
+
+@forked
+def test_python_scalars_wrapped_as_tensors(neuron: NeuronEmulatedDevice) -> None:
+    """`x % 4` reaches the fallback as `remainder.Tensor_out` with `4` a wrapped-number tensor,
+    which arrives in Python as a plain int (Qwen3-VL's rotary code does this)."""
+    empty = NeuronEmulatedDevice(profile=DeviceProfile.from_ops("none", []))
+    with empty.record_fallbacks() as log:
+        for dtype in (torch.int32, torch.int64, torch.float16):
+            x = torch.arange(6, dtype=dtype)
+            on_device = x.to("neuron")
+            for result, expected in [
+                (on_device % 4, x % 4),
+                (torch.fmod(on_device, 4), torch.fmod(x, 4)),
+                (3 - on_device, 3 - x),
+                (on_device[2] % 4, x[2] % 4),  # 0-dim: the result keeps the tensor's dtype
+            ]:
+                assert result.dtype == expected.dtype
+                assert torch.equal(result.cpu(), expected)
+    assert "aten::remainder.Tensor_out" in log.ops

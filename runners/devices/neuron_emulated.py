@@ -256,6 +256,7 @@ class _OpInfo:
     name: str  # aten::name.overload (no suffix for the default overload)
     is_view: bool  # returns an alias of an input without writing it: metadata only
     mutated: tuple[int | str, ...]  # positions / keyword names of arguments written in place
+    tensor_args: tuple[int | str, ...] = ()  # arguments typed `Tensor` (not optional, not lists)
 
 
 _OP_INFO: dict[Any, _OpInfo] = {}
@@ -266,13 +267,17 @@ def _op_info(op: Any, name: str | None = None) -> _OpInfo:
     if info is None:
         schema = op._schema
         mutated: list[int | str] = []
+        tensor_args: list[int | str] = []
         for i, arg in enumerate(schema.arguments):
+            key = arg.name if arg.kwarg_only else i
             if arg.alias_info is not None and arg.alias_info.is_write:
-                mutated.append(arg.name if arg.kwarg_only else i)
+                mutated.append(key)
+            if str(arg.type) == "Tensor":
+                tensor_args.append(key)
         is_view = any(
             r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
         )
-        info = _OpInfo(name or op.name(), is_view, tuple(mutated))
+        info = _OpInfo(name or op.name(), is_view, tuple(mutated), tuple(tensor_args))
         _OP_INFO[op] = info
     return info
 
@@ -377,8 +382,9 @@ def _execute(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
     if not native and device is not None and device.strict:
         raise FallbackDisallowed(op=info.name, device=BACKEND_NAME)
     call = _HostCall()
-    host_args = call.to_host(args)
+    host_args = list(call.to_host(args))
     host_kwargs = {k: call.to_host(v) for k, v in kwargs.items()}
+    _rewrap_numbers(info, host_args, host_kwargs)
     target = kwargs.get("device")
     call.outputs_on_host = target is not None and torch.device(target).type != BACKEND_NAME
     try:
@@ -399,6 +405,21 @@ def _execute(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
         for log in active_fallback_logs():
             log.record(info.name, bytes_h2d=call.bytes_h2d, bytes_d2h=call.bytes_d2h)
     return out
+
+
+def _rewrap_numbers(info: _OpInfo, args: list | tuple, kwargs: dict) -> None:
+    """A Python scalar that C++ wrapped into a tensor (`x % 4` reaches `remainder.Tensor_out`)
+    comes back to Python as a plain number; the op needs a tensor there again. `args` is the
+    list built by `_HostCall.to_host` (a fresh list for a tuple input)."""
+    for key in info.tensor_args:
+        if isinstance(key, int):
+            if key < len(args) and isinstance(args[key], _NUMBERS):
+                args[key] = torch.tensor(args[key])  # type: ignore[index]
+        elif isinstance(kwargs.get(key), _NUMBERS):
+            kwargs[key] = torch.tensor(kwargs[key])
+
+
+_NUMBERS = (bool, int, float, complex)
 
 
 def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
