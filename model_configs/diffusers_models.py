@@ -370,7 +370,9 @@ def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict[str, Any
     generator = torch.Generator().manual_seed(1234)
     total = None
     for tensor in _tensors(outputs):
-        target = torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
+        target = torch.randn(tensor.shape, generator=generator).to(
+            device=tensor.device, dtype=tensor.dtype
+        )
         term = torch.nn.functional.mse_loss(tensor, target)
         total = term if total is None else total + term
     if total is None:
