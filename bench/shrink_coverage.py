@@ -38,7 +38,11 @@ TOWER_INPUTS = {
 
 
 def _classify(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:240] if str(exc) else ''}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0][:240] if lines else ""
+    if isinstance(exc, ImportError) and not text:
+        text = "a package this model needs is not installed"
+    return f"{type(exc).__name__}: {text}"
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:

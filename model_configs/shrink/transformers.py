@@ -97,6 +97,31 @@ def family_rules() -> dict[str, dict[str, Any]]:
     return _rules_file()["rules"]
 
 
+def _timm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("timm") is not None
+
+
+def _replace_timm_backbones(d: dict[str, Any]) -> None:
+    """Without timm, timm backbones become the data file's transformers ResNet stand-in."""
+    if _timm_installed():
+        return
+    for key, sub in list(d.items()):
+        if not isinstance(sub, dict) or key in SKIP_SUBDICTS:
+            continue
+        if sub.get("model_type") == "timm_backbone":
+            stand_in = {k: v for k, v in _rules_file()["timm_fallback_backbone"].items()}
+            stand_in.pop("_reason", None)
+            outs = sub.get("out_indices") or [1, 2, 3, 4]
+            stand_in["out_features"] = [f"stage{i}" for i in outs]
+            d[key] = stand_in
+            if "use_timm_backbone" in d:
+                d["use_timm_backbone"] = False
+        else:
+            _replace_timm_backbones(sub)
+
+
 def _tiny_timm_name(name: str) -> str:
     """timm's tiny test variant of the same block type, by the longest matching prefix."""
     table = {k: v for k, v in _rules_file()["timm_tiny"].items() if not k.startswith("_")}
@@ -750,6 +775,7 @@ def shrink_transformers(
     )  # fmt: skip
     d = copy.deepcopy(original)
     try:
+        _replace_timm_backbones(d)
         shrinker = _Shrinker()
         shrinker.shrink_level(d, type(config), "")
         _fix_token_ids(d)
