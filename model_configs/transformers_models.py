@@ -89,7 +89,8 @@ def _vision_config(config: Any) -> Any:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
-    for c in (_vision_config(config), getattr(config, "encoder", None), config):
+    subs = (getattr(config, k, None) for k in ("encoder", "backbone_config"))
+    for c in (_vision_config(config), *subs, config):
         size = getattr(c, "image_size", None) or getattr(c, "input_size", None)
         if isinstance(size, int):
             return size, size
@@ -149,7 +150,7 @@ def make_inputs(
         bins = int(getattr(config, "num_mel_bins", 128))
         inputs["input_values"] = torch.randn(BATCH, frames, bins, generator=gen)
     elif main == "input_values":
-        n = int(rules.get("samples", 3200))
+        n = int(rules.get("samples", 6400))
         channels = int(rules.get("audio_channels", 0))
         shape = (BATCH, channels, n) if channels else (BATCH, n)
         inputs["input_values"] = torch.randn(*shape, generator=gen)
@@ -194,6 +195,20 @@ def make_inputs(
     if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
+    if (
+        "mask_time_indices" in params
+        and "sampled_negative_indices" in params
+        and ("input_values" in inputs and hasattr(model, "_get_feat_extract_output_lengths"))
+    ):  # wav2vec2-style pre-training: masked frames and contrastive negatives
+        frames = int(model._get_feat_extract_output_lengths(inputs["input_values"].shape[-1]))
+        mask = torch.zeros(BATCH, frames, dtype=torch.bool)
+        mask[:, 1 : max(2, frames // 2)] = True
+        negatives = int(getattr(config, "num_negatives", 4) or 4)
+        t = torch.arange(frames).view(1, frames, 1)
+        k = torch.arange(negatives).view(1, 1, negatives)
+        b = torch.arange(BATCH).view(BATCH, 1, 1)
+        inputs["mask_time_indices"] = mask
+        inputs["sampled_negative_indices"] = b * frames + (t + 1 + k % max(1, frames - 1)) % frames
     if main == "past_values":  # PatchTST-style time series: (batch, context, channels)
         length = int(getattr(config, "context_length", 32) or 32)
         channels = int(getattr(config, "num_input_channels", 1) or 1)

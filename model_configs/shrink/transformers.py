@@ -359,6 +359,13 @@ class _Shrinker:
             d["window_size"] = min(d["window_size"], 2)
             if isinstance(d.get("image_size"), int):
                 d["image_size"] = patch * d["window_size"] * 2 ** max(0, len(depths) - 1)
+        if (
+            isinstance(d.get("num_codevectors_per_group"), int)
+            and d["num_codevectors_per_group"] > 8
+        ):
+            d["num_codevectors_per_group"] = 8  # quantizer codebook entries per group
+        if isinstance(d.get("num_negatives"), int) and d["num_negatives"] > 4:
+            d["num_negatives"] = 4  # contrastive negatives per masked frame
         for k in ("num_queries", "num_detection_tokens", "num_top_queries"):
             if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] > 8:
                 d[k] = 8
@@ -426,6 +433,9 @@ class _Shrinker:
             v = d.get(k)
             if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
                 d[k] = [min(x, 1) for x in v]  # per-stage depths: one block per stage
+        depths = d.get("depths")
+        if isinstance(depths, list):  # a count of stages, not of layers
+            layer_keys = [k for k in layer_keys if d[k] != len(depths)]
         counts = [d[k] for k in layer_keys if isinstance(d[k], int) and not isinstance(d[k], bool)]
         if not counts:
             return
