@@ -141,7 +141,10 @@ def make_inputs(
     if main == "input_features":
         audio_config = _audio_config(config)
         inputs["input_features"] = _audio_features(gen, audio_config, rules)
-        if "attention_mask" in params and "input_ids" not in inputs:
+        # Whisper-style encoders take fixed-length frames (nothing to mask); some of them add
+        # attention_mask to the attention scores, where an integer 0/1 mask would be wrong.
+        fixed = _feature_layout(audio_config, rules) == "mel_channels_first"
+        if "attention_mask" in params and "input_ids" not in inputs and not fixed:
             frames_dim = -1 if inputs["input_features"].shape[1] == _mel_bins(audio_config) else 1
             frames = inputs["input_features"].shape[frames_dim]
             inputs["attention_mask"] = torch.ones(BATCH, frames, dtype=torch.long)
@@ -461,13 +464,18 @@ def _has_text(config: Any, model: Any) -> bool:
     return getattr(config, "text_config", None) is not None
 
 
-def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
-    import torch
-
+def _feature_layout(config: Any, rules: dict[str, Any]) -> str:
+    """'mel_channels_first' for Whisper-style encoders (mel bins and fixed source positions)."""
     whisper_like = getattr(config, "num_mel_bins", None) and getattr(
         config, "max_source_positions", None
     )
-    layout = rules.get("features", "mel_channels_first" if whisper_like else "frames_last")
+    return str(rules.get("features", "mel_channels_first" if whisper_like else "frames_last"))
+
+
+def _audio_features(gen: Any, config: Any, rules: dict[str, Any]) -> Any:
+    import torch
+
+    layout = _feature_layout(config, rules)
     bins = int(
         getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 80) or 80
     )
