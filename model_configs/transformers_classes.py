@@ -210,6 +210,38 @@ def _compatible(cls_name: str, config: Any) -> bool:
     return text is not config and isinstance(text, config_class)
 
 
+def _has_forward(cls_name: str) -> bool:
+    import torch
+    import transformers
+
+    cls = getattr(transformers, cls_name, None)
+    return cls is not None and getattr(cls, "forward", None) is not torch.nn.Module.forward
+
+
+def part_config(config: Any, config_class: Any) -> Any:
+    """The sub-config (one level down) that `config_class` builds, or None."""
+    for key in getattr(type(config), "sub_configs", {}) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and isinstance(sub, config_class):
+            return sub
+    return None
+
+
+def _part_with_forward(config: Any) -> tuple[str, str, bool] | None:
+    """A wrapper with no forward of its own (Qwen2.5-Omni runs its thinker, then its talker,
+    only through generate): users train and run forward on a part; the first part whose
+    preferred class has a forward, in the config's sub-config order."""
+    for key in getattr(type(config), "sub_configs", {}) or {}:
+        sub = getattr(config, key, None)
+        mt = getattr(sub, "model_type", None)
+        if not mt:
+            continue
+        for cls_name, task, generative in classes_for(mt):
+            if _compatible(cls_name, sub) and _has_forward(cls_name):
+                return cls_name, task, generative
+    return None
+
+
 def choose_class(
     config: Any,
     *,
@@ -218,6 +250,15 @@ def choose_class(
     model_id: str | None = None,
 ) -> tuple[str, str, bool]:
     """(class name, task, generative) for a transformers config object."""
+    chosen = _choose_own(config, architecture_hint, pipeline_tag, model_id)
+    if not _has_forward(chosen[0]):
+        return _part_with_forward(config) or chosen
+    return chosen
+
+
+def _choose_own(
+    config: Any, architecture_hint: str | None, pipeline_tag: str | None, model_id: str | None
+) -> tuple[str, str, bool]:
     mt = config.model_type
     candidates: list[str] = []
     if architecture_hint:

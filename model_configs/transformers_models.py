@@ -18,6 +18,7 @@ from typing import Any
 
 from model_configs.shrink.transformers import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
+from model_configs.transformers_classes import part_config
 from reports.errors import ShrinkError
 from reports.schema import ConfigSource
 
@@ -47,8 +48,8 @@ def build_model(spec: TinySpec) -> Any:
     cls = getattr(transformers, spec.architecture, None)
     if cls is None:
         raise ShrinkError(f"transformers has no class {spec.architecture!r}", stage="load")
-    if not isinstance(config, cls.config_class):
-        config = config.get_text_config(decoder=True)
+    if not isinstance(config, cls.config_class):  # a part: the thinker, the text model
+        config = part_config(config, cls.config_class) or config.get_text_config(decoder=True)
     torch.manual_seed(0)
     model = cls._from_config(config, dtype=torch.float32)
     return model.eval()
