@@ -21,8 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
-    from dashboard.app import create_app
 
+    from dashboard.app import create_app
     from reports.errors import UsageError
 
     if not 0 < args.port < 65536:
