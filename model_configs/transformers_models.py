@@ -188,6 +188,8 @@ def make_inputs(
         and _audio_token_id(config) is None
     ):  # dual encoders (CLAP): audio beside text
         inputs["input_features"] = _audio_features(gen, _audio_config(config), rules)
+    if "entity_ids" in params and "input_ids" in inputs:  # LUKE: entity mentions over the text
+        inputs.update(_entity_inputs(gen, config, params))
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
         mask = torch.zeros_like(inputs["input_ids"])
         mask[:, 0] = 1
@@ -242,6 +244,24 @@ def make_inputs(
     else:
         inputs.pop("decoder_input_ids", None)
     return inputs
+
+
+def _entity_inputs(gen: Any, config: Any, params: set[str]) -> dict[str, Any]:
+    """Two entities (pair heads read both), each a two-token mention inside the text."""
+    import torch
+
+    n, mention = 2, 2
+    vocab = int(getattr(config, "entity_vocab_size", 0) or 0) or 16
+    positions = torch.arange(1, 1 + n * mention).view(1, n, mention).repeat(BATCH, 1, 1)
+    out = {
+        "entity_ids": torch.randint(1, max(2, vocab), (BATCH, n), generator=gen),
+        "entity_attention_mask": torch.ones(BATCH, n, dtype=torch.long),
+        "entity_position_ids": positions,
+    }
+    if "entity_start_positions" in params:  # span heads: where each mention starts and ends
+        out["entity_start_positions"] = positions[:, :, 0]
+        out["entity_end_positions"] = positions[:, :, -1]
+    return out
 
 
 def _image_token_id(config: Any) -> int | None:
