@@ -444,7 +444,10 @@ def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any]
     for k in ("input_features_mask", "feature_attention_mask", "audio_attention_mask"):
         if k in accepted or k in params:
             audio[k] = torch.ones(BATCH, frames, dtype=torch.long)
-    total = _count_feature_tokens(model, config, audio, getter="get_audio_features")
+    if getter is None:  # no feature getter (Qwen2-Audio): the tower's own length arithmetic
+        total = _audio_tower_tokens(model, frames)
+    else:
+        total = _count_feature_tokens(model, config, audio, getter="get_audio_features")
     audio_id = int(_audio_token_id(config) or 0)
     before = [
         v for k in ("audio_start_token_id", "audio_bos_token_id", "boa_token_id")
@@ -459,6 +462,22 @@ def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any]
     if "attention_mask" in inputs:
         inputs["attention_mask"] = torch.ones_like(ids)
     inputs.update({k: v for k, v in audio.items() if k in params})
+
+
+def _audio_tower_tokens(model: Any, frames: int) -> int:
+    """Audio positions for BATCH clips of `frames` frames, from the audio tower's
+    `_get_feat_extract_output_lengths` (its last value: the lengths after pooling)."""
+    import torch
+
+    tower = getattr(model, "audio_tower", None) or getattr(
+        getattr(model, "model", None), "audio_tower", None
+    )
+    lengths_fn = getattr(tower, "_get_feat_extract_output_lengths", None)
+    if lengths_fn is None:
+        raise ShrinkError(f"{type(model).__name__} takes audio but has no get_audio_features")
+    lengths = lengths_fn(torch.full((BATCH,), frames, dtype=torch.long))
+    lengths = lengths[-1] if isinstance(lengths, tuple) else lengths
+    return int(lengths.sum())
 
 
 def _mel_bins(config: Any) -> int:
