@@ -35,26 +35,15 @@ def store_dir(tmp_path: Path) -> Path:
 
 
 def write_catalog(path: Path, rows: list[dict]) -> Path:
-    """A small catalog CSV in the bundled snapshot's columns."""
-    import csv
+    """A small catalog CSV in the bundled snapshot's columns (ranked in list order)."""
+    from model_configs.catalog import entry_from_row
+    from model_configs.catalog import write_catalog as write
 
-    columns = [
-        "rank",
-        "model_id",
-        "downloads_30d",
-        "likes",
-        "pipeline_tag",
-        "library_name",
-        "model_type_hint",
-        "architectures_hint",
-        "custom_code",
-        "tags",
+    entries = [
+        entry_from_row(
+            {"rank": str(i), "downloads_30d": str(1000 // i), **{k: str(v) for k, v in row.items()}}
+        )
+        for i, row in enumerate(rows, start=1)
     ]
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for i, row in enumerate(rows, start=1):
-            writer.writerow(
-                {"rank": i, "downloads_30d": 1000 // i, "likes": 0, "custom_code": False, **row}
-            )
+    write(entries, path)
     return path
