@@ -188,6 +188,10 @@ def make_inputs(
         and _audio_token_id(config) is None
     ):  # dual encoders (CLAP): audio beside text
         inputs["input_features"] = _audio_features(gen, _audio_config(config), rules)
+    if "input_points" in params and "input_labels" in params and "pixel_values" in inputs:
+        h, w = inputs["pixel_values"].shape[-2:]  # SAM-style prompts: one point per image
+        inputs["input_points"] = torch.rand(BATCH, 1, 1, 2, generator=gen) * torch.tensor([w, h])
+        inputs["input_labels"] = torch.ones(BATCH, 1, 1, dtype=torch.long)
     if "entity_ids" in params and "input_ids" in inputs:  # LUKE: entity mentions over the text
         inputs.update(_entity_inputs(gen, config, params))
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
