@@ -42,6 +42,8 @@ HIDDEN_KEYS = (
     "mm_hidden_size", "vision_feature_dim", "encoder_embed_dim", "decoder_embed_dim",
     "fusion_hidden_size", "head_hidden_size", "auxiliary_channels", "decoder_channels",
     "fpn_feature_size", "mask_feature_size", "encoder_feedforward_dim", "d_latent",
+    "encoder_hidden_dim", "flow_size", "upsample_initial_channel", "hidden_size_global",
+    "backbone_hidden_size",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -50,7 +52,11 @@ FFN_KEYS = (
     "dense_intermediate_size", "moe_ffn_hidden_size", "encoder_intermediate_size",
     "decoder_intermediate_size", "inner_dim", "d_inner", "classifier_proj_size",
     "codevector_dim", "proj_codevector_dim", "xvector_output_dim", "pooler_hidden_size",
-    "subsampling_conv_channels", "conv_channels", "adapter_dim",
+    "subsampling_conv_channels", "conv_channels", "adapter_dim", "linear_units",
+    "encoder_linear_units", "decoder_linear_units", "speech_decoder_postnet_units",
+    "duration_predictor_channels", "energy_predictor_channels", "pitch_predictor_channels",
+    "duration_predictor_filter_channels", "kernel_predictor_hidden_channels",
+    "alignment_intermediate_size", "number_output_channels",
 )  # fmt: skip
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
@@ -80,6 +86,11 @@ POSITION_KEYS = (
     "max_text_positions", "max_seq_len", "max_sequence_length", "seq_length",
 )  # fmt: skip
 WINDOW_KEYS = ("sliding_window", "attention_window_size", "local_window_size")
+# Conv codecs / vocoders: per-stage stride lists, and base widths that double at every stage
+# (DAC's encoder, EnCodec's filters, UnivNet's kernel predictor grows with its square).
+STRIDE_LIST_KEYS = ("downsampling_ratios", "upsampling_ratios", "upsample_rates",
+                    "resblock_stride_sizes")  # fmt: skip
+DOUBLING_BASE_KEYS = ("encoder_hidden_size", "num_filters", "model_hidden_channels")
 # Keys never to treat as sizes, whatever their names look like.
 NOT_A_SIZE = {"num_labels", "num_channels", "in_channels", "out_channels", "num_mel_bins"}
 SKIP_SUBDICTS = {"id2label", "label2id", "rope_parameters", "rope_scaling", "quantization_config",
@@ -202,6 +213,8 @@ class _Shrinker:
             new_hidden = self.widths.setdefault(hidden, min(hidden, HIDDEN))
             factor = hidden / new_hidden
             d[hidden_key] = new_hidden  # type: ignore[index]
+        if hidden and d.get("codebook_dim") == hidden and "codebook_dim" not in keep:
+            d["codebook_dim"] = d[hidden_key]  # type: ignore[index]  # EnCodec: codes = latents
         for k in keys(HIDDEN_KEYS):  # every hidden-like width: the same target
             v = d[k]
             if isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in NOT_A_SIZE:
@@ -265,12 +278,40 @@ class _Shrinker:
             "encoder_hidden_sizes",
             "neck_hidden_sizes",
             "widths",
+            "encoder_in_channels",
+            "decoder_in_channels",
+            "post_process_channels",
+            "embed_dim",
         ):
             v = d.get(k)
             if k in keep or not (isinstance(v, list) and v and all(isinstance(x, int) for x in v)):
                 continue
             f = max(1.0, max(v) / (HIDDEN * 2))
             d[k] = [self.width(x, f) if x > 8 else x for x in v]
+
+        widths = next(
+            (d[k] for k in ("embed_dim", "hidden_sizes") if isinstance(d.get(k), list)), None
+        )
+        for k in head_keys:  # per-stage heads must divide the per-stage (shrunk) widths
+            hv = d[k]
+            if isinstance(widths, list) and isinstance(hv, list) and len(hv) == len(widths):
+                d[k] = [max(h for h in range(1, max(1, x) + 1) if w % h == 0)
+                        for x, w in zip(hv, widths, strict=True)]  # fmt: skip
+        if isinstance(d.get("width_coefficient"), (int, float)) and "num_block_repeats" in d:
+            # EfficientNet: channels scale by width_coefficient, repeats by depth_coefficient.
+            d["width_coefficient"] = min(d["width_coefficient"], 0.25)
+            d["depth_coefficient"] = 1.0
+            d["num_block_repeats"] = [1] * len(d["num_block_repeats"])
+            if isinstance(d.get("hidden_dim"), int):  # the top conv: round_filters(1280)
+                d["hidden_dim"] = max(8, int(1280 * d["width_coefficient"] + 4) // 8 * 8)
+            if isinstance(d.get("image_size"), int) and d["image_size"] > 64:
+                d["image_size"] = 64  # five stride-2 stages: a 2x2 map at the top
+        ratios = next((d[k] for k in STRIDE_LIST_KEYS if isinstance(d.get(k), list)), None)
+        if ratios:  # the last stage is base * 2**stages wide: keep it near 2 * HIDDEN
+            cap = max(4, (2 * HIDDEN) >> len(ratios))
+            for k in keys(DOUBLING_BASE_KEYS):
+                if isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > cap:
+                    d[k] = cap
 
         # --- layers ---
         self._shrink_layers(d, keys(LAYER_KEYS))
@@ -293,7 +334,8 @@ class _Shrinker:
                             d[tk] = min(d[tk], 1)
 
         # --- vocab, positions, windows ---
-        for k in [real("vocab_size")] + [k for k in d if "vocab_size" in k and k not in keep]:
+        vocab_like = [k for k in d if ("vocab_size" in k or k.endswith("_vocab")) and k not in keep]
+        for k in [real("vocab_size")] + vocab_like:
             v = d.get(k)
             if isinstance(v, int) and not isinstance(v, bool) and v > VOCAB:
                 d[k] = VOCAB
@@ -438,6 +480,10 @@ class _Shrinker:
             layer_keys = [k for k in layer_keys if d[k] != len(depths)]
         counts = [d[k] for k in layer_keys if isinstance(d[k], int) and not isinstance(d[k], bool)]
         if not counts:
+            for k in layer_keys:  # only per-stage depth lists (CvT's `depth`)
+                v = d[k]
+                if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+                    d[k] = [min(x, 1) for x in v]
             return
         n = max(counts)
         kinds_src = None
