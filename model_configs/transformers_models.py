@@ -86,7 +86,7 @@ def _text_config(config: Any) -> Any:
 
 
 def _vision_config(config: Any) -> Any:
-    return getattr(config, "vision_config", None) or config
+    return getattr(config, "vision_config", None) or getattr(config, "image_config", None) or config
 
 
 def _image_size(config: Any) -> tuple[int, int]:
@@ -192,6 +192,8 @@ def make_inputs(
         h, w = inputs["pixel_values"].shape[-2:]  # SAM-style prompts: one point per image
         inputs["input_points"] = torch.rand(BATCH, 1, 1, 2, generator=gen) * torch.tensor([w, h])
         inputs["input_labels"] = torch.ones(BATCH, 1, 1, dtype=torch.long)
+    if "mim_labels" in params and "pixel_values" in inputs and "input_ids" in inputs:
+        inputs.update(_flava_pretraining(gen, config, inputs))
     if "entity_ids" in params and "input_ids" in inputs:  # LUKE: entity mentions over the text
         inputs.update(_entity_inputs(gen, config, params))
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
@@ -248,6 +250,27 @@ def make_inputs(
     else:
         inputs.pop("decoder_input_ids", None)
     return inputs
+
+
+def _flava_pretraining(gen: Any, config: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """FLAVA pre-training: masked text, masked image patches with codebook targets, and an
+    image-text matching label, so every pre-training head and the multimodal encoder run."""
+    import torch
+
+    image = getattr(config, "image_config", None) or _vision_config(config)
+    side = int(getattr(image, "image_size", 32)) // int(getattr(image, "patch_size", 16))
+    patches = side * side
+    image_vocab = int(getattr(image, "vocab_size", 0) or 0) or 8  # the codebook's entries
+    masked = torch.zeros(BATCH, patches, dtype=torch.bool)
+    masked[:, : max(1, patches // 2)] = True
+    ids = inputs["input_ids"]
+    return {
+        "input_ids_masked": ids,
+        "bool_masked_pos": masked,
+        "mlm_labels": ids.clone(),
+        "mim_labels": torch.randint(0, image_vocab, (BATCH, patches), generator=gen),
+        "itm_labels": torch.ones(BATCH, dtype=torch.long),
+    }
 
 
 def _entity_inputs(gen: Any, config: Any, params: set[str]) -> dict[str, Any]:
@@ -500,7 +523,8 @@ def _has_cross_attention(model: Any) -> bool:
 
 def _has_vision(config: Any) -> bool:
     return any(
-        getattr(config, k, None) is not None for k in ("vision_config", "image_size", "patch_size")
+        getattr(config, k, None) is not None
+        for k in ("vision_config", "image_config", "image_size", "patch_size")
     )
 
 
