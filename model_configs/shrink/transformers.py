@@ -43,7 +43,7 @@ HIDDEN_KEYS = (
     "fusion_hidden_size", "head_hidden_size", "auxiliary_channels", "decoder_channels",
     "fpn_feature_size", "mask_feature_size", "encoder_feedforward_dim", "d_latent",
     "encoder_hidden_dim", "flow_size", "upsample_initial_channel", "hidden_size_global",
-    "backbone_hidden_size",
+    "backbone_hidden_size", "cross_hidden_size",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -56,7 +56,7 @@ FFN_KEYS = (
     "encoder_linear_units", "decoder_linear_units", "speech_decoder_postnet_units",
     "duration_predictor_channels", "energy_predictor_channels", "pitch_predictor_channels",
     "duration_predictor_filter_channels", "kernel_predictor_hidden_channels",
-    "alignment_intermediate_size", "number_output_channels",
+    "alignment_intermediate_size", "number_output_channels", "projection_intermediate_size",
 )  # fmt: skip
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
@@ -68,7 +68,7 @@ HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "d_he
 EXTRA_HEAD_DIM_KEYS = (
     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
     "linear_value_head_dim", "global_head_dim", "attention_key_size", "attention_value_size",
-    "index_head_dim", "swa_head_dim",
+    "index_head_dim", "swa_head_dim", "cross_head_dim", "linear_head_dim",
 )  # fmt: skip
 RANK_KEYS = ("kv_lora_rank", "q_lora_rank", "o_lora_rank", "index_topk")
 LAYER_KEYS = (
@@ -282,6 +282,10 @@ class _Shrinker:
             "decoder_in_channels",
             "post_process_channels",
             "embed_dim",
+            "scaled_images_feature_dims",
+            "intermediate_feature_dims",
+            "embed_dim_per_stage",
+            "backbone_channel_list",
         ):
             v = d.get(k)
             if k in keep or not (isinstance(v, list) and v and all(isinstance(x, int) for x in v)):
