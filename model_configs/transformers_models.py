@@ -24,6 +24,7 @@ from reports.schema import ConfigSource
 
 BATCH = 2
 SEQ = 16
+VOCAB_FALLBACK = 64
 LABEL_TASKS = {
     "causal-lm", "masked-lm", "seq2seq-lm", "sequence-classification", "token-classification",
     "image-classification", "audio-classification", "speech-seq2seq", "ctc", "image-text-to-text",
@@ -126,6 +127,9 @@ def make_inputs(
     rules = input_rules().get(spec.model_type or "", {})
     avoid = special_token_ids(spec.config)
     main = getattr(model, "main_input_name", "input_ids")
+    companions: list[str] = []
+    if isinstance(main, (list, tuple)):  # OneFormer: ["pixel_values", "task_inputs"]
+        main, *companions = main
     inputs: dict[str, Any] = {}
     seq = int(rules.get("seq_len", SEQ))
 
@@ -194,6 +198,10 @@ def make_inputs(
         inputs["input_labels"] = torch.ones(BATCH, 1, 1, dtype=torch.long)
     if "mim_labels" in params and "pixel_values" in inputs and "input_ids" in inputs:
         inputs.update(_flava_pretraining(gen, config, inputs))
+    if "task_inputs" in companions:  # OneFormer: the tokenized task prompt ("the task is ...")
+        length = int(getattr(config, "task_seq_len", 0) or 0) or seq
+        vocab = int(getattr(config, "text_encoder_vocab_size", 0) or 0) or VOCAB_FALLBACK
+        inputs["task_inputs"] = torch.randint(0, vocab, (BATCH, length), generator=gen)
     if "entity_ids" in params and "input_ids" in inputs:  # LUKE: entity mentions over the text
         inputs.update(_entity_inputs(gen, config, params))
     if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
