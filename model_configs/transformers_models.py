@@ -198,6 +198,10 @@ def make_inputs(
         inputs["input_labels"] = torch.ones(BATCH, 1, 1, dtype=torch.long)
     if "mim_labels" in params and "pixel_values" in inputs and "input_ids" in inputs:
         inputs.update(_flava_pretraining(gen, config, inputs))
+    pixels = inputs.get("pixel_values")
+    if spec.task == "keypoint-matching" and pixels is not None and pixels.dim() == 4:
+        other = torch.randn(pixels.shape, generator=gen)  # matchers take image pairs
+        inputs["pixel_values"] = torch.stack([pixels, other], dim=1)
     if "task_inputs" in companions:  # OneFormer: the tokenized task prompt ("the task is ...")
         length = int(getattr(config, "task_seq_len", 0) or 0) or seq
         vocab = int(getattr(config, "text_encoder_vocab_size", 0) or 0) or VOCAB_FALLBACK
