@@ -261,6 +261,17 @@ def make_inputs(
                 inputs["labels"] = labels
     else:
         inputs.pop("decoder_input_ids", None)
+        generation = getattr(model, "generation_config", None)
+        if (
+            getattr(config, "is_encoder_decoder", False)
+            and generation is not None
+            and generation.decoder_start_token_id is None
+            and generation.bos_token_id is None
+        ):
+            # Library default configs (T5's among them) leave this unset; published checkpoints
+            # start decoding from the pad token, so generate does the same.
+            pad = getattr(_text_config(config), "pad_token_id", None)
+            inputs["decoder_start_token_id"] = pad if isinstance(pad, int) else 0
     return inputs
 
 
