@@ -286,6 +286,9 @@ class _Shrinker:
             "intermediate_feature_dims",
             "embed_dim_per_stage",
             "backbone_channel_list",
+            "stage_in_channels",
+            "stage_mid_channels",
+            "stage_out_channels",
         ):
             v = d.get(k)
             if k in keep or not (isinstance(v, list) and v and all(isinstance(x, int) for x in v)):
@@ -310,6 +313,13 @@ class _Shrinker:
                 d["hidden_dim"] = max(8, int(1280 * d["width_coefficient"] + 4) // 8 * 8)
             if isinstance(d.get("image_size"), int) and d["image_size"] > 64:
                 d["image_size"] = 64  # five stride-2 stages: a 2x2 map at the top
+        stages = d.get("depths")
+        ek = real("embed_dim")
+        if isinstance(stages, list) and len(stages) > 1 and isinstance(d.get(ek), int):
+            # Swin-like: the width doubles at every stage; the last stays at 2 * HIDDEN.
+            cap = max(16, (2 * HIDDEN) >> (len(stages) - 1))
+            if d[ek] > cap and ek not in keep and "hidden_sizes" not in d:
+                d[ek] = cap
         ratios = next((d[k] for k in STRIDE_LIST_KEYS if isinstance(d.get(k), list)), None)
         if ratios:  # the last stage is base * 2**stages wide: keep it near 2 * HIDDEN
             cap = max(4, (2 * HIDDEN) >> len(ratios))
@@ -475,7 +485,8 @@ class _Shrinker:
         return max(1.0, max(ints) / (HIDDEN * 2)) if ints else 1.0
 
     def _shrink_layers(self, d: dict[str, Any], layer_keys: list[str]) -> None:
-        for k in ("depths", "encoder_layers_per_stage", "num_layers_per_stage", "stage_depths"):
+        for k in ("depths", "encoder_layers_per_stage", "num_layers_per_stage", "stage_depths",
+                  "stage_num_blocks"):  # fmt: skip
             v = d.get(k)
             if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
                 d[k] = [min(x, 1) for x in v]  # per-stage depths: one block per stage
