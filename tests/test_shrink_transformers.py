@@ -44,6 +44,15 @@ FAMILIES = [
     "voxtral",  # speech LLM: audio tokens from the audio tower
     "videomae",  # video clips
     "detr",  # detection on a timm backbone (swapped for timm's tiny test variant)
+    "qwen2_5_omni",  # wrapper without a forward: its thinker (text + image + audio) runs
+    "qwen2_audio",  # audio tokens counted from the tower's length arithmetic
+    "luke",  # entity mentions beside the text
+    "sam",  # prompt grid matches the vision grid, a point prompt
+    "flava",  # image + text pre-training heads (image_config)
+    "hunyuan_vl",  # four-axis multimodal rope
+    "zoedepth",  # metric-bins head on the fused neck
+    "lightglue",  # image pairs, frozen SuperPoint detector
+    "deepseek_v32",  # MLA + a no_grad sparse-attention indexer
 ]
 
 
@@ -214,3 +223,40 @@ def test_unusable_configs_are_config_errors(config, reason):
     with pytest.raises(ConfigError) as info:
         shrink(resolved)
     assert info.value.reason == reason.value
+
+
+def test_wrapper_without_forward_runs_its_thinker():
+    spec = shrink(_resolved("qwen2_5_omni"), pipeline_tag="any-to-any")
+    assert spec.architecture == "Qwen2_5OmniThinkerForConditionalGeneration"
+    thinker = spec.config["thinker_config"]
+    assert thinker["audio_config"]["output_dim"] == thinker["text_config"]["hidden_size"]
+    model = build_model(spec)
+    inputs = make_inputs(spec, model)
+    assert {"pixel_values", "input_features", "input_ids"} <= set(inputs)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_audio_encoder", "voxtral_encoder"])
+def test_whisper_style_encoders_get_no_integer_mask(model_type):
+    spec = shrink(_resolved(model_type))
+    model, inputs, loss = _run(spec)
+    assert "attention_mask" not in inputs  # these encoders add the mask to attention scores
+    assert inputs["input_features"].shape[-1] == 2 * spec.config["max_source_positions"]
+    assert torch.isfinite(loss)
+
+
+def test_keypoint_matchers_get_image_pairs():
+    spec = shrink(_resolved("lightglue"))
+    assert spec.task == "keypoint-matching"
+    model = build_model(spec)
+    pixels = make_inputs(spec, model)["pixel_values"]
+    assert pixels.dim() == 5 and pixels.shape[1] == 2
+    detector = spec.config["keypoint_detector_config"]
+    assert detector["descriptor_decoder_dim"] == spec.config["descriptor_dim"]
+
+
+def test_list_main_input_gets_every_part():
+    spec = shrink(_resolved("oneformer"), pipeline_tag="image-segmentation")
+    model, inputs, loss = _run(spec)
+    assert model.main_input_name == ["pixel_values", "task_inputs"]
+    assert inputs["task_inputs"].shape == (2, spec.config["task_seq_len"])
+    assert torch.isfinite(loss)
