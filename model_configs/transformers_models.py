@@ -233,6 +233,11 @@ def make_inputs(
         b = torch.arange(BATCH).view(BATCH, 1, 1)
         inputs["mask_time_indices"] = mask
         inputs["sampled_negative_indices"] = b * frames + (t + 1 + k % max(1, frames - 1)) % frames
+    if main == "audio_mel":  # Gemma 3n / USM audio encoder: mel frames, True marks padding
+        bins = int(getattr(config, "input_feat_size", 0) or 0) or _mel_bins(config)
+        frames = int(rules.get("frames", 64))
+        inputs["audio_mel"] = torch.randn(BATCH, frames, bins, generator=gen)
+        inputs["audio_mel_mask"] = torch.zeros(BATCH, frames, dtype=torch.bool)
     if main == "past_values":  # PatchTST-style time series: (batch, context, channels)
         length = int(getattr(config, "context_length", 32) or 32)
         channels = int(getattr(config, "num_input_channels", 1) or 1)

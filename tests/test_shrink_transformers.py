@@ -53,6 +53,7 @@ FAMILIES = [
     "zoedepth",  # metric-bins head on the fused neck
     "lightglue",  # image pairs, frozen SuperPoint detector
     "deepseek_v32",  # MLA + a no_grad sparse-attention indexer
+    "gemma3n_audio",  # USM conformer: mel frames plus a padding mask
 ]
 
 
