@@ -216,7 +216,9 @@ def make_inputs(
         qconfig = getattr(config, "qformer_config", config)
         inputs["qformer_input_ids"] = _token_ids(gen, qconfig, (BATCH, 8), avoid)
         inputs["qformer_attention_mask"] = torch.ones(BATCH, 8, dtype=torch.long)
-    if "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
+    if "input_ids" in inputs and "aspect_ratio_ids" in params and "cross_attention_mask" in params:
+        _add_tiled_images(config, inputs, gen)
+    elif "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
         _add_images(model, config, params, inputs, gen, avoid)
 
     if (
@@ -299,6 +301,28 @@ def _flava_pretraining(gen: Any, config: Any, inputs: dict[str, Any]) -> dict[st
         "mim_labels": torch.randint(0, image_vocab, (BATCH, patches), generator=gen),
         "itm_labels": torch.ones(BATCH, dtype=torch.long),
     }
+
+
+def _add_tiled_images(config: Any, inputs: dict[str, Any], gen: Any) -> None:
+    """Mllama: one image per sample cut into every tile the model allows, an <|image|> token
+    after the first token, and text that cross-attends to all tiles."""
+    import torch
+
+    vision = _vision_config(config)
+    tiles = int(getattr(vision, "max_num_tiles", 1) or 1)
+    ratios = list(getattr(vision, "supported_aspect_ratios", None) or [[1, 1]])
+    ratio_id = next((i + 1 for i, (a, b) in enumerate(ratios) if a * b == tiles), 1)  # 0 = pad
+    h, w = _image_size(config)
+    ids = inputs["input_ids"]
+    ids[:, 1] = int(_image_token_id(config) or 0)
+    inputs["pixel_values"] = torch.randn(
+        BATCH, 1, tiles, _num_channels(config), h, w, generator=gen
+    )
+    inputs["aspect_ratio_ids"] = torch.full((BATCH, 1), ratio_id, dtype=torch.long)
+    inputs["aspect_ratio_mask"] = torch.ones(BATCH, 1, tiles, dtype=torch.long)
+    mask = torch.ones(BATCH, ids.shape[1], 1, tiles, dtype=torch.long)
+    mask[:, :1] = 0  # tokens before the image do not see it
+    inputs["cross_attention_mask"] = mask
 
 
 def _entity_inputs(gen: Any, config: Any, params: set[str]) -> dict[str, Any]:

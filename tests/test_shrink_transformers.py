@@ -54,6 +54,7 @@ FAMILIES = [
     "lightglue",  # image pairs, frozen SuperPoint detector
     "deepseek_v32",  # MLA + a no_grad sparse-attention indexer
     "gemma3n_audio",  # USM conformer: mel frames plus a padding mask
+    "mllama",  # tiled images, text cross-attends to them
 ]
 
 
