@@ -438,3 +438,31 @@ def test_python_scalars_wrapped_as_tensors(neuron: NeuronEmulatedDevice) -> None
                 assert result.dtype == expected.dtype
                 assert torch.equal(result.cpu(), expected)
     assert "aten::remainder.Tensor_out" in log.ops
+
+
+@forked
+def test_native_op_with_a_decomposition_runs_as_one_op(neuron: NeuronEmulatedDevice) -> None:
+    """`native_layer_norm` has no kernel for new backends but a decomposition (it uses
+    `addcmul`). A profile that declares it native must not report the decomposition's ops;
+    a profile that does not declare it must report them, as a backend without the op would."""
+    x = torch.randn(2, 5, 8)
+    weight, bias = torch.randn(8), torch.randn(8)
+    expected = torch.nn.functional.layer_norm(x, (8,), weight, bias)
+    inputs = [t.to("neuron") for t in (x, weight, bias)]
+    with neuron.record_fallbacks() as log:
+        actual = torch.nn.functional.layer_norm(inputs[0], (8,), inputs[1], inputs[2])
+    assert neuron.is_native("aten::native_layer_norm")
+    assert log.ops == {}
+    assert max_diff(actual, expected) < 1e-6
+
+    without = NeuronEmulatedDevice(
+        profile=DeviceProfile.from_ops(
+            "no-layer-norm",
+            set(load_profile(None).ops) - {"aten::native_layer_norm", "aten::layer_norm"},
+        )
+    )
+    without.setup()
+    with without.record_fallbacks() as log:
+        again = torch.nn.functional.layer_norm(inputs[0], (8,), inputs[1], inputs[2])
+    assert "aten::addcmul.out" in log.ops
+    assert max_diff(again, expected) < 1e-6

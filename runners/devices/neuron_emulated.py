@@ -57,6 +57,7 @@ class _BackendState:
     libraries: list[Any] = []  # torch.library.Library objects must stay alive
     native_cache: dict[str, bool] = {}
     native_cache_profile: DeviceProfile | None = None
+    composite_registered: set[str] = set()  # ops given a kernel by _register_composite_natives
 
 
 _STATE = _BackendState()
@@ -557,6 +558,103 @@ def _check_torch_version() -> None:
         )
 
 
+_COMPOSITE_KEYS = DispatchKeySet(DispatchKey.CompositeExplicitAutograd)
+
+
+def _composite_kernel(op: Any) -> Any:
+    """A PrivateUse1 kernel for an op whose only kernel for new backends is a decomposition
+    (CompositeExplicitAutograd, e.g. `native_layer_norm`). A backend that lowers the op registers
+    a kernel for it, so the decomposition never runs: when the profile declares it native it runs
+    as one native op; otherwise it decomposes as on any backend without a kernel, and the ops of
+    the decomposition reach the fallback and are logged."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        info = _op_info(op)
+        device = _STATE.device
+        if device is not None and _is_native(info.name, device):
+            return _execute(op, info, args, kwargs)
+        return op.redispatch(_COMPOSITE_KEYS, *args, **kwargs)
+
+    return kernel
+
+
+# Ops a backend must treat as moves or allocations, not computation (`_to_copy` native would make
+# `.cpu()` return a device tensor), and random ops (their decompositions draw from the host RNG).
+_NOT_COMPUTATION = frozenset(
+    {
+        "_to_copy",
+        "copy",
+        "lift_fresh_copy",
+        "empty_like",
+        "new_empty",
+        "new_empty_strided",
+        "new_full",
+        "new_zeros",
+        "new_ones",
+        "zero",
+        "fill",
+        "full_like",
+        "zeros_like",
+        "ones_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "bernoulli",
+        "exponential",
+        "uniform",
+        "normal_functional",
+        "linspace",
+        "arange",
+        "rrelu_with_noise_functional",
+        "_unsafe_view",
+    }
+)
+
+
+def _computes_from_inputs(op: Any) -> bool:
+    """Only plain computations get a native kernel: a tensor input, a fresh (non-aliasing)
+    output, nothing mutated. Views must stay views of the input's storage (as the fallback's
+    view handling keeps them), factories must allocate on the device."""
+    schema = op._schema
+    if schema.name.split("::", 1)[-1] in _NOT_COMPUTATION:
+        return False
+    if any(a.alias_info is not None for a in schema.arguments):
+        return False
+    if any(r.alias_info is not None for r in schema.returns):
+        return False
+    return any(str(a.type) in ("Tensor", "Tensor?", "Tensor[]") for a in schema.arguments)
+
+
+def _register_composite_natives(profile: DeviceProfile) -> None:
+    """Give every op of `profile` that would otherwise be decomposed a kernel of its own."""
+    if not _STATE.libraries:
+        return
+    aten = _STATE.libraries[0]
+    for entry in sorted(profile.ops):
+        namespace, _, rest = entry.partition("::")
+        base, _, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, namespace, None), base, None)
+        if namespace != "aten" or packet is None:
+            continue
+        for name in [overload] if overload else packet.overloads():
+            qualified = f"aten::{base}" + ("" if name == "default" else f".{name}")
+            if qualified in _STATE.composite_registered:
+                continue
+            try:
+                decomposed = torch._C._dispatch_has_kernel_for_dispatch_key(
+                    qualified, "CompositeExplicitAutograd"
+                ) and not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1")
+            except RuntimeError:  # a TorchScript-only op: not in the dispatcher
+                continue
+            if not decomposed:
+                continue
+            op = getattr(packet, name)
+            if not _computes_from_inputs(op):
+                continue
+            aten.impl(op, _opaque_to_dynamo(_composite_kernel(op)), "PrivateUse1")
+            _STATE.composite_registered.add(qualified)
+
+
 def _opaque_to_dynamo(fn: Any) -> Any:
     """Keep Dynamo from tracing the backend's own Python: after a graph break, eager code runs
     with Dynamo's frame hook on, and it would otherwise try to compile these kernels."""
@@ -672,6 +770,7 @@ class NeuronEmulatedDevice(Device):
         """Make this device's profile and strictness the ones the backend applies (eager and
         compile)."""
         _STATE.device = self
+        _register_composite_natives(self.op_profile)
         from runners import neuron_compile
 
         neuron_compile.set_profile(self.op_profile, strict=self.strict)
