@@ -43,7 +43,7 @@ HIDDEN_KEYS = (
     "fusion_hidden_size", "head_hidden_size", "auxiliary_channels", "decoder_channels",
     "fpn_feature_size", "mask_feature_size", "encoder_feedforward_dim", "d_latent",
     "encoder_hidden_dim", "flow_size", "upsample_initial_channel", "hidden_size_global",
-    "backbone_hidden_size", "cross_hidden_size",
+    "backbone_hidden_size", "cross_hidden_size", "image_token_embed_dim",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -320,6 +320,19 @@ class _Shrinker:
             cap = max(16, (2 * HIDDEN) >> (len(stages) - 1))
             if d[ek] > cap and ek not in keep and "hidden_sizes" not in d:
                 d[ek] = cap
+        mult = d.get("channel_multiplier")
+        base = d.get("base_channels")
+        if (
+            isinstance(mult, list)
+            and mult
+            and isinstance(base, int)
+            and "base_channels" not in keep
+        ):
+            # VQ image tokenizers: stage i is base * multiplier[i] wide (GroupNorm of 32).
+            d["base_channels"] = min(base, max(32, (2 * HIDDEN) // max(mult)))
+            for k, cap in (("num_embeddings", VOCAB), ("latent_channels", HIDDEN)):
+                if isinstance(d.get(k), int) and d[k] > cap and k not in keep:
+                    d[k] = cap  # codebook entries (the image vocabulary), latent width
         ratios = next((d[k] for k in STRIDE_LIST_KEYS if isinstance(d.get(k), list)), None)
         if ratios:  # the last stage is base * 2**stages wide: keep it near 2 * HIDDEN
             cap = max(4, (2 * HIDDEN) >> len(ratios))
