@@ -37,10 +37,13 @@ ONCE_OVERSIZED = {
     "dia": 9_773_824,  # cross-attention hidden size / head dim
     "deepseek_vl_hybrid": 7_636_737,  # high-resolution projector over the SAM neck
     "blt": 192_722_752,  # hash-embedding vocabulary
+    "hgnet_v2": 13_553_634,  # per-stage in / mid / out channel lists
+    "grounding-dino": 6_161_423,  # Swin backbone: embed_dim doubles per stage
+    "janus": 73_507_403,  # VQ tokenizer: base_channels x channel_multiplier, codebook
 }
 # Of those, the ones that run forward and backward with >= 90% of parameters reached.
 TRAINS = ["dac", "univnet", "fastspeech2_conformer", "rt_detr", "chmv2", "cohere2_vision",
-          "cvt", "efficientnet", "glm5_next"]  # fmt: skip
+          "cvt", "efficientnet", "glm5_next", "hgnet_v2", "grounding-dino"]  # fmt: skip
 
 
 def _spec(model_type: str):
