@@ -55,6 +55,7 @@ FAMILIES = [
     "deepseek_v32",  # MLA + a no_grad sparse-attention indexer
     "gemma3n_audio",  # USM conformer: mel frames plus a padding mask
     "mllama",  # tiled images, text cross-attends to them
+    "qwen3_omni_moe",  # thinker with MoE text, audio conv front end kept narrow
 ]
 
 
