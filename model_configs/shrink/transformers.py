@@ -44,6 +44,8 @@ HIDDEN_KEYS = (
     "fpn_feature_size", "mask_feature_size", "encoder_feedforward_dim", "d_latent",
     "encoder_hidden_dim", "flow_size", "upsample_initial_channel", "hidden_size_global",
     "backbone_hidden_size", "cross_hidden_size", "image_token_embed_dim",
+    "memory_attention_hidden_size", "memory_encoder_hidden_size", "memory_fuser_embed_dim",
+    "mask_downsampler_embed_dim",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -57,6 +59,7 @@ FFN_KEYS = (
     "duration_predictor_channels", "energy_predictor_channels", "pitch_predictor_channels",
     "duration_predictor_filter_channels", "kernel_predictor_hidden_channels",
     "alignment_intermediate_size", "number_output_channels", "projection_intermediate_size",
+    "memory_attention_mlp_hidden_size", "memory_fuser_intermediate_dim",
 )  # fmt: skip
 HEAD_KEYS = (
     "num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
