@@ -317,12 +317,12 @@ class _Shrinker:
             if isinstance(d.get("image_size"), int) and d["image_size"] > 64:
                 d["image_size"] = 64  # five stride-2 stages: a 2x2 map at the top
         stages = d.get("depths")
-        ek = real("embed_dim")
-        if isinstance(stages, list) and len(stages) > 1 and isinstance(d.get(ek), int):
+        embed_k = real("embed_dim")
+        if isinstance(stages, list) and len(stages) > 1 and isinstance(d.get(embed_k), int):
             # Swin-like: the width doubles at every stage; the last stays at 2 * HIDDEN.
             cap = max(16, (2 * HIDDEN) >> (len(stages) - 1))
-            if d[ek] > cap and ek not in keep and "hidden_sizes" not in d:
-                d[ek] = cap
+            if d[embed_k] > cap and embed_k not in keep and "hidden_sizes" not in d:
+                d[embed_k] = cap
         mult = d.get("channel_multiplier")
         base = d.get("base_channels")
         if (
