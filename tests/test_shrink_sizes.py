@@ -40,6 +40,8 @@ ONCE_OVERSIZED = {
     "hgnet_v2": 13_553_634,  # per-stage in / mid / out channel lists
     "grounding-dino": 6_161_423,  # Swin backbone: embed_dim doubles per stage
     "janus": 73_507_403,  # VQ tokenizer: base_channels x channel_multiplier, codebook
+    "mgp-str": 5_381_745,  # BPE / wordpiece heads over full vocabularies
+    "recurrent_gemma": 7_658_432,  # RG-LRU width
 }
 # Of those, the ones that run forward and backward with >= 90% of parameters reached.
 TRAINS = ["dac", "univnet", "fastspeech2_conformer", "rt_detr", "chmv2", "cohere2_vision",

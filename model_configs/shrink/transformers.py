@@ -45,7 +45,7 @@ HIDDEN_KEYS = (
     "encoder_hidden_dim", "flow_size", "upsample_initial_channel", "hidden_size_global",
     "backbone_hidden_size", "cross_hidden_size", "image_token_embed_dim",
     "memory_attention_hidden_size", "memory_encoder_hidden_size", "memory_fuser_embed_dim",
-    "mask_downsampler_embed_dim",
+    "mask_downsampler_embed_dim", "lru_width",
 )  # fmt: skip
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
@@ -365,6 +365,7 @@ class _Shrinker:
 
         # --- vocab, positions, windows ---
         vocab_like = [k for k in d if ("vocab_size" in k or k.endswith("_vocab")) and k not in keep]
+        vocab_like += [k for k in ("num_bpe_labels", "num_wordpiece_labels") if k in d]  # MGP-STR
         for k in [real("vocab_size")] + vocab_like:
             v = d.get(k)
             if isinstance(v, int) and not isinstance(v, bool) and v > VOCAB:
