@@ -42,6 +42,7 @@ ONCE_OVERSIZED = {
     "janus": 73_507_403,  # VQ tokenizer: base_channels x channel_multiplier, codebook
     "mgp-str": 5_381_745,  # BPE / wordpiece heads over full vocabularies
     "recurrent_gemma": 7_658_432,  # RG-LRU width
+    "pp_lcnet_v3": 5_513_840,  # block_configs channels times `scale`
 }
 # Of those, the ones that run forward and backward with >= 90% of parameters reached.
 TRAINS = ["dac", "univnet", "fastspeech2_conformer", "rt_detr", "chmv2", "cohere2_vision",
