@@ -69,6 +69,19 @@ def device_label(device: str | None, emulated: bool | None) -> str:
     return f"{name} (emulated)" if emulated else name
 
 
+def _by_skip_reason(q: StoreQuery, run_id: str, outcome: str) -> list[dict[str, Any]]:
+    """Models of one outcome in a run, grouped by skip reason, with their downloads."""
+    return q.fetch(
+        """
+        SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
+          coalesce(sum(downloads), 0) AS downloads
+        FROM model_runs WHERE run_id = $run AND outcome = $outcome
+        GROUP BY ALL ORDER BY models DESC, reason
+        """,
+        {"run": run_id, "outcome": outcome},
+    )
+
+
 def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
     """What was counted, out of what: catalog, requested, in the store, skipped by reason,
     failed by stage and status, passed with and without CPU fallback; counts and downloads."""
@@ -76,15 +89,7 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
     def build() -> dict[str, Any]:
         t = _totals(q, run_id)
         run = q.run_info(run_id) or {}
-        skipped = q.fetch(
-            f"""
-            SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
-              coalesce(sum(downloads), 0) AS downloads
-            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_SKIPPED}'
-            GROUP BY ALL ORDER BY models DESC, reason
-            """,
-            {"run": run_id},
-        )
+        skipped = _by_skip_reason(q, run_id, OUTCOME_SKIPPED)
         failed = q.fetch(
             f"""
             SELECT failed_stage AS stage, failed_status AS status, count(*) AS models,
@@ -95,15 +100,7 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             """,
             {"run": run_id},
         )
-        partial = q.fetch(
-            f"""
-            SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
-              coalesce(sum(downloads), 0) AS downloads
-            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_PARTIAL}'
-            GROUP BY ALL ORDER BY models DESC, reason
-            """,
-            {"run": run_id},
-        )
+        partial = _by_skip_reason(q, run_id, OUTCOME_PARTIAL)
         requested = run.get("models_requested")
         emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
         device = t["device"] or run.get("device")
