@@ -25,6 +25,19 @@ HEADLINE_TASK = "text-generation"
 HEADLINE_TOP = 100
 
 
+# Per-group model counts by outcome, and the passed / entirely-on-device models and downloads.
+_OUTCOME_COUNTS = f"""
+  count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
+  count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
+  count(*) FILTER (WHERE outcome = '{OUTCOME_PARTIAL}') AS partial,
+  count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
+  coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0) AS passed_downloads,
+  count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
+    AND fallback_calls = 0) AS on_device,
+  coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+    AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads"""
+
+
 def share(part: float | int | None, whole: float | int | None) -> float | None:
     """part / whole, or None when the whole is 0 / unknown."""
     if not whole or part is None:
@@ -228,16 +241,7 @@ def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[d
             f"""
             SELECT coalesce({by}, '(none)') AS key, count(*) AS models,
               coalesce(sum(downloads), 0) AS downloads,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_PARTIAL}') AS partial,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
-              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
-                AS passed_downloads,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
-                AND fallback_calls = 0) AS on_device,
-              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
-                AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads
+              {_OUTCOME_COUNTS}
             FROM model_runs WHERE run_id = $run
             GROUP BY ALL ORDER BY downloads DESC, key LIMIT $limit
             """,
@@ -337,15 +341,7 @@ def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
         rows = q.fetch(
             f"""
             SELECT run_id, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_FAILED}') AS failed,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
-              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
-                AS passed_downloads,
-              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND fallback_ops = 0
-                AND fallback_calls = 0) AS on_device,
-              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
-                AND fallback_ops = 0 AND fallback_calls = 0), 0) AS on_device_downloads,
+              {_OUTCOME_COUNTS},
               bool_or(device_emulated) AS device_emulated, any_value(device) AS device
             FROM model_runs WHERE list_contains($ids, run_id) GROUP BY run_id
             """,
