@@ -32,40 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def tiny(kind: str):
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        BertConfig,
-        GPT2Config,
-        LlamaConfig,
-    )
+    """The same tiny Llama / GPT-2 / BERT the neuron tests use."""
     from transformers.utils import logging
+
+    from tests.neuron_support import tiny_model
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
-    if kind == "llama":
-        config = LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-            max_position_embeddings=64,
-        )
-        return AutoModelForCausalLM.from_config(config).eval()
-    if kind == "gpt2":
-        config = GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=64)
-        return AutoModelForCausalLM.from_config(config).eval()
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=128,
-        max_position_embeddings=64,
-    )
-    return AutoModelForMaskedLM.from_config(config).eval()
+    return tiny_model(kind)
 
 
 def interleaved_ms(fns: dict[str, Callable[[], object]], steps: int) -> dict[str, float]:

@@ -83,3 +83,52 @@ def forked(fn: Callable[..., Any]) -> Callable[..., Any]:
             pytest.fail(failure, pytrace=False)
 
     return wrapper
+
+
+def tiny_model(kind: str, **overrides: Any) -> Any:
+    """A tiny Llama / GPT-2 / BERT (hidden 32, 2 layers) in eval mode, weights from seed 0;
+    `overrides` go to its config. Shared by the neuron tests and bench/device_overhead.py."""
+    import torch
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        BertConfig,
+        GPT2Config,
+        LlamaConfig,
+    )
+
+    torch.manual_seed(0)
+    if kind == "llama":
+        config = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+            max_position_embeddings=64,
+            **overrides,
+        )
+        return AutoModelForCausalLM.from_config(config).eval()
+    if kind == "gpt2":
+        config = GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            vocab_size=128,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=0,
+            **overrides,
+        )
+        return AutoModelForCausalLM.from_config(config).eval()
+    config = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=128,
+        max_position_embeddings=64,
+        **overrides,
+    )
+    return AutoModelForMaskedLM.from_config(config).eval()

@@ -8,7 +8,7 @@ import torch
 from runners.devices.neuron_emulated import NeuronEmulatedDevice
 from runners.devices.profiles import DeviceProfile
 from runners.neuron_compile import check_graph, compile_report, short_reason
-from tests.neuron_support import forked
+from tests.neuron_support import forked, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -71,20 +71,7 @@ def test_compile_counts_graph_breaks(neuron: NeuronEmulatedDevice) -> None:
 
 @forked
 def test_tiny_llama_compiles_to_one_graph(neuron: NeuronEmulatedDevice) -> None:
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    config = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    model = neuron.prepare_model(AutoModelForCausalLM.from_config(config).eval())
+    model = neuron.prepare_model(tiny_model("llama", use_cache=False))
     ids = torch.randint(0, 128, (2, 8)).to("neuron")
     with compile_report() as report, neuron.record_fallbacks() as log:
         out = torch.compile(model, backend="neuron")(input_ids=ids, labels=ids)

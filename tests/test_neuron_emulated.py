@@ -19,55 +19,12 @@ from runners.devices import get_device
 from runners.devices.neuron_emulated import FallbackDisallowed, NeuronEmulatedDevice
 from runners.devices.profiles import DeviceProfile, base_name, load_profile
 from tests.conftest import ROOT
-from tests.neuron_support import forked
+from tests.neuron_support import forked, tiny_model
 
 
 @pytest.fixture(scope="module")
 def neuron() -> NeuronEmulatedDevice:
     return NeuronEmulatedDevice()  # set up inside the forked test (see tests/neuron_support.py)
-
-
-def tiny_model(kind: str) -> torch.nn.Module:
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        BertConfig,
-        GPT2Config,
-        LlamaConfig,
-    )
-
-    torch.manual_seed(0)
-    if kind == "llama":
-        config = LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-            max_position_embeddings=64,
-        )
-        return AutoModelForCausalLM.from_config(config).eval()
-    if kind == "gpt2":
-        config = GPT2Config(
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            vocab_size=128,
-            n_positions=64,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-        return AutoModelForCausalLM.from_config(config).eval()
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=128,
-        max_position_embeddings=64,
-    )
-    return AutoModelForMaskedLM.from_config(config).eval()
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
