@@ -57,11 +57,7 @@ def _plan(args: argparse.Namespace, stages: list) -> Any:
             library=resolved.library,
             architectures_hint=tuple(resolved.config.get("architectures") or ()),
         )
-        if args.architecture:
-            entry = CatalogEntry(
-                model_id=target, library=resolved.library, architectures_hint=(args.architecture,)
-            )
-        return plan_entry(entry, stages, resolved=resolved)
+        return plan_entry(_with_architecture(entry, args), stages, resolved=resolved)
     catalog = load_catalog(args.catalog)
     found = catalog.get(target)
     if found is not None:
@@ -74,11 +70,16 @@ def _plan(args: argparse.Namespace, stages: list) -> Any:
                 hint="pass a local config.json, or unset HF_HUB_OFFLINE to look it up on the Hub",
             )
         entry = _entry_from_hub(target)
-    if args.architecture:
-        from dataclasses import replace
+    return plan_entry(_with_architecture(entry, args), stages, config_dir=catalog.config_dir)
 
-        entry = replace(entry, architectures_hint=(args.architecture,))
-    return plan_entry(entry, stages, config_dir=catalog.config_dir)
+
+def _with_architecture(entry: Any, args: argparse.Namespace) -> Any:
+    """`--architecture` overrides the class the catalog or config names."""
+    if not args.architecture:
+        return entry
+    from dataclasses import replace
+
+    return replace(entry, architectures_hint=(args.architecture,))
 
 
 def _entry_from_hub(model_id: str) -> Any:
@@ -118,10 +119,6 @@ def run(args: argparse.Namespace) -> int:
     stages = stage_list(args.stages)
     options = device_options(args)
     device = get_device(args.device, **options)  # unknown device: exit 2 before any work
-    if hasattr(device, "is_available") and not device.is_available():
-        from reports.errors import UsageError
-
-        raise UsageError(f"device {args.device!r} is not available on this machine")
     planned = _plan(args, stages)
     outcome = planned.outcome
     if outcome is None:
