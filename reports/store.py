@@ -18,7 +18,6 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -184,10 +183,3 @@ class Store:
 
 def _part_name() -> str:
     return f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-
-
-def rows_by_model(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        grouped.setdefault(row["model_id"], []).append(row)
-    return grouped
