@@ -4,18 +4,19 @@
 away from special ids, pixel values at the shrunk image size, audio features of the length the
 model needs, image tokens whose count matches what the vision tower produces, both sides of an
 encoder-decoder, and labels for training. Per-family input hints are data
-(`model_configs/data/transformers_input_rules.json`).
+(`model_configs/data/transformers_families/`, the `inputs` tables); layouts a hint cannot
+express are builders in `model_configs/family_inputs/`.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Iterator
-from functools import cache
-from pathlib import Path
 from typing import Any
 
+from model_configs.family_inputs import InputContext
+from model_configs.family_inputs import lookup as family_lookup
+from model_configs.family_rules import input_rules
 from model_configs.shrink.transformers import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
 from model_configs.transformers_classes import part_config
@@ -30,13 +31,6 @@ LABEL_TASKS = {
     "image-classification", "audio-classification", "speech-seq2seq", "ctc", "image-text-to-text",
     "multimodal-lm", "video-classification",
 }  # fmt: skip
-
-
-@cache
-def input_rules() -> dict[str, dict[str, Any]]:
-    """Per-family input hints, keyed by model_type (see the JSON file's `_about`)."""
-    path = Path(__file__).resolve().parent / "data" / "transformers_input_rules.json"
-    return json.loads(path.read_text())["rules"]
 
 
 def build_model(spec: TinySpec) -> Any:
@@ -118,20 +112,37 @@ def _num_channels(config: Any) -> int:
 def make_inputs(
     spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
 ) -> dict[str, Any]:
-    """CPU tensors for `model(**inputs)` (purpose="train") or `model.generate(**inputs)`."""
+    """CPU tensors for `model(**inputs)` (purpose="train") or `model.generate(**inputs)`.
+
+    The generic layout comes from the model's main input and forward signature; a family's
+    builder in `model_configs/family_inputs/` then edits it (or replaces it)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    config = model.config
-    params = _forward_params(model)
-    rules = input_rules().get(spec.model_type or "", {})
-    avoid = special_token_ids(spec.config)
+    ctx = InputContext(
+        spec=spec, model=model, config=model.config, params=_forward_params(model),
+        gen=torch.Generator().manual_seed(seed), avoid=special_token_ids(spec.config),
+        rules=input_rules().get(spec.model_type or "", {}), seq=SEQ, purpose=purpose,
+    )  # fmt: skip
+    ctx.seq = int(ctx.rules.get("seq_len", SEQ))
+    builder = family_lookup(spec.model_type)
+    if builder is None or not builder.replace:
+        ctx.inputs = _generic_inputs(ctx)
+    if builder is not None:
+        builder.fn(ctx)
+    return _finish(ctx)
+
+
+def _generic_inputs(ctx: InputContext) -> dict[str, Any]:
+    """Inputs read off the main input name and the forward signature."""
+    import torch
+
+    spec, model, config, params = ctx.spec, ctx.model, ctx.config, ctx.params
+    gen, rules, avoid, seq = ctx.gen, ctx.rules, ctx.avoid, ctx.seq
     main = getattr(model, "main_input_name", "input_ids")
     companions: list[str] = []
     if isinstance(main, (list, tuple)):  # OneFormer: ["pixel_values", "task_inputs"]
         main, *companions = main
     inputs: dict[str, Any] = {}
-    seq = int(rules.get("seq_len", SEQ))
 
     if main == "input_ids" or "input_ids" in params and main not in (
         "pixel_values", "input_features", "input_values",
@@ -258,12 +269,18 @@ def make_inputs(
     eos = getattr(_text_config(config), "eos_token_id", None)
     if spec.task == "sequence-classification" and isinstance(eos, int) and "input_ids" in inputs:
         inputs["input_ids"][:, -1] = eos  # BART-style heads pool on the last <eos>
+    return inputs
 
-    if purpose == "train":
+
+def _finish(ctx: InputContext) -> dict[str, Any]:
+    """Labels and use_cache for training; generation's start token for generate."""
+    spec, config, params, inputs = ctx.spec, ctx.config, ctx.params, ctx.inputs
+    model = ctx.model
+    if ctx.purpose == "train":
         if "use_cache" in params:
-            inputs["use_cache"] = False
-        if spec.task in LABEL_TASKS and "labels" in params:
-            labels = _labels(gen, spec, config, inputs)
+            inputs.setdefault("use_cache", False)
+        if spec.task in LABEL_TASKS and "labels" in params and "labels" not in inputs:
+            labels = _labels(ctx.gen, spec, config, inputs)
             if labels is not None:
                 inputs["labels"] = labels
     else:

@@ -4,7 +4,7 @@ Generic rules walk the config and its sub-configs (`text_config`, `vision_config
 decoder, ...) and shrink widths, heads, layers, experts, vocabularies, positions and images while
 keeping every choice that decides which ops run (attention variant, GQA/MQA, layer kinds, RoPE
 type, activations, norms, tied embeddings). Per-family rules live as data in
-`model_configs/data/transformers_family_rules.json`, each with a reason. The result is rebuilt
+`model_configs/data/transformers_families/*.json`, each with a reason. The result is rebuilt
 through the config class so the library's own validation runs.
 """
 
@@ -13,10 +13,9 @@ from __future__ import annotations
 import copy
 import json
 import math
-from functools import cache
-from pathlib import Path
 from typing import Any
 
+from model_configs.family_rules import shrink_rules, timm_rules
 from model_configs.spec import ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
 from reports.schema import SkipReason
@@ -100,15 +99,9 @@ SKIP_SUBDICTS = {"id2label", "label2id", "rope_parameters", "rope_scaling", "qua
                  "task_specific_params", "auto_map", "_attn_implementation_autoset"}  # fmt: skip
 
 
-@cache
-def _rules_file() -> dict[str, Any]:
-    path = Path(__file__).resolve().parent.parent / "data" / "transformers_family_rules.json"
-    return json.loads(path.read_text())
-
-
 def family_rules() -> dict[str, dict[str, Any]]:
-    """The per-family rules, keyed by model_type (see the JSON file's `_about`)."""
-    return _rules_file()["rules"]
+    """The per-family shrink rules, keyed by model_type (data/transformers_families/)."""
+    return shrink_rules()
 
 
 def _timm_installed() -> bool:
@@ -125,7 +118,7 @@ def _replace_timm_backbones(d: dict[str, Any]) -> None:
         if not isinstance(sub, dict) or key in SKIP_SUBDICTS:
             continue
         if sub.get("model_type") == "timm_backbone":
-            stand_in = {k: v for k, v in _rules_file()["timm_fallback_backbone"].items()}
+            stand_in = {k: v for k, v in timm_rules()["fallback_backbone"].items()}
             stand_in.pop("_reason", None)
             outs = sub.get("out_indices") or [1, 2, 3, 4]
             stand_in["out_features"] = [f"stage{i}" for i in outs]
@@ -138,7 +131,7 @@ def _replace_timm_backbones(d: dict[str, Any]) -> None:
 
 def _tiny_timm_name(name: str) -> str:
     """timm's tiny test variant of the same block type, by the longest matching prefix."""
-    table = {k: v for k, v in _rules_file()["timm_tiny"].items() if not k.startswith("_")}
+    table = {k: v for k, v in timm_rules()["tiny"].items() if not k.startswith("_")}
     base = name.split(".")[0]
     for prefix in sorted(table, key=len, reverse=True):
         if base.startswith(prefix):
@@ -881,7 +874,7 @@ def shrink_transformers(
             f"shrinking the {mt} config failed: {type(exc).__name__}: {exc}",
             model_id=resolved.model_id,
             stage="load",
-            hint=f"add a rule for {mt!r} to model_configs/data/transformers_family_rules.json",
+            hint=f"add a shrink rule for {mt!r} to model_configs/data/transformers_families/",
         ) from exc
     final = _jsonable(final)
     return TinySpec(

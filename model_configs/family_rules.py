@@ -1,0 +1,53 @@
+"""Per-family rules for transformers configs, as data.
+
+One JSON file per group of families in `data/transformers_families/` (its README explains the
+keys). Each file has a `shrink` table (applied by the shrinker after its generic rules) and an
+`inputs` table (hints for `make_inputs`), both keyed by model_type. A model_type defined by two
+files, or a rule without a reason, is an error: rules must be findable and explained.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+RULES_DIR = Path(__file__).resolve().parent / "data" / "transformers_families"
+TABLES = ("shrink", "inputs")
+
+
+@cache
+def _tables() -> dict[str, dict[str, dict[str, Any]]]:
+    merged: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in TABLES}
+    owner: dict[tuple[str, str], str] = {}
+    for path in sorted(RULES_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        for table in TABLES:
+            for model_type, rule in data.get(table, {}).items():
+                if (table, model_type) in owner:
+                    raise ValueError(
+                        f"{table} rule for {model_type!r} is in both "
+                        f"{owner[table, model_type]} and {path.name}"
+                    )
+                if not rule.get("reason"):
+                    raise ValueError(f"{path.name}: {table} rule for {model_type!r} has no reason")
+                owner[table, model_type] = path.name
+                merged[table][model_type] = rule
+    return merged
+
+
+def shrink_rules() -> dict[str, dict[str, Any]]:
+    """Shrink rules keyed by model_type (of the root config or of any sub-config)."""
+    return _tables()["shrink"]
+
+
+def timm_rules() -> dict[str, Any]:
+    """timm stand-ins: `tiny` (name prefix -> timm's tiny test variant) and
+    `fallback_backbone` (the ResNet used when timm is not installed), in core.json."""
+    return dict(json.loads((RULES_DIR / "core.json").read_text())["timm"])
+
+
+def input_rules() -> dict[str, dict[str, Any]]:
+    """Input hints for make_inputs, keyed by model_type."""
+    return _tables()["inputs"]
