@@ -16,6 +16,7 @@ provides the same four functions:
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
 from typing import Any
 
@@ -41,3 +42,14 @@ def make_inputs(spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "tr
 
 def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
     return library_module(spec.library).compute_loss(spec, model, outputs, inputs)
+
+
+def missing_package(exc: BaseException) -> str | None:
+    """The optional package an ImportError says the model needs but this environment lacks
+    (timm, natten, detectron2, torchaudio...), or None for any other error."""
+    if not isinstance(exc, ImportError):
+        return None
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return exc.name.split(".")[0]
+    found = re.search(r"requires the ([\w.-]+) library", str(exc))
+    return found.group(1) if found else None

@@ -59,6 +59,7 @@ class SkipReason(str, enum.Enum):
     MALFORMED_CONFIG = "malformed_config"  # the config file is not a usable JSON object
     UNKNOWN_MODEL_TYPE = "unknown_model_type"  # the installed library does not know it
     NO_MODEL_CLASS = "no_model_class"  # no class in the library can build this config
+    MISSING_PACKAGE = "missing_package"  # the model needs an optional package not installed
     NOT_FOUND = "not_found"  # the repo does not exist (or is private)
     GATED = "gated"  # the repo needs an accepted licence to read
     DEVICE_UNSUPPORTED_FEATURE = "device_unsupported_feature"  # e.g. a dtype the device lacks

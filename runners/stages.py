@@ -102,7 +102,16 @@ class LoadStage(StageRunner):
 
     def run(self, ctx: StageContext) -> None:
         torch.manual_seed(ctx.seed)
-        built = build.build_model(ctx.spec)
+        try:
+            built = build.build_model(ctx.spec)
+        except ImportError as exc:
+            package = build.missing_package(exc)
+            if package is None:
+                raise
+            raise StageSkipped(
+                SkipReason.MISSING_PACKAGE,
+                f"{ctx.spec.architecture} needs the {package} package, which is not installed",
+            ) from exc
         with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
             built.save_pretrained(tmp)
             if not any(p.suffix == ".safetensors" for p in Path(tmp).rglob("*")):
@@ -304,11 +313,23 @@ def run_stages(
 def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResult]:
     results: list[StageResult] = []
     blocked_by: str | None = None
+    skipped: StageResult | None = None  # a skip with a reason skips every later stage too
     wanted = set(stages)
     for stage in STAGES:
         if stage not in wanted:
             continue
         runner = STAGES[stage]()
+        if skipped is not None:
+            results.append(
+                StageResult(
+                    stage=stage.value,
+                    status=Status.SKIP.value,
+                    reason=skipped.reason,
+                    error_message=skipped.error_message,
+                )
+            )
+            yield results[-1]
+            continue
         if blocked_by is not None:
             results.append(
                 StageResult(
@@ -332,7 +353,9 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             continue
         results.append(_run_one(runner, ctx))
         yield results[-1]
-        if results[-1].status != Status.PASS.value:
+        if results[-1].status == Status.SKIP.value and stage is Stage.LOAD:
+            skipped = results[-1]
+        elif results[-1].status != Status.PASS.value:
             blocked_by = stage.value
 
 

@@ -68,6 +68,32 @@ def test_a_failing_stage_makes_later_ones_not_run(llama, monkeypatch):
     assert failed.error_signature == "RuntimeError: shape mismatch: [?] vs [?] at <addr>"
 
 
+def test_a_model_needing_a_missing_package_is_a_skip_of_every_stage():
+    # TimmWrapper needs timm, which cannot be installed beside this CPU torch: that is a fact of
+    # the environment, not a failure of the device, so every stage is a skip with its reason.
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    if importlib.util.find_spec("timm") is not None:
+        pytest.skip("timm is installed here")
+    outcome = run_model(tiny("timm_wrapper"), device="cpu", stages=FAST)
+    assert statuses(outcome) == dict.fromkeys(FAST, "skip")
+    assert {r.reason for r in outcome.stages} == {"missing_package"}
+    assert "needs the timm package" in (outcome.stages[0].error_message or "")
+
+
+def test_missing_package_reads_both_kinds_of_import_error():
+    from model_configs.build import missing_package
+
+    assert (
+        missing_package(ModuleNotFoundError("No module named 'natten'", name="natten")) == "natten"
+    )
+    message = "LayoutLMv2Model requires the detectron2 library but it was not found"
+    assert missing_package(ImportError(message)) == "detectron2"
+    assert missing_package(ImportError("cannot import name 'x' from 'y'")) is None
+    assert missing_package(RuntimeError("requires the timm library")) is None
+
+
 def test_isolated_run_matches_in_process(llama):
     outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=120)
     assert statuses(outcome) == dict.fromkeys(FAST, "pass")
