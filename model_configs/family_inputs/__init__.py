@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-GROUPS = ("vision_language_a", "vision_language_b", "audio", "vision", "text")
+GROUPS = ("vision_language_a", "vision_language_b", "audio", "vision", "text", "timm_backed")
 
 
 @dataclass
