@@ -32,7 +32,8 @@ CATALOG = Path("/work/shared/data/hub-top1000-2026-02-09.csv")
 GRAD_SHARE_MIN = 0.9
 TOWER_INPUTS = {
     "vision_config": ("pixel_values", "pixel_values_videos", "images", "image_embeds", "flattened_patches"),
-    "audio_config": ("input_features", "input_values", "audio_values", "input_audio_embeds", "feature"),
+    "audio_config": ("input_features", "input_values", "audio_values", "input_audio_embeds", "feature",
+                     "audio_input_ids"),
     "encoder": ("input_ids", "pixel_values", "input_features", "input_values", "inputs_embeds"),
 }  # fmt: skip
 
@@ -51,6 +52,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from model_configs.build import build_model, compute_loss, make_inputs
+    from model_configs.grad_coverage import grad_coverage, watch_grad_mode
     from model_configs.shrink import shrink
     from model_configs.spec import ResolvedConfig
     from reports.errors import ConfigError
@@ -74,15 +76,17 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         row["inputs"] = sorted(inputs)
         row["stage"] = "forward"
         model.train(False)
-        outputs = model(**inputs)
+        with watch_grad_mode(model) as watch:
+            outputs = model(**inputs)
         row["forward"] = True
         row["stage"] = "backward"
         loss = compute_loss(spec, model, outputs, inputs)
         loss.backward()
         row["seconds"] = time.perf_counter() - t0
         row["backward"] = True
-        got = sum(p.numel() for p in params if p.grad is not None)
-        row["grad_share"] = got / max(1, row["params"])
+        coverage = grad_coverage(model, watch)
+        row["grad_share"] = coverage.share
+        row["frozen_by_model"] = coverage.frozen_by_model
         row["stage"] = "check"
         missing = [
             key for key, names in TOWER_INPUTS.items()

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from model_configs import build
+from model_configs.grad_coverage import MIN_GRAD_SHARE, grad_coverage, watch_grad_mode
 from model_configs.spec import TinySpec
 from reports.schema import SkipReason, Stage, Status
 from runners.devices.base import Device, FallbackLog
@@ -33,7 +34,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-MIN_GRAD_SHARE = 0.9  # share of trainable parameters that must receive a finite gradient
 GENERATE_TOKENS = 3
 
 
@@ -153,24 +153,19 @@ class BackwardStage(StageRunner):
 
     def run(self, ctx: StageContext) -> None:
         ctx.model.zero_grad(set_to_none=True)
-        outputs = ctx.model(**ctx.inputs)
+        with watch_grad_mode(ctx.model) as watch:
+            outputs = ctx.model(**ctx.inputs)
         loss = build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs)
         if not math.isfinite(float(loss.detach().float().cpu())):
             raise FloatingPointError(f"loss is not finite: {float(loss.detach().float().cpu())}")
         loss.backward()
         ctx.device.synchronize()
-        trainable = [(n, p) for n, p in ctx.model.named_parameters() if p.requires_grad]
-        with_grad = [
-            (n, p)
-            for n, p in trainable
-            if p.grad is not None and bool(torch.isfinite(p.grad.detach().cpu()).all())
-        ]
-        total = sum(p.numel() for _, p in trainable) or 1
-        share = sum(p.numel() for _, p in with_grad) / total
-        ctx.extra["grad_share"] = share
-        if share < MIN_GRAD_SHARE:
+        coverage = grad_coverage(ctx.model, watch)
+        ctx.extra["grad_share"] = coverage.share
+        if coverage.share < MIN_GRAD_SHARE:
             raise RuntimeError(
-                f"only {share:.0%} of trainable parameters received a finite gradient"
+                f"only {coverage.share:.0%} of trainable parameters received a finite gradient"
+                f" (none reached {', '.join(coverage.missed[:3])})"
             )
         if ctx.compare:
             ctx.reference.zero_grad(set_to_none=True)

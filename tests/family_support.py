@@ -25,6 +25,7 @@ def run_default(model_type: str, **shrink_kwargs: Any) -> FamilyRun:
     import transformers
 
     from model_configs.build import build_model, compute_loss, make_inputs
+    from model_configs.grad_coverage import grad_coverage, watch_grad_mode
     from model_configs.shrink import shrink
     from model_configs.spec import ResolvedConfig
     from reports.schema import ConfigSource
@@ -39,12 +40,12 @@ def run_default(model_type: str, **shrink_kwargs: Any) -> FamilyRun:
     torch.manual_seed(0)
     model = build_model(spec)
     inputs = make_inputs(spec, model, purpose="train")
-    loss = compute_loss(spec, model, model(**inputs), inputs)
+    with watch_grad_mode(model) as watch:
+        outputs = model(**inputs)
+    loss = compute_loss(spec, model, outputs, inputs)
     loss.backward()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    total = sum(p.numel() for p in trainable)
-    reached = sum(p.numel() for p in trainable if p.grad is not None)
-    return FamilyRun(spec, model, inputs, loss, total, reached / max(1, total))
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return FamilyRun(spec, model, inputs, loss, total, grad_coverage(model, watch).share)
 
 
 def assert_trains(run: FamilyRun) -> None:
