@@ -63,25 +63,28 @@ class GradCoverage:
 
 
 def grad_coverage(model: Any, watch: GradWatch | None = None) -> GradCoverage:
-    """After backward: how many trainable parameters got a finite gradient."""
+    """After backward: how many trainable parameters got a finite gradient. A parameter shared
+    by several modules (tied weights, one codec reused by two towers) counts once, as frozen if
+    the modules holding it ran and none of them with autograd on."""
     import torch
 
-    frozen_modules = watch.frozen_modules() if watch is not None else set()
-    trainable = reached = frozen = 0
-    missed: list[str] = []
-    seen: set[int] = set()  # tied weights count once
+    owners: dict[int, tuple[str, Any, list[str]]] = {}
     for module_name, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
-            if not p.requires_grad or id(p) in seen:
-                continue
-            seen.add(id(p))
-            full = f"{module_name}.{name}" if module_name else name
-            if module_name in frozen_modules:
+            if p.requires_grad:
+                full = f"{module_name}.{name}" if module_name else name
+                owners.setdefault(id(p), (full, p, []))[2].append(module_name)
+    trainable = reached = frozen = 0
+    missed: list[str] = []
+    for full, p, modules in owners.values():
+        if watch is not None:
+            ran = [m for m in modules if m in watch.ran]
+            if ran and not any(m in watch.ran_with_grad for m in ran):
                 frozen += p.numel()
                 continue
-            trainable += p.numel()
-            if p.grad is not None and bool(torch.isfinite(p.grad.detach().cpu()).all()):
-                reached += p.numel()
-            else:
-                missed.append(full)
+        trainable += p.numel()
+        if p.grad is not None and bool(torch.isfinite(p.grad.detach().cpu()).all()):
+            reached += p.numel()
+        else:
+            missed.append(full)
     return GradCoverage(trainable, reached, frozen, tuple(missed))
