@@ -73,18 +73,38 @@ def pe_audio_video(ctx: InputContext) -> None:
         ctx.inputs["return_loss"] = True
 
 
+def _image_prompt(ctx: InputContext, pixels: dict[str, Any]) -> None:
+    """Text with as many image tokens as the vision features fill, beside `pixels`."""
+    import torch
+
+    from model_configs.transformers_models import (
+        _count_feature_tokens,
+        _image_token_id,
+        _splice,
+        _token_ids,
+    )
+
+    per_sample = _count_feature_tokens(ctx.model, ctx.config, pixels) // BATCH
+    text = _token_ids(ctx.gen, ctx.config, (BATCH, ctx.seq), ctx.avoid)
+    ids = _splice(text, [int(_image_token_id(ctx.config) or 0)] * per_sample)
+    ctx.inputs.update(pixels, input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
 @family_inputs("perception_lm", replace=True)
 def perception_lm(ctx: InputContext) -> None:
     """PerceptionLM: one tile per image at the PE ViT's size, as many image tokens in the
     prompt as the (pooled) projector emits."""
     import torch
 
-    from model_configs.transformers_models import _count_feature_tokens, _splice, _token_ids
-
     vision = ctx.config.vision_config
     h, w = (vision.model_args or {}).get("img_size") or timm_image_size(vision)
-    pixels = {"pixel_values": torch.randn(BATCH, 1, 3, h, w, generator=ctx.gen)}
-    per_sample = _count_feature_tokens(ctx.model, ctx.config, pixels) // BATCH
-    text = _token_ids(ctx.gen, ctx.config, (BATCH, ctx.seq), ctx.avoid)
-    ids = _splice(text, [int(ctx.config.image_token_id)] * per_sample)
-    ctx.inputs.update(pixels, input_ids=ids, attention_mask=torch.ones_like(ids))
+    _image_prompt(ctx, {"pixel_values": torch.randn(BATCH, 1, 3, h, w, generator=ctx.gen)})
+
+
+@family_inputs("fast_vlm", replace=True)
+def fast_vlm(ctx: InputContext) -> None:
+    """FastVLM: images at the size the hint gives (the FastViT grid), one token per cell."""
+    import torch
+
+    side = int(ctx.rules["image_size"])
+    _image_prompt(ctx, {"pixel_values": torch.randn(BATCH, 3, side, side, generator=ctx.gen)})
