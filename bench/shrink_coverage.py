@@ -283,6 +283,7 @@ def report(rows: list[dict[str, Any]], *, catalog_entries: list[dict[str, Any]] 
                    and not covered(t)]  # fmt: skip
         print(f"  of the {len(considered) - len(ok)} not covered, {len(lacking)} need a package "
               f"that is not installed ({', '.join(sorted(lacking))})")  # fmt: skip
+        _explain(sorted(t for t in considered if not covered(t)), by_type)
     else:
         by_key = {r["key"]: r for r in rows}
         ok_entries = [e for e in catalog_entries if by_key.get(e["key"], {}).get("stage") == "pass"]
@@ -303,6 +304,28 @@ def report(rows: list[dict[str, Any]], *, catalog_entries: list[dict[str, Any]] 
         print(f"  {stage:<28} {count}")
     for reason, keys in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         print(f"  [{len(keys)}] {reason}\n      {', '.join(sorted(keys)[:12])}")
+
+
+def _explain(uncovered: list[str], by_type: dict[str, dict[str, Any]]) -> None:
+    """Each type not covered with the reason its family file gives (`known_failures`)."""
+    from model_configs.family_rules import known_failures
+
+    known = known_failures()
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for t in uncovered:
+        kinds[known.get(t, {}).get("kind", "UNEXPLAINED")].append(t)
+    print("\ntypes not covered, by kind of cause (known_failures in the family files):")
+    for kind, types in sorted(kinds.items()):
+        print(f"  {kind}: {len(types)}")
+        for t in types:
+            why = known.get(t, {}).get("reason") or (by_type[t].get("error") or "")[:150]
+            print(f"    {t}: {why}")
+    stale = sorted(
+        t for t, k in known.items()
+        if by_type.get(t, {}).get("stage") == "pass" and k.get("kind") != "dependency"
+    )  # fmt: skip
+    if stale:
+        print(f"  listed as known failures but passing now: {', '.join(stale)}")
 
 
 def main(argv: list[str] | None = None) -> int:

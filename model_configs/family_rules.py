@@ -1,8 +1,10 @@
 """Per-family rules for transformers configs, as data.
 
 One JSON file per group of families in `data/transformers_families/` (its README explains the
-keys). Each file has a `shrink` table (applied by the shrinker after its generic rules) and an
-`inputs` table (hints for `make_inputs`), both keyed by model_type. A model_type defined by two
+keys). Each file has a `shrink` table (applied by the shrinker after its generic rules), an
+`inputs` table (hints for `make_inputs`) and a `known_failures` table (model types that do not
+pass yet, each with the reason: what `bench/shrink_coverage.py` prints beside the failure), all
+keyed by model_type. A model_type defined by two
 files, or a rule without a reason, is an error: rules must be findable and explained.
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "transformers_families"
-TABLES = ("shrink", "inputs")
+TABLES = ("shrink", "inputs", "known_failures")
 
 
 @cache
@@ -51,3 +53,10 @@ def timm_rules() -> dict[str, Any]:
 def input_rules() -> dict[str, dict[str, Any]]:
     """Input hints for make_inputs, keyed by model_type."""
     return _tables()["inputs"]
+
+
+def known_failures() -> dict[str, dict[str, Any]]:
+    """Model types known not to pass, keyed by model_type, each with its reason and a `kind`:
+    `dependency` (needs a package not installed), `upstream` (a transformers bug or a default
+    config that cannot build) or `shrinker` (our shrink or inputs do not handle it yet)."""
+    return _tables()["known_failures"]
