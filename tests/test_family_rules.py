@@ -51,3 +51,9 @@ def test_input_builders_register_once_per_model_type() -> None:
         assert found is not None and found.fn is first and not found.replace
     finally:
         family_inputs._REGISTRY.pop("__test_type__", None)
+
+
+def test_known_failures_name_a_kind_of_cause() -> None:
+    known = family_rules.known_failures()
+    assert known, "the timm-backed types at least are listed"
+    assert {k["kind"] for k in known.values()} <= {"dependency", "upstream", "shrinker"}
