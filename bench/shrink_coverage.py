@@ -31,9 +31,10 @@ sys.path.insert(0, str(ROOT))
 CATALOG = Path("/work/shared/data/hub-top1000-2026-02-09.csv")
 GRAD_SHARE_MIN = 0.9
 TOWER_INPUTS = {
-    "vision_config": ("pixel_values", "pixel_values_videos", "images", "image_embeds", "flattened_patches"),
+    "vision_config": ("pixel_values", "pixel_values_videos", "images", "image_embeds", "flattened_patches",
+                      "image_pixel_values"),
     "audio_config": ("input_features", "input_values", "audio_values", "input_audio_embeds", "feature",
-                     "audio_input_ids"),
+                     "audio_input_ids", "audio_input_features"),
     "encoder": ("input_ids", "pixel_values", "input_features", "input_values", "inputs_embeds"),
 }  # fmt: skip
 
