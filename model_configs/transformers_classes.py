@@ -3,7 +3,9 @@
 Order: the repo's `architectures[0]` hint when it is a transformers class for this config; else
 the config's own `architectures`; else the class the pipeline tag asks for (through the auto
 mappings); else the first head in TASK_PREFERENCE that the model type has (heads that return a
-loss first), else the base model.
+loss first), else the base model (unless the model's module exports a head the mappings leave
+out: the time-series *ForPrediction heads); else another family's class that the auto mappings
+name for this model type (exaone runs Llama), built from this config as it is.
 """
 
 from __future__ import annotations
@@ -210,6 +212,43 @@ def _compatible(cls_name: str, config: Any) -> bool:
     return text is not config and isinstance(text, config_class)
 
 
+def builds_as_is(cls_name: str, config: Any) -> bool:
+    """The auto mappings name `cls_name` for this config's model type although the class is
+    another family's (exaone and internlm3 run Llama, sarvam_mla DeepseekV3, glmga Glm46V):
+    transformers' auto classes then build it from this config as it is, not from a part."""
+    import transformers
+
+    if all(c != cls_name for c, _, _ in classes_for(getattr(config, "model_type", "") or "")):
+        return False
+    config_class = getattr(getattr(transformers, cls_name, None), "config_class", None)
+    subs = (getattr(type(config), "sub_configs", {}) or {}).values()
+    return config_class is not None and all(sub is not config_class for sub in subs)
+
+
+# Heads that the auto mappings leave out although users train them (the forecasting heads of
+# Autoformer, Informer and TimeSeriesTransformer: the mappings name only their base models).
+UNMAPPED_HEADS = (("ForPrediction", "time-series-prediction", False),)
+
+
+def _unmapped_head(model_type: str, config: Any) -> tuple[str, str, bool] | None:
+    """A head class exported by the model type's own module but missing from the mappings."""
+    import importlib
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    try:
+        module = importlib.import_module(
+            f"transformers.models.{model_type_to_module_name(model_type)}"
+        )
+    except ImportError:
+        return None
+    for suffix, task, generative in UNMAPPED_HEADS:
+        for name in getattr(module, "__all__", None) or []:
+            if name.endswith(suffix) and _compatible(name, config):
+                return name, task, generative
+    return None
+
+
 def _has_forward(cls_name: str) -> bool:
     import torch
     import transformers
@@ -274,8 +313,15 @@ def _choose_own(
             for cls_name in _names(value) if value else []:
                 if _compatible(cls_name, config):
                     return (cls_name, *_task_of(cls_name))
+    if own and own[0][1] == "base":
+        head = _unmapped_head(mt, config)
+        if head is not None:
+            return head
     if own:
         return own[0]
+    aliased = [c for c in classes_for(mt) if builds_as_is(c[0], config)]
+    if aliased:
+        return aliased[0]
     raise ConfigError(
         f"no transformers class builds model_type {mt!r}",
         reason=SkipReason.NO_MODEL_CLASS.value,

@@ -19,7 +19,7 @@ from model_configs.family_inputs import lookup as family_lookup
 from model_configs.family_rules import input_rules
 from model_configs.shrink.transformers import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
-from model_configs.transformers_classes import part_config
+from model_configs.transformers_classes import builds_as_is, part_config
 from reports.errors import ShrinkError
 from reports.schema import ConfigSource
 
@@ -43,7 +43,8 @@ def build_model(spec: TinySpec) -> Any:
     cls = getattr(transformers, spec.architecture, None)
     if cls is None:
         raise ShrinkError(f"transformers has no class {spec.architecture!r}", stage="load")
-    if not isinstance(config, cls.config_class):  # a part: the thinker, the text model
+    if not isinstance(config, cls.config_class) and not builds_as_is(spec.architecture, config):
+        # a part: the thinker, the text model
         config = part_config(config, cls.config_class) or config.get_text_config(decoder=True)
     torch.manual_seed(0)
     model = cls._from_config(config, dtype=torch.float32)
@@ -229,7 +230,12 @@ def _generic_inputs(ctx: InputContext) -> dict[str, Any]:
         inputs["qformer_attention_mask"] = torch.ones(BATCH, 8, dtype=torch.long)
     if "input_ids" in inputs and "aspect_ratio_ids" in params and "cross_attention_mask" in params:
         _add_tiled_images(config, inputs, gen)
-    elif "input_ids" in inputs and _image_token_id(config) is not None and "pixel_values" in params:
+    elif (
+        "input_ids" in inputs
+        and _image_token_id(config) is not None
+        and "pixel_values" in params
+        and not (hasattr(config, "vision_config") and config.vision_config is None)
+    ):  # a vision tower the config may leave out (Gemma 4 text-only): images only when built
         _add_images(model, config, params, inputs, gen, avoid)
 
     if (
@@ -390,7 +396,9 @@ def _pixel_inputs(config: Any, params: set[str], gen: Any, model: Any = None) ->
 
     if "image_grid_thw" in params:  # Qwen-VL style: flattened patches plus the patch grid
         patch = _config_int(config, "patch_size", default=14)
-        temporal = _config_int(config, "temporal_patch_size", default=2)
+        temporal = _config_int(
+            config, "temporal_patch_size", "patch_temporal", default=1
+        )  # none: one frame
         merge = _config_int(config, "spatial_merge_size", default=2)
         channels = _num_channels(config)
         side = merge * 2

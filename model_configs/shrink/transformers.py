@@ -462,6 +462,7 @@ class _Shrinker:
             ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups"),
             ("num_heads", "head_dim", "expand", "n_groups"),
             ("mamba_num_heads", "mamba_head_dim", "mamba_expand", "mamba_n_groups"),
+            ("mamba_num_heads", "mamba_head_dim", "expand", "n_groups"),  # Nemotron-H
         ):
             hidden = d.get("hidden_size")
             expand = d.get(expand_k)
@@ -850,6 +851,9 @@ def shrink_transformers(
     config = _load_config(resolved)
     mt = config.model_type
     original = config.to_dict()
+    default_class = family_rules().get(mt, {}).get("default_class")
+    if default_class and not (architecture_hint or pipeline_tag or config.architectures):
+        architecture_hint = str(default_class)  # a bare config: the class its users train
     arch, task, generative = choose_class(
         config, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag,
         model_id=resolved.model_id,
