@@ -49,6 +49,7 @@ HIDDEN_KEYS = (
 FFN_KEYS = (
     "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
     "ffn_hidden_size", "mlp_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "moe_shared_expert_intermediate_size",
     "expert_intermediate_size", "ffn_intermediate_size", "mlp_hidden_size", "intermediate_dim",
     "dense_intermediate_size", "moe_ffn_hidden_size", "encoder_intermediate_size",
     "decoder_intermediate_size", "inner_dim", "d_inner", "classifier_proj_size",
