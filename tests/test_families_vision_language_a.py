@@ -12,7 +12,7 @@ from tests.family_support import assert_trains, run_default
 # One or two per cause fixed here; the rest of the group is measured by bench/shrink_coverage.py.
 FAMILIES = [
     "align", "aria", "cohere_compass", "colmodernvbert", "colqwen2", "deepseek_ocr2",
-    "deepseek_vl", "diffusion_gemma", "evolla", "florence2", "glm_image", "granite4_vision",
+    "deepseek_vl", "diffusion_gemma", "evolla", "florence2", "granite4_vision",
     "granite_docling", "idefics", "inkling_mm_model", "instructblipvideo", "kosmos-2",
     "kosmos-2.5",
 ]  # fmt: skip
@@ -100,6 +100,9 @@ def test_glm_image_source_tokens_match_grid() -> None:
     grids = run.inputs["image_grid_thw"].view(2, 2, 3)  # (batch, source + target, thw)
     assert run.inputs["images_per_sample"].tolist() == [2, 2]
     assert (ids[:, -1] == config.image_start_token_id).all()
+    # Built as its checkpoints are (ForConditionalGeneration, LM loss): the tower is a tokenizer
+    # behind an argmax, so it is a known failure, not a pass (see vision_language_a.json).
+    assert run.spec.architecture == "GlmImageForConditionalGeneration" and run.grad_share < 0.9
     for row, grid in zip(ids, grids, strict=True):
         start = int((row == config.image_start_token_id).nonzero()[0])
         end = int((row == config.image_end_token_id).nonzero()[0])
