@@ -24,6 +24,11 @@ from reports.errors import ShrinkError
 from reports.schema import ConfigSource
 
 BATCH = 2
+# Inputs only a training step takes (targets and loss switches); generate gets none of them.
+TRAINING_ONLY = (
+    "labels", "labels_mask", "audio_labels", "return_loss", "future_values",
+    "mlm_labels", "mim_labels", "itm_labels",
+)  # fmt: skip
 SEQ = 16
 VOCAB_FALLBACK = 64
 LABEL_TASKS = {
@@ -291,6 +296,8 @@ def _finish(ctx: InputContext) -> dict[str, Any]:
                 inputs["labels"] = labels
     else:
         inputs.pop("decoder_input_ids", None)
+        for key in TRAINING_ONLY:  # a family builder may have set them for its loss
+            inputs.pop(key, None)
         generation = getattr(model, "generation_config", None)
         if (
             getattr(config, "is_encoder_decoder", False)

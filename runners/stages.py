@@ -221,7 +221,7 @@ class GenerateStage(StageRunner):
     name = Stage.GENERATE
 
     def applies(self, ctx: StageContext) -> bool:
-        return ctx.spec.generative
+        return ctx.spec.generative and callable(getattr(ctx.model, "generate", None))
 
     def run(self, ctx: StageContext) -> None:
         # inputs are built on the host: some recipes run the model (image token counts), so
