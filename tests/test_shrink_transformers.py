@@ -189,6 +189,17 @@ def test_generate_inputs_have_no_labels():
     assert out.shape[1] == inputs["input_ids"].shape[1] + 2
 
 
+def test_generate_gets_no_training_inputs_a_family_builder_set():
+    # Dia's builder gives its codes as labels for training; generate must not receive them.
+    spec = shrink(_resolved("dia"))
+    model = build_model(spec)
+    assert "labels" in make_inputs(spec, model, purpose="train")
+    inputs = make_inputs(spec, model, purpose="generate")
+    assert not {"labels", "return_loss"} & set(inputs)
+    out = model.generate(**inputs, max_new_tokens=2, min_new_tokens=1, do_sample=False)
+    assert out.shape[0] == inputs["input_ids"].shape[0] and out.shape[1] >= 2  # decoder side
+
+
 def test_timm_backbones_become_tiny_or_stand_in():
     spec = shrink(_resolved("detr"))
     backbone = spec.config["backbone_config"]
