@@ -57,17 +57,34 @@ def musicgen_codes(ctx: InputContext) -> None:
     """MusicGen's decoder reads every codebook of every sample as its own row, (batch *
     num_codebooks, steps), and its labels are (batch, steps, num_codebooks). A decoder built
     alone gets the conditioning its full model hands it (MusicGen cross-attends to it, MusicGen
-    Melody prepends it)."""
+    Melody prepends it).
+
+    generate starts as the full model starts its decoder for text-to-music: one decoder start
+    token per codebook row (the pad/BOS code, as published generation configs set
+    decoder_start_token_id; the library default config leaves it unset and the delay pattern
+    needs it). An audio prompt would need max_new_tokens >= num_codebooks - 1 to fit the delay
+    pattern. A MusicGen Melody decoder built alone generates unconditioned: its generate derives
+    the self-attention mask from the (batch * num_codebooks) rows, which cannot be joined to the
+    (batch) mask of a prepended conditioning, and a (batch, steps) mask passed in is zero-padded
+    over the decode steps, masking them out."""
+    import torch
+
     decoder = getattr(ctx.config, "decoder", None) or ctx.config
     books = int(decoder.num_codebooks)
     steps = int(ctx.rules.get("decoder_seq_len", 8))
     codes = _token_ids(ctx.gen, decoder, (BATCH, steps, books), ctx.avoid)
     rows = codes.permute(0, 2, 1).reshape(BATCH * books, steps)
     key = "decoder_input_ids" if "decoder_input_ids" in ctx.params else "input_ids"
+    if ctx.purpose == "generate" and key == "input_ids":
+        start = int(decoder.pad_token_id)
+        rows = torch.full((BATCH * books, 1), start)
+        ctx.inputs["decoder_start_token_id"] = start
     ctx.inputs[key] = rows
     if key == "input_ids":
         ctx.inputs.pop("attention_mask", None)
-        if "encoder_hidden_states" in ctx.params and "encoder_hidden_states" not in ctx.inputs:
+        if ctx.purpose == "generate" and ctx.spec.model_type == "musicgen_melody":
+            ctx.inputs.pop("encoder_hidden_states", None)
+        elif "encoder_hidden_states" in ctx.params and "encoder_hidden_states" not in ctx.inputs:
             ctx.inputs["encoder_hidden_states"] = _randn(ctx, BATCH, 4, int(decoder.hidden_size))
     if "labels" in ctx.params:
         ctx.inputs["labels"] = codes
@@ -219,8 +236,29 @@ def granite_speech5_features(ctx: InputContext) -> None:
 @family_inputs("voxtral_realtime", replace=True)
 def voxtral_realtime_stream(ctx: InputContext) -> None:
     """Voxtral Realtime streams: each text position adds the audio embedding of its time step,
-    so the text is exactly as long as the downsampled audio (mel frames, channels first)."""
-    audio_config = ctx.config.audio_config
+    so the text is exactly as long as the downsampled audio (mel frames, channels first).
+
+    generate takes what the processor returns for offline transcription: the audio and a
+    prefill prompt, BOS then one [STREAMING_PAD] per delay token (its id is the tokenizer's, so
+    one non-special id stands in for it), shorter than the audio; generate emits one token per
+    remaining audio step, so the audio holds the prompt, the new tokens and a spare step."""
+    import torch
+
+    config = ctx.config
+    audio_config = config.audio_config
+    if ctx.purpose == "generate":
+        delay = int(config.default_num_delay_tokens)
+        steps = 1 + delay + 4
+        frames = steps * int(config.audio_length_per_tok)
+        features = _randn(ctx, BATCH, int(audio_config.num_mel_bins), frames)
+        stream_pad = int(_token_ids(ctx.gen, config, (1, 1), ctx.avoid)[0, 0])
+        bos = int(config.text_config.bos_token_id)
+        ids = torch.tensor([[bos] + [stream_pad] * delay] * BATCH)
+        ctx.inputs = {
+            "input_features": features, "input_ids": ids, "attention_mask": _ones(*ids.shape),
+            "num_delay_tokens": delay,
+        }  # fmt: skip
+        return
     frames = int(ctx.rules.get("frames", 64))
     audio = {"input_features": _randn(ctx, BATCH, int(audio_config.num_mel_bins), frames)}
     steps = _count_feature_tokens(ctx.model, ctx.config, audio, getter="get_audio_features")
@@ -267,10 +305,21 @@ def speech_encoder_inputs(ctx: InputContext) -> None:
 @family_inputs("kyutai_speech_to_text")
 def kyutai_stream(ctx: InputContext) -> None:
     """Kyutai STT streams one text token and num_codebooks Mimi audio codes per step:
-    input_ids is (batch, steps, 1 + num_codebooks); the labels are the text column."""
+    input_ids is (batch, steps, 1 + num_codebooks); the labels are the text column. generate
+    takes what the processor returns instead: the 24 kHz waveform (batch, 1, samples) and its
+    padding mask; it starts from the BOS token, encodes the audio with the bundled Mimi codec
+    and emits one text token per codec frame (frame_size samples), so the clip holds one frame
+    per new token and a spare."""
     import torch
 
     config = ctx.config
+    if ctx.purpose == "generate":
+        samples = 4 * int(config.codec_config.frame_size)
+        ctx.inputs = {
+            "input_values": _randn(ctx, BATCH, 1, samples),
+            "padding_mask": _ones(BATCH, samples),
+        }
+        return
     text = ctx.inputs["input_ids"]
     books = int(config.num_codebooks)
     codes = torch.randint(
@@ -458,7 +507,10 @@ def csm_training(ctx: InputContext) -> None:
 def vibevoice_tts_training(ctx: InputContext) -> None:
     """VibeVoice trains on a speech turn: mono waveforms (batch, 1, samples), two acoustic
     tokenizer hops long, one audio token per acoustic latent, and the acoustic loss mask that
-    puts the diffusion loss on those positions beside the text loss."""
+    puts the diffusion loss on those positions beside the text loss. generate takes what the
+    processor returns without output_labels: the same voice-prompt turn and its attention mask,
+    asking for the generate output with its token sequences (by default VibeVoice's generate
+    returns only the synthesized audio chunks, a list with None where no speech was emitted)."""
     import torch
 
     hop = int(ctx.config.audio_config.hop_length)
@@ -468,4 +520,8 @@ def vibevoice_tts_training(ctx: InputContext) -> None:
         "padding_mask": torch.ones(BATCH, samples, dtype=torch.bool),
     }
     _audio_prompt(ctx, audio)
+    if ctx.purpose == "generate":
+        ctx.inputs["attention_mask"] = _ones(*ctx.inputs["input_ids"].shape)
+        ctx.inputs["return_dict_in_generate"] = True
+        return
     ctx.inputs["acoustic_loss_mask"] = ctx.inputs["input_ids"] == int(ctx.config.audio_token_id)
