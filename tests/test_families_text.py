@@ -82,3 +82,11 @@ def test_kv_sharing_keeps_a_producer_of_each_attention_kind() -> None:
     first_shared = modes.index("reuse")
     assert set(config.layer_types[:first_shared]) == set(config.layer_types)
     assert_trains(run)
+
+
+def test_a_drafter_is_not_generative_alone() -> None:
+    """The Gemma 4 assistant drafts tokens inside its target's generate only: the generate
+    stage does not apply to it (a family rule), while its training step still runs."""
+    run = run_default("gemma4_unified_assistant")
+    assert run.spec.generative is False
+    assert_trains(run)

@@ -859,6 +859,8 @@ def shrink_transformers(
         config, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag,
         model_id=resolved.model_id,
     )  # fmt: skip
+    if family_rules().get(mt, {}).get("generate") is False:
+        generative = False  # e.g. a drafter that only runs inside its target's generate
     d = copy.deepcopy(original)
     try:
         _replace_timm_backbones(d)
