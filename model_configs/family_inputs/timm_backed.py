@@ -24,9 +24,7 @@ def _video_clips(ctx: InputContext, video_config: Any) -> None:
     import torch
 
     h, w = timm_image_size(video_config.vision_config)
-    ctx.inputs["pixel_values_videos"] = torch.randn(
-        BATCH, VIDEO_FRAMES, 3, h, w, generator=ctx.gen
-    )
+    ctx.inputs["pixel_values_videos"] = torch.randn(BATCH, VIDEO_FRAMES, 3, h, w, generator=ctx.gen)
     if "padding_mask_videos" in ctx.params:
         ctx.inputs["padding_mask_videos"] = torch.ones(BATCH, VIDEO_FRAMES, dtype=torch.long)
 
