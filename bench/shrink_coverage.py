@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CATALOG = Path("/work/shared/data/hub-top1000-2026-02-09.csv")
 GRAD_SHARE_MIN = 0.9
+MAX_PARAMS = 5_000_000  # the cap on a shrunk model
 TOWER_INPUTS = {
     "vision_config": ("pixel_values", "pixel_values_videos", "images", "image_embeds", "flattened_patches",
                       "image_pixel_values"),
@@ -99,6 +100,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             row["error"] = f"gradient reached {row['grad_share']:.0%} of parameters"
         elif not torch.isfinite(loss):
             row["error"] = "loss is not finite"
+        elif row["params"] > MAX_PARAMS:
+            row["error"] = f"shrunk model has {row['params'] / 1e6:.1f}M parameters (cap 5M)"
         else:
             row["stage"] = "pass"
     except ConfigError as exc:
