@@ -27,7 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 MAX_PARAMS = 5_000_000
 MIN_GRAD_SHARE = 0.9
@@ -123,6 +124,13 @@ def run_class(resolved: Any) -> dict[str, Any]:
     return row
 
 
+def _known_failures() -> dict[str, dict[str, str]]:
+    """Classes known not to pass, with reason and kind (model_configs/data/...rules.json)."""
+    path = ROOT / "model_configs" / "data" / "diffusers_class_rules.json"
+    table = json.loads(path.read_text()).get("known_failures", {})
+    return {k: v for k, v in table.items() if not k.startswith("_")}
+
+
 def summarize(rows: list[dict[str, Any]], wrappers: list[str]) -> str:
     n = len(rows)
     lines = []
@@ -160,6 +168,7 @@ def summarize(rows: list[dict[str, Any]], wrappers: list[str]) -> str:
             f"  build+forward+backward seconds: median {statistics.median(secs):.3f}, "
             f"max {max(secs):.2f}"
         )
+    known = _known_failures()
     groups: dict[str, list[str]] = defaultdict(list)
     for r in rows:
         if not r["passed"]:
@@ -171,6 +180,11 @@ def summarize(rows: list[dict[str, Any]], wrappers: list[str]) -> str:
             for nm in sorted(names):
                 err = next(r.get("error", "") for r in rows if r["class"] == nm)
                 lines.append(f"           {nm}: {err}")
+                why = known.get(nm)
+                lines.append(f"             why ({why['kind']}): {why['reason']}" if why else
+                             "             why: UNEXPLAINED (add it to known_failures)")  # fmt: skip
+        unexplained = sum(1 for r in rows if not r["passed"] and r["class"] not in known)
+        lines.append(f"  failures without a reason in known_failures: {unexplained}")
     return "\n".join(lines)
 
 
