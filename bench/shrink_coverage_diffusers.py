@@ -202,28 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     from model_configs import diffusers_models as dm
 
-    rows = []
-    for resolved in dm.iter_default_configs():
-        name = resolved.config["_class_name"]
-        if args.only and name not in args.only:
-            continue
-        row = run_class(resolved)
-        rows.append(row)
-        if args.verbose:
-            status = "PASS" if row["passed"] else f"{row['stage']}: {row.get('error', '')}"
-            secs = f"{row['seconds']:.2f}s" if row["seconds"] is not None else "-"
-            print(f"{name:45s} {row['params'] or 0:>10,} {secs:>7s} {status}", flush=True)
-    wrapper_rows = []
-    for resolved in dm.iter_wrapper_configs():
-        name = resolved.config["_class_name"]
-        if args.only and name not in args.only:
-            continue
-        row = run_class(resolved)
-        wrapper_rows.append(row)
-        if args.verbose:
-            status = "PASS" if row["passed"] else f"{row['stage']}: {row.get('error', '')}"
-            secs = f"{row['seconds']:.2f}s" if row["seconds"] is not None else "-"
-            print(f"{name:45s} {row['params'] or 0:>10,} {secs:>7s} {status}", flush=True)
+    def run_all(configs: Any) -> list[dict[str, Any]]:
+        out = []
+        for resolved in configs:
+            name = resolved.config["_class_name"]
+            if args.only and name not in args.only:
+                continue
+            row = run_class(resolved)
+            out.append(row)
+            if args.verbose:
+                status = "PASS" if row["passed"] else f"{row['stage']}: {row.get('error', '')}"
+                secs = f"{row['seconds']:.2f}s" if row["seconds"] is not None else "-"
+                print(f"{name:45s} {row['params'] or 0:>10,} {secs:>7s} {status}", flush=True)
+        return out
+
+    rows = run_all(dm.iter_default_configs())
+    wrapper_rows = run_all(dm.iter_wrapper_configs())
     print(summarize(rows, [r["class"] for r in wrapper_rows]))
     if wrapper_rows:
         passed = [r["class"] for r in wrapper_rows if r["passed"]]

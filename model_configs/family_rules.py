@@ -44,6 +44,7 @@ def shrink_rules() -> dict[str, dict[str, Any]]:
     return _tables()["shrink"]
 
 
+@cache
 def timm_rules() -> dict[str, Any]:
     """timm stand-ins: `tiny` (name prefix -> timm's tiny test variant) and
     `fallback_backbone` (the ResNet used when timm is not installed), in core.json."""

@@ -124,12 +124,12 @@ def make_inputs(
     builder in `model_configs/family_inputs/` then edits it (or replaces it)."""
     import torch
 
+    rules = input_rules().get(spec.model_type or "", {})
     ctx = InputContext(
         spec=spec, model=model, config=model.config, params=_forward_params(model),
         gen=torch.Generator().manual_seed(seed), avoid=special_token_ids(spec.config),
-        rules=input_rules().get(spec.model_type or "", {}), seq=SEQ, purpose=purpose,
+        rules=rules, seq=int(rules.get("seq_len", SEQ)), purpose=purpose,
     )  # fmt: skip
-    ctx.seq = int(ctx.rules.get("seq_len", SEQ))
     builder = family_lookup(spec.model_type)
     if builder is None or not builder.replace:
         ctx.inputs = _generic_inputs(ctx)
@@ -241,7 +241,9 @@ def _generic_inputs(ctx: InputContext) -> dict[str, Any]:
         and "pixel_values" in params
         and not (hasattr(config, "vision_config") and config.vision_config is None)
     ):  # a vision tower the config may leave out (Gemma 4 text-only): images only when built
-        _add_images(model, config, params, inputs, gen, avoid)
+        qformer = {k: v for k, v in inputs.items() if k.startswith("qformer_")}
+        pixels = _pixel_inputs(config, params, gen, model)
+        splice_images(ctx, pixels, inputs=inputs, count_with=qformer)
 
     if (
         "mask_time_indices" in params
@@ -373,12 +375,17 @@ def _entity_inputs(gen: Any, config: Any, params: set[str]) -> dict[str, Any]:
     return out
 
 
-def _image_token_id(config: Any) -> int | None:
-    for k in ("image_token_id", "image_token_index"):
+def _first_id(config: Any, names: tuple[str, ...]) -> int | None:
+    """The first of `names` the config sets to an integer (a token id)."""
+    for k in names:
         v = getattr(config, k, None)
         if isinstance(v, int) and not isinstance(v, bool):
             return v
     return None
+
+
+def _image_token_id(config: Any) -> int | None:
+    return _first_id(config, ("image_token_id", "image_token_index"))
 
 
 def _config_int(config: Any, *names: str, default: int) -> int:
@@ -487,34 +494,61 @@ def _count_feature_tokens(
     raise ShrinkError("cannot tell how many image tokens the vision features fill")
 
 
-def _add_images(
-    model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any, avoid: set[int]
+def splice_images(
+    ctx: InputContext,
+    pixels: dict[str, Any],
+    *,
+    inputs: dict[str, Any] | None = None,
+    markers: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+    owner: Any = None,
+    config: Any = None,
+    count_with: dict[str, Any] | None = None,
 ) -> None:
-    """Images plus a prompt whose image-token count matches the vision features."""
+    """Images plus a prompt whose image-token count matches the vision features: one run per
+    sample, as many tokens as `owner`'s (default: the model's) `get_image_features` fills for
+    `pixels` (plus `count_with`, inputs it needs that are not images), after the first token of
+    the prompt in `inputs` (default `ctx.inputs`; fresh text when there is none), between the
+    first start / end marker ids that `config` (default: the model's) names. The mask is widened,
+    image positions are marked in the token-type inputs the model takes, `pixels` are added."""
     import torch
 
-    pixels = _pixel_inputs(config, params, gen, model)
-    companions = {k: v for k, v in inputs.items() if k.startswith("qformer_")}
-    total = _count_feature_tokens(model, config, {**pixels, **companions})
-    per_sample = total // BATCH
+    inputs = ctx.inputs if inputs is None else inputs
+    config = config or ctx.config
+    total = _count_feature_tokens(owner or ctx.model, config, {**pixels, **(count_with or {})})
     image_id = int(_image_token_id(config) or 0)
-    before = [
-        v for k in ("vision_start_token_id", "boi_token_id", "boi_token_index")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    after = [
-        v for k in ("vision_end_token_id", "eoi_token_id", "eoi_token_index")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    ids = _splice(inputs["input_ids"], before + [image_id] * per_sample + after)
+    text = inputs.get("input_ids")
+    if text is None:
+        text = _token_ids(ctx.gen, ctx.config, (BATCH, ctx.seq), ctx.avoid)
+    run = placeholder_run(config, image_id, total // BATCH, markers or IMAGE_MARKERS)
+    ids = _splice(text, run)
     inputs["input_ids"] = ids
-    if "attention_mask" in inputs:
+    if "attention_mask" in inputs or "attention_mask" in ctx.params:
         inputs["attention_mask"] = torch.ones_like(ids)
     is_image = torch.eq(ids, image_id).long()
     for k in ("mm_token_type_ids", "token_type_ids"):
-        if k in params:
+        if k in ctx.params:
             inputs[k] = is_image
     inputs.update(pixels)
+
+
+# Config keys naming the tokens that open and close a run of image / audio placeholders.
+IMAGE_MARKERS = (
+    ("vision_start_token_id", "boi_token_id", "boi_token_index"),
+    ("vision_end_token_id", "eoi_token_id", "eoi_token_index"),
+)
+AUDIO_MARKERS = (
+    ("audio_start_token_id", "audio_bos_token_id", "boa_token_id"),
+    ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id"),
+)
+
+
+def placeholder_run(
+    config: Any, token_id: int, count: int, markers: tuple[tuple[str, ...], tuple[str, ...]]
+) -> list[int]:
+    """`count` placeholder tokens, between the first start and end marker ids the config names
+    (none when it names none)."""
+    start, end = ([i] if (i := _first_id(config, names)) is not None else [] for names in markers)
+    return start + [token_id] * count + end
 
 
 def _splice(text: Any, tokens: list[int]) -> Any:
@@ -534,11 +568,7 @@ def _audio_config(config: Any) -> Any:
 
 
 def _audio_token_id(config: Any) -> int | None:
-    for k in ("audio_token_id", "audio_token_index"):
-        v = getattr(config, k, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
+    return _first_id(config, ("audio_token_id", "audio_token_index"))
 
 
 def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any) -> None:
@@ -560,15 +590,8 @@ def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any]
     else:
         total = _count_feature_tokens(model, config, audio, getter="get_audio_features")
     audio_id = int(_audio_token_id(config) or 0)
-    before = [
-        v for k in ("audio_start_token_id", "audio_bos_token_id", "boa_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    after = [
-        v for k in ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    ids = _splice(inputs["input_ids"], before + [audio_id] * (total // BATCH) + after)
+    run = placeholder_run(config, audio_id, total // BATCH, AUDIO_MARKERS)
+    ids = _splice(inputs["input_ids"], run)
     inputs["input_ids"] = ids
     if "attention_mask" in inputs:
         inputs["attention_mask"] = torch.ones_like(ids)

@@ -6,11 +6,13 @@ from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
 from model_configs.transformers_models import (
+    AUDIO_MARKERS,
     BATCH,
     _audio_token_id,
     _count_feature_tokens,
     _splice,
     _token_ids,
+    placeholder_run,
 )
 
 
@@ -34,18 +36,10 @@ def _audio_prompt(ctx: InputContext, audio: dict[str, Any], per_sample: int | No
         total = _count_feature_tokens(ctx.model, config, audio, getter="get_audio_features")
         per_sample = total // BATCH
     audio_id = int(_audio_token_id(config) or 0)
-    before = [
-        v for k in ("audio_start_token_id", "audio_bos_token_id", "boa_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    after = [
-        v for k in ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
     text = ctx.inputs.get("input_ids")
     if text is None:
         text = _token_ids(ctx.gen, config, (BATCH, ctx.seq), ctx.avoid)
-    ids = _splice(text, before + [audio_id] * per_sample + after)
+    ids = _splice(text, placeholder_run(config, audio_id, per_sample, AUDIO_MARKERS))
     ctx.inputs["input_ids"] = ids
     if "attention_mask" in ctx.params:
         ctx.inputs["attention_mask"] = _ones(*ids.shape)

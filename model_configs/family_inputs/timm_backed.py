@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.transformers_models import BATCH
+from model_configs.transformers_models import BATCH, splice_images
 
 VIDEO_FRAMES = 2
 
@@ -71,23 +71,6 @@ def pe_audio_video(ctx: InputContext) -> None:
         ctx.inputs["return_loss"] = True
 
 
-def _image_prompt(ctx: InputContext, pixels: dict[str, Any]) -> None:
-    """Text with as many image tokens as the vision features fill, beside `pixels`."""
-    import torch
-
-    from model_configs.transformers_models import (
-        _count_feature_tokens,
-        _image_token_id,
-        _splice,
-        _token_ids,
-    )
-
-    per_sample = _count_feature_tokens(ctx.model, ctx.config, pixels) // BATCH
-    text = _token_ids(ctx.gen, ctx.config, (BATCH, ctx.seq), ctx.avoid)
-    ids = _splice(text, [int(_image_token_id(ctx.config) or 0)] * per_sample)
-    ctx.inputs.update(pixels, input_ids=ids, attention_mask=torch.ones_like(ids))
-
-
 @family_inputs("perception_lm", replace=True)
 def perception_lm(ctx: InputContext) -> None:
     """PerceptionLM: one tile per image at the PE ViT's size, as many image tokens in the
@@ -96,7 +79,7 @@ def perception_lm(ctx: InputContext) -> None:
 
     vision = ctx.config.vision_config
     h, w = (vision.model_args or {}).get("img_size") or timm_image_size(vision)
-    _image_prompt(ctx, {"pixel_values": torch.randn(BATCH, 1, 3, h, w, generator=ctx.gen)})
+    splice_images(ctx, {"pixel_values": torch.randn(BATCH, 1, 3, h, w, generator=ctx.gen)})
 
 
 @family_inputs("fast_vlm", replace=True)
@@ -105,4 +88,4 @@ def fast_vlm(ctx: InputContext) -> None:
     import torch
 
     side = int(ctx.rules["image_size"])
-    _image_prompt(ctx, {"pixel_values": torch.randn(BATCH, 3, side, side, generator=ctx.gen)})
+    splice_images(ctx, {"pixel_values": torch.randn(BATCH, 3, side, side, generator=ctx.gen)})

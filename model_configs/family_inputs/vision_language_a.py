@@ -7,11 +7,10 @@ from typing import Any
 from model_configs.family_inputs import InputContext, family_inputs
 from model_configs.transformers_models import (
     BATCH,
-    _count_feature_tokens,
-    _image_token_id,
     _pixel_inputs,
     _splice,
     _token_ids,
+    splice_images,
 )
 
 
@@ -26,35 +25,8 @@ def _text(ctx: InputContext) -> dict[str, Any]:
     return out
 
 
-def _add_image_run(
-    ctx: InputContext,
-    pixels: dict[str, Any],
-    *,
-    image_id: int | None = None,
-    before: list[int] | None = None,
-    after: list[int] | None = None,
-    owner: Any = None,
-    config: Any = None,
-) -> None:
-    """Splice one run of image tokens per sample, as many as the vision features fill, into
-    `ctx.inputs["input_ids"]` and add `pixels` (the generic `_add_images` with given pixels).
-    `owner` is the module whose `get_image_features` counts them and `config` its config
-    (default: the model's)."""
-    import torch
-
-    config = config or ctx.config
-    total = _count_feature_tokens(owner or ctx.model, config, pixels)
-    image_id = int(image_id if image_id is not None else _image_token_id(config) or 0)
-    run = (before or []) + [image_id] * (total // BATCH) + (after or [])
-    ids = _splice(ctx.inputs["input_ids"], run)
-    ctx.inputs["input_ids"] = ids
-    if "attention_mask" in ctx.inputs:
-        ctx.inputs["attention_mask"] = torch.ones_like(ids)
-    is_image = torch.eq(ids, image_id).long()
-    for k in ("mm_token_type_ids", "token_type_ids"):
-        if k in ctx.params:
-            ctx.inputs[k] = is_image
-    ctx.inputs.update(pixels)
+# These builders splice image runs without the generic start / end markers unless they say so.
+NO_MARKERS: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 @family_inputs("kimi_k25", replace=True)
@@ -66,7 +38,7 @@ def kimi_k25(ctx: InputContext) -> None:
     patch = int(getattr(ctx.config.vision_config, "patch_size", 14))
     rows = pixels["pixel_values"].shape[0]
     pixels["pixel_values"] = pixels["pixel_values"].view(rows, 3, patch, patch)
-    _add_image_run(ctx, pixels)
+    splice_images(ctx, pixels, markers=NO_MARKERS)
 
 
 @family_inputs("deepseek_vl_hybrid", replace=True)
@@ -81,7 +53,7 @@ def deepseek_vl_hybrid(ctx: InputContext) -> None:
     side = int(high.image_size)
     channels = int(getattr(high, "num_channels", 3) or 3)
     pixels["high_res_pixel_values"] = torch.randn(BATCH, channels, side, side, generator=ctx.gen)
-    _add_image_run(ctx, pixels)
+    splice_images(ctx, pixels, markers=NO_MARKERS)
 
 
 def _gemma4_patches(ctx: InputContext, vision: Any, side: int) -> dict[str, Any]:
@@ -108,9 +80,8 @@ def diffusion_gemma(ctx: InputContext) -> None:
     pixels = _gemma4_patches(ctx, vision, side=2 * kernel)  # pools to a 2x2 soft-token grid
     config = ctx.config
     encoder = ctx.model.model.encoder  # the prompt encoder owns the vision tower
-    _add_image_run(
-        ctx, pixels, before=[config.boi_token_id], after=[config.eoi_token_id], owner=encoder
-    )
+    markers = (("boi_token_id",), ("eoi_token_id",))
+    splice_images(ctx, pixels, markers=markers, owner=encoder)
     canvas = int(config.canvas_length)
     ctx.inputs["decoder_input_ids"] = _token_ids(ctx.gen, config, (BATCH, canvas), ctx.avoid)
 
@@ -126,7 +97,7 @@ def late_interaction_retrievers(ctx: InputContext) -> None:
     params = set(inspect.signature(vlm.forward).parameters)
     pixels = _pixel_inputs(vlm_config, params, ctx.gen, vlm)
     pixels = {k: v for k, v in pixels.items() if k in params}
-    _add_image_run(ctx, pixels, owner=vlm, config=vlm_config)
+    splice_images(ctx, pixels, markers=NO_MARKERS, owner=vlm, config=vlm_config)
     grid = ctx.inputs.get("image_grid_thw")
     if grid is not None:  # ColQwen2's processor pads each page's patch rows into one row per page
         rows = ctx.inputs["pixel_values"]
@@ -171,7 +142,7 @@ def fuyu(ctx: InputContext) -> None:
     patch, channels = int(config.patch_size), int(config.num_channels)
     side = int(config.image_size) // patch
     rows = torch.rand(BATCH, side * side, channels * patch * patch, generator=ctx.gen)
-    _add_image_run(ctx, {"pixel_values": rows})
+    splice_images(ctx, {"pixel_values": rows}, markers=NO_MARKERS)
 
 
 @family_inputs("granite4_vision", replace=True)
@@ -209,7 +180,7 @@ def granite_docling(ctx: InputContext) -> None:
         "pixel_values": torch.randn(BATCH, 1, channels, side, side, generator=ctx.gen),
         "pixel_attention_mask": torch.ones(BATCH, 1, dtype=torch.bool),
     }
-    _add_image_run(ctx, pixels)
+    splice_images(ctx, pixels, markers=NO_MARKERS)
 
 
 @family_inputs("idefics")
@@ -246,7 +217,7 @@ def _inkling2_blocks(ctx: InputContext, vision: Any) -> dict[str, Any]:
 def inkling2(ctx: InputContext) -> None:
     """Inkling 2: a prompt with one image's blocks (see `_inkling2_blocks`)."""
     ctx.inputs = _text(ctx)
-    _add_image_run(ctx, _inkling2_blocks(ctx, ctx.config.vision_config))
+    splice_images(ctx, _inkling2_blocks(ctx, ctx.config.vision_config), markers=NO_MARKERS)
 
 
 @family_inputs("inkling_mm_model", replace=True)
@@ -264,7 +235,7 @@ def inkling(ctx: InputContext) -> None:
     blocks = torch.rand(
         BATCH * tokens, frames_t, patch, patch, int(vision.num_channels), generator=ctx.gen
     )
-    _add_image_run(ctx, {"pixel_values": blocks}, before=[config.image_bos_token_id])
+    splice_images(ctx, {"pixel_values": blocks}, markers=(("image_bos_token_id",), ()))
     dmel = torch.randint(
         0, int(audio.mel_vocab_size), (BATCH, tokens, int(audio.n_mel_bins)), generator=ctx.gen
     )
@@ -403,11 +374,10 @@ def glm_image(ctx: InputContext) -> None:
     ctx.inputs = _text(ctx)
     pixels = _pixel_inputs(config, ctx.params | {"image_grid_thw"}, ctx.gen, ctx.model)
     source = pixels["image_grid_thw"]
-    _add_image_run(
+    splice_images(
         ctx,
         {"pixel_values": pixels["pixel_values"], "image_grid_thw": source},
-        before=[config.image_start_token_id],
-        after=[config.image_end_token_id],
+        markers=(("image_start_token_id",), ("image_end_token_id",)),
     )
     ids = ctx.inputs["input_ids"]
     start = torch.full((BATCH, 1), int(config.image_start_token_id), dtype=ids.dtype)

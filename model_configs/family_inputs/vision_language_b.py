@@ -9,12 +9,18 @@ from model_configs.transformers_models import (
     BATCH,
     _count_feature_tokens,
     _image_size,
-    _image_token_id,
     _num_channels,
     _pixel_inputs,
     _splice,
     _token_ids,
     _vision_config,
+    splice_images,
+)
+
+# Image markers as these families name them (image_start/end ids among them).
+MARKERS = (
+    ("vision_start_token_id", "boi_token_id", "image_start_token_id"),
+    ("vision_end_token_id", "eoi_token_id", "image_end_token_id"),
 )
 
 
@@ -26,32 +32,6 @@ def _splice_run(ctx: InputContext, token_id: int, count: int) -> None:
     ctx.inputs["input_ids"] = ids
     if "attention_mask" in ctx.inputs:
         ctx.inputs["attention_mask"] = torch.ones_like(ids)
-
-
-def _prompt_with_images(ctx: InputContext, pixels: dict[str, Any]) -> None:
-    """Fresh text with one image per prompt: <vision start> + one image token per feature the
-    vision path returns for `pixels` + <vision end>, then the pixels themselves (the generic
-    layout, for builders registered with replace=True)."""
-    import torch
-
-    config = ctx.config
-    total = _count_feature_tokens(ctx.model, config, pixels)
-    image_id = int(_image_token_id(config) or 0)
-    before = [
-        v for k in ("vision_start_token_id", "boi_token_id", "image_start_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    after = [
-        v for k in ("vision_end_token_id", "eoi_token_id", "image_end_token_id")
-        if isinstance(v := getattr(config, k, None), int)
-    ][:1]  # fmt: skip
-    ids = _token_ids(ctx.gen, config, (BATCH, ctx.seq), ctx.avoid)
-    ids = _splice(ids, before + [image_id] * (total // BATCH) + after)
-    ctx.inputs["input_ids"] = ids
-    ctx.inputs["attention_mask"] = torch.ones_like(ids)
-    if "mm_token_type_ids" in ctx.params:
-        ctx.inputs["mm_token_type_ids"] = torch.eq(ids, image_id).long()
-    ctx.inputs.update(pixels)
 
 
 @family_inputs("video_llava")
@@ -347,7 +327,7 @@ def paddleocr_vl(ctx: InputContext) -> None:
         "pixel_values": torch.randn(BATCH * side * side, channels, patch, patch, generator=ctx.gen),
         "image_grid_thw": torch.tensor([[1, side, side]] * BATCH),
     }
-    _prompt_with_images(ctx, pixels)
+    splice_images(ctx, pixels, markers=MARKERS)
 
 
 @family_inputs("phi4_multimodal", replace=True)
@@ -430,7 +410,7 @@ def unlimited_ocr(ctx: InputContext) -> None:
     pixels = {
         "pixel_values": torch.randn(BATCH, int(sam.num_channels), size, size, generator=ctx.gen)
     }
-    _prompt_with_images(ctx, pixels)
+    splice_images(ctx, pixels, markers=MARKERS)
 
 
 @family_inputs("video_llama_3", replace=True)
@@ -441,7 +421,7 @@ def video_llama_3(ctx: InputContext) -> None:
 
     pixels = _pixel_inputs(ctx.config, ctx.params, ctx.gen, ctx.model)
     pixels["image_merge_sizes"] = torch.ones(BATCH, dtype=torch.long)
-    _prompt_with_images(ctx, pixels)
+    splice_images(ctx, pixels, markers=MARKERS)
 
 
 @family_inputs("pp_formulanet")

@@ -119,7 +119,7 @@ def _replace_timm_backbones(d: dict[str, Any]) -> None:
         if not isinstance(sub, dict) or key in SKIP_SUBDICTS:
             continue
         if sub.get("model_type") == "timm_backbone":
-            stand_in = {k: v for k, v in timm_rules()["fallback_backbone"].items()}
+            stand_in = copy.deepcopy(timm_rules()["fallback_backbone"])  # the rules are cached
             stand_in.pop("_reason", None)
             outs = sub.get("out_indices") or [1, 2, 3, 4]
             stand_in["out_features"] = [f"stage{i}" for i in outs]
