@@ -8,10 +8,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# torch 2.13.0 (a CPU build where one is provided, e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu;
-# on a GPU machine install the CUDA build you want into .venv first: an installed torch is kept).
-.venv/bin/python -c "import torch" 2>/dev/null || \
-  .venv/bin/python -m pip install -q "torch==2.13.0"
+# torch 2.14.1 with its torchvision 0.29.1 (TorchNeuron's beta targets PyTorch 2.14). On a GPU
+# machine install the build you want into .venv first: an installed torch is kept.
+.venv/bin/python -c "import torch, torchvision" 2>/dev/null || \
+  .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
 extra=${1:-}
 if [ -n "$extra" ]; then
   .venv/bin/python -m pip install -q -e ".[$extra]"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 from collections import Counter
@@ -27,6 +28,8 @@ def two_node_cluster(tmp_path):
     env = {
         **os.environ,
         "RAY_AUTH_MODE": "token",
+        # A fresh machine has no ~/.ray/auth_token; every process of this cluster gets this one.
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
         "RAY_USAGE_STATS_ENABLED": "0",
         "PYTHONPATH": str(ROOT),
     }
