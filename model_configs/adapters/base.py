@@ -111,12 +111,14 @@ class Adapter(ABC):
 
     def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
         """Save with safetensors and load back into a model built from the same spec."""
-        from safetensors.torch import load_model, save_model
+        from safetensors.torch import load_file, save_file
 
         path = folder / "model.safetensors"
-        save_model(model, str(path))
+        # every entry its own tensor (buffers two modules share, tied weights)
+        state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(path))
         fresh = self.build_model(spec)
-        load_model(fresh, str(path), strict=True)
+        fresh.load_state_dict(load_file(str(path)), strict=True)
         return fresh.eval()
 
     # ----- coverage -----

@@ -154,6 +154,8 @@ def _shrink(
             f"timm entrypoint {arch!r} failed: {type(exc).__name__}: {exc}", stage="load"
         ) from exc
     pretrained = captured.builder.get("pretrained_cfg") or {}
+    if not isinstance(pretrained, dict):  # a PretrainedCfg dataclass
+        pretrained = pretrained.to_dict() if hasattr(pretrained, "to_dict") else {}
     classes = num_classes if isinstance(num_classes, int) else pretrained.get("num_classes")
     classes = 1000 if classes is None else int(classes)
     tiny_classes = min(classes, tshrink.NUM_CLASSES) if classes > 0 else 0
@@ -178,7 +180,9 @@ def _shrink(
                     break  # a narrower width next
                 _probe(model, side, int(config.get("in_chans", 3)))
             except Exception as exc:  # this size does not fit the model: try the next
-                errors.append(f"{side}px: {type(exc).__name__}: {str(exc)[:160]}")
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                if not any(why in e for e in errors):
+                    errors.append(f"{side}px: {why}")
                 continue
             config["args"] = args_json
             before = tshrink.jsonable(
@@ -200,7 +204,7 @@ def _shrink(
                 changes=changes,
             )
     raise ShrinkError(
-        f"no tiny {arch} builds and runs: {'; '.join(errors[-3:])}",
+        f"no tiny {arch} builds and runs: {'; '.join(errors[:4])}",
         stage="load",
         hint="add a rule to model_configs/shrink/timm.py or a known failure to "
         "model_configs/data/libraries/timm.json",
