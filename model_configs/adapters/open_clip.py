@@ -33,6 +33,7 @@ TEXT_CAPS = {"width": 64, "heads": 4, "layers": 2, "context_length": 16, "vocab_
 MULTIMODAL_CAPS = {"width": 64, "heads": 4, "layers": 1, "context_length": 16,
                    "vocab_size": 512}  # fmt: skip
 GRID = 4  # patches per image side
+RESNET_WIDTH = 8  # ModifiedResNet's stem width (its top stage is 32x wider)
 
 
 class OpenClipAdapter(Adapter):
@@ -105,6 +106,12 @@ class OpenClipAdapter(Adapter):
             changes["embed_dim"] = [cfg["embed_dim"], EMBED]
             cfg["embed_dim"] = EMBED
         cfg["vision_cfg"], vchanges = _shrink_vision(vision, resolved.model_id)
+        width = cfg["vision_cfg"].pop("_trunk_features", None)
+        if width is not None and vision.get("timm_proj") == "none":
+            # no projection: the trunk's features are the embedding, so the text tower projects
+            # to the tiny trunk's width
+            changes["embed_dim"] = [resolved.config.get("embed_dim"), width]
+            cfg["embed_dim"] = width
         cfg["text_cfg"], tchanges = cap_keys(text, TEXT_CAPS, prefix="text_cfg.")
         changes.update(vchanges)
         changes.update(tchanges)
@@ -209,8 +216,11 @@ def _shrink_vision(vision: dict[str, Any], model_id: str) -> tuple[dict[str, Any
         except ShrinkError as exc:
             exc.model_id = model_id
             raise
+        from model_configs.adapters.timm import _build
+
         out = dict(vision)
         out["timm_tiny"] = trunk.config
+        out["_trunk_features"] = int(_build(trunk.config)[0].num_features)
         changes = {f"vision_cfg.timm.{k}": v for k, v in trunk.changes.items()}
         side = int(trunk.config["image_side"])
         if out.get("image_size") != side:
@@ -221,6 +231,9 @@ def _shrink_vision(vision: dict[str, Any], model_id: str) -> tuple[dict[str, Any
     if isinstance(out.get("layers"), list):  # ModifiedResNet: blocks per stage
         out["layers"] = [min(x, 1) for x in out["layers"]]
         changes["vision_cfg.layers"] = [vision["layers"], out["layers"]]
+        # its stages are width x 1, 2, 4, 8 with 4x bottleneck expansion: the top is 32 x width
+        out["width"] = min(int(vision.get("width", 64)), RESNET_WIDTH)
+        changes["vision_cfg.width"] = [vision.get("width"), out["width"]]
         side = 64  # five stride-2 stages and an attention pool over a 2x2 map
     else:
         patch = int(out.get("patch_size", 16))

@@ -97,14 +97,13 @@ class SentenceTransformersAdapter(Adapter):
             kind = str(m.get("type", "")).rsplit(".", 1)[-1]
             sub = folder / str(m.get("path") or "")
             cfg: dict[str, Any] = {}
-            for name in ("sentence_bert_config.json", "config.json"):
-                if kind == "Transformer" and name == "config.json":
-                    if (sub / name).is_file():
-                        backbone = read_json(sub / name, model_id=model_id)
-                    continue
-                if (sub / name).is_file():
-                    cfg = read_json(sub / name, model_id=model_id)
-                    break
+            if kind == "Transformer":  # its own settings, and the backbone's config.json
+                if (sub / "sentence_bert_config.json").is_file():
+                    cfg = read_json(sub / "sentence_bert_config.json", model_id=model_id)
+                if (sub / "config.json").is_file():
+                    backbone = read_json(sub / "config.json", model_id=model_id)
+            elif (sub / "config.json").is_file():
+                cfg = read_json(sub / "config.json", model_id=model_id)
             stack.append({"type": kind, "path": str(m.get("path") or ""), "config": cfg})
         if backbone is None:
             raise ConfigError(
