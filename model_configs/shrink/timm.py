@@ -45,13 +45,21 @@ WIDTH_KEYS = {"embed_dim", "embed_dims", "dims", "dim", "widths", "width", "chan
               "stem_dim", "num_channels", "hidden_size", "conv_dim", "head_dim_out",
               "hidden_channels", "stages_out_channels", "channels_per_stage", "base_width_chs",
               "head_chs", "output_channels", "block_chs", "chs"}  # fmt: skip
-WIDTH_KEYS |= {"initial_chs", "final_chs", "stem_channels", "base_channels", "in_planes"}
+WIDTH_KEYS |= {"initial_chs", "final_chs", "stem_channels", "base_channels", "in_planes",
+               "width_list", "inc_sec", "k_r", "growth_rates", "stage_conv_chs",
+               "stage_out_chs", "in_chs", "inner_dim", "partial_dim"}  # fmt: skip
+
 GROWTH_KEYS = {"growth_rate", "wa"}
 # Multipliers some families build every width / depth from (RexNet, GhostNet, MobileNets).
-WIDTH_MULT_KEYS = {"width_mult", "width_multiplier", "channel_multiplier", "multiplier"}
+WIDTH_MULT_KEYS = {"width_mult", "width_multiplier", "channel_multiplier", "multiplier",
+                   "width_factor"}  # fmt: skip
 DEPTH_MULT_KEYS = {"depth_mult", "depth_multiplier"}
 WIDTH_MULT, DEPTH_MULT = 0.25, 0.5  # widths added per block (DenseNet, RegNet's slope)
 HEAD_KEYS = {"num_heads", "heads", "n_heads", "num_attention_heads"}
+DEPTH_LIST_KEYS |= {"depth_list", "k_sec", "num_blocks_list", "layer_per_block",
+                    "block_per_stage", "serial_depths"}  # fmt: skip
+DEPTH_INT_KEYS |= {"num_modules", "parallel_depth"}
+HEAD_KEYS |= {"num_heads_outer", "num_heads_inner"}
 HEAD_DIM_KEYS = {"head_dim", "dim_head", "key_dim", "attn_head_dim"}
 WINDOW_KEYS = {"window_size", "partition_size", "local_window_size", "grid_size",
                "window_sizes"}  # fmt: skip
@@ -222,6 +230,15 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _config_like(v: Any) -> bool:
+    """A dataclass, a dict, or a sequence holding them (a block list)."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return True
+    if isinstance(v, dict):
+        return True
+    return isinstance(v, (list, tuple)) and bool(v) and any(_config_like(x) for x in v)
+
+
 def _int_seq(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and bool(v) and all(_is_int(x) for x in v)
 
@@ -246,11 +263,20 @@ class Shrinker:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return self.dataclass(v, path)
         if isinstance(v, dict):
-            return {k: self.value(str(k), x, f"{path}.{k}") for k, x in v.items()}
+            out = {k: self.value(str(k), x, f"{path}.{k}") for k, x in v.items()}
+            fit_heads(out)
+            return out
         if key == "block_args" and isinstance(v, list):
             return self.block_args(v)
-        if isinstance(v, (list, tuple)) and v and all(dataclasses.is_dataclass(x) for x in v):
-            return type(v)(self.value(key, x, f"{path}[{i}]") for i, x in enumerate(v))
+        if isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
+            # blocks of dataclasses / dicts, possibly nested (ByobNet's interleaved blocks)
+            return type(v)(
+                self.value(key, x, f"{path}[{i}]") if _config_like(x) else x
+                for i, x in enumerate(v)
+            )
+        if key == "model_cfg" and isinstance(v, list) and any(_is_int(x) for x in v):
+            # VGG: a list of widths and "M" (max-pool) markers
+            return [self.width(x) if _is_int(x) else x for x in v]
         if key in DEPTH_LIST_KEYS and _int_seq(v):
             return type(v)(min(x, 1) for x in v)
         if key in DEPTH_INT_KEYS and _is_int(v) and v > DEPTH:
@@ -285,8 +311,14 @@ class Shrinker:
             new = self.value(f.name, old, f"{path}.{f.name}")
             if new is not old and new != old:
                 changes[f.name] = new
-        new_obj = dataclasses.replace(obj, **changes) if changes else obj
-        return self.fix_heads(new_obj)
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
+        fields.update(changes)
+        fit_heads(fields)  # heads that divide the dataclass's own (shrunk) width
+        hook = FAMILY_HOOKS.get(type(obj).__name__)
+        if hook is not None:
+            hook(self, fields)
+        changes.update({k: v for k, v in fields.items() if v != getattr(obj, k)})
+        return dataclasses.replace(obj, **changes) if changes else obj
 
     def block_args(self, stages: list[Any]) -> list[Any]:
         """EfficientNet / MobileNet stages: the first block of each stage, narrower."""
@@ -309,9 +341,6 @@ class Shrinker:
             out.append(new_blocks)
         return out
 
-    def fix_heads(self, obj: Any) -> Any:
-        return obj
-
     def args(self, args: dict[str, Any]) -> dict[str, Any]:
         out = {k: self.value(k, v, k) for k, v in args.items()}
         fit_heads(out)
@@ -322,7 +351,8 @@ class Shrinker:
 def fit_heads(args: dict[str, Any]) -> None:
     """Heads no more than HEADS, dividing the (per-stage) widths they split."""
     width = next(
-        (args[k] for k in ("embed_dim", "embed_dims", "dims", "dim", "widths") if k in args), None
+        (args[k] for k in ("embed_dim", "embed_dims", "dims", "dim", "widths", "c") if k in args),
+        None,
     )
     for key in HEAD_KEYS & set(args):
         heads = args[key]
@@ -349,8 +379,21 @@ def fit_heads(args: dict[str, Any]) -> None:
 KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
     # leaves fewer than four stages, which RegNet asserts against. Widths still shrink.
-    "RegNetCfg": {"depth", "group_size"},
+    "RegNetCfg": {"depth", "group_size", "w0", "wa"},
 }
+
+
+def _regnet(shrinker: Shrinker, fields: dict[str, Any]) -> None:
+    """RegNet: widths w0 + wa * j quantised on powers of wm; scaling w0 and wa by exactly one
+    factor keeps the four stages (w0 on RegNet's multiple of 8)."""
+    w0, wa = fields.get("w0"), fields.get("wa")
+    if _is_int(w0) and isinstance(wa, (int, float)) and shrinker.factor > 1:
+        new_w0 = max(8, int(round(w0 / shrinker.factor / 8)) * 8)
+        fields["w0"], fields["wa"] = new_w0, float(wa) * new_w0 / w0
+
+
+# Per-family steps after the generic walk of a config dataclass, each with its reason above.
+FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet}
 GROUP_SIZE = 8  # channels per conv group (RegNet, NFNet, ByobNet gs): below the narrow widths
 
 
@@ -378,9 +421,12 @@ def width_factor(args: dict[str, Any]) -> float:
                 for b in stage if isinstance(stage, (list, tuple)) else [stage]:
                     if isinstance(b, dict) and _is_int(b.get("out_chs")):
                         widths.append(b["out_chs"])
-        elif isinstance(v, (list, tuple)) and v and all(dataclasses.is_dataclass(x) for x in v):
+        elif isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
             for x in v:
-                walk(key, x)
+                if _config_like(x):
+                    walk(key, x)
+        elif key == "model_cfg" and isinstance(v, list):
+            widths.extend(x for x in v if _is_int(x))
         elif key in WIDTH_KEYS and key not in ("num_features", "head_hidden_size"):
             if _is_int(v):
                 widths.append(v)
