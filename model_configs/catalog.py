@@ -77,6 +77,7 @@ def entry_from_row(row: dict[str, str]) -> CatalogEntry:
     model_id = (row.get("model_id") or "").strip()
     if not model_id:
         raise ValueError("row without model_id")
+    tags = _split(row.get("tags"))
     return CatalogEntry(
         model_id=model_id,
         rank=_int(row.get("rank")),
@@ -86,9 +87,10 @@ def entry_from_row(row: dict[str, str]) -> CatalogEntry:
         library=(row.get("library_name") or row.get("library") or None),
         model_type_hint=(row.get("model_type_hint") or None),
         architectures_hint=_split(row.get("architectures_hint")),
-        custom_code=_bool(row.get("custom_code")),
+        # either says so: data can only add the refusal of remote code, never lift it
+        custom_code=_bool(row.get("custom_code")) or "custom_code" in tags,
         gated=_bool(row.get("gated")),
-        tags=_split(row.get("tags")),
+        tags=tags,
     )
 
 

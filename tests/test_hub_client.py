@@ -441,6 +441,22 @@ def _passed(planned):
     return ModelOutcome(stages=[StageResult(stage=s.value, status="pass") for s in STAGES])
 
 
+def test_timeout_and_retries_from_the_environment(monkeypatch):
+    from reports.errors import UsageError
+
+    monkeypatch.delenv("HFSWEEP_HUB_TIMEOUT", raising=False)
+    monkeypatch.delenv("HFSWEEP_HUB_RETRIES", raising=False)
+    default = HubClient(endpoint="http://127.0.0.1:9")
+    assert (default.timeout_s, default.retry.attempts) == (30.0, 4)
+    monkeypatch.setenv("HFSWEEP_HUB_TIMEOUT", "2.5")
+    monkeypatch.setenv("HFSWEEP_HUB_RETRIES", "0")
+    tuned = HubClient(endpoint="http://127.0.0.1:9")
+    assert (tuned.timeout_s, tuned.retry.attempts) == (2.5, 1)
+    monkeypatch.setenv("HFSWEEP_HUB_TIMEOUT", "soon")
+    with pytest.raises(UsageError, match="HFSWEEP_HUB_TIMEOUT"):
+        HubClient(endpoint="http://127.0.0.1:9")
+
+
 # ---- classification ------------------------------------------------------------------------------
 
 
@@ -490,4 +506,5 @@ def test_catalog_refresh_command(hub, tmp_path):
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("error: the Hub kept failing to fetch the configs of acme/bert")
+    assert "(HTTP 503; 2 tries)" in r.stderr  # HFSWEEP_HUB_RETRIES=1: one retry
     assert "Traceback" not in r.stderr and "hint:" in r.stderr
