@@ -441,6 +441,25 @@ def _passed(planned):
     return ModelOutcome(stages=[StageResult(stage=s.value, status="pass") for s in STAGES])
 
 
+def test_check_looks_models_up_through_the_client(hub, monkeypatch):
+    """`hfsweep check ORG/NAME` for a model outside the catalog (HF_ENDPOINT's Hub)."""
+    import huggingface_hub
+
+    from reports.errors import UsageError
+    from sweep.commands.check import _entry_from_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+    monkeypatch.setenv("HFSWEEP_HUB_RETRIES", "0")
+    add_models(hub)
+    entry = _entry_from_hub("acme/bert")
+    assert (entry.model_type_hint, entry.library, entry.downloads) == ("bert", "transformers", 1000)
+    with pytest.raises(UsageError, match="unknown model id 'acme/nothing'"):
+        _entry_from_hub("acme/nothing")
+    hub.fault("/api/models/acme/bert", times=99, status=503)
+    with pytest.raises(HubError, match="HTTP 503"):
+        _entry_from_hub("acme/bert")
+
+
 def test_timeout_and_retries_from_the_environment(monkeypatch):
     from reports.errors import UsageError
 
