@@ -2,9 +2,10 @@
 
 Order for a catalog entry: refuse what must not run (remote code, libraries no adapter takes, an
 adapter whose package is not installed); then the files the Hub serves for the entry's library
-(cached by `hfsweep catalog refresh`, or fetched from the Hub when online); then, offline, the
-adapter's defaults for the architecture the entry names (transformers `AutoConfig.for_model` for
-the catalog's model type, a diffusers pipeline's known components, timm's architecture from the
+(cached by `hfsweep catalog refresh`, whose record may say the repo is gated or gone, or fetched
+from the Hub when online, both through `model_configs.hub`); then, offline, the adapter's
+defaults for the architecture the entry names (transformers `AutoConfig.for_model` for the
+catalog's model type, a diffusers pipeline's known components, timm's architecture from the
 repo name, ...). Anything else raises ConfigError with a SkipReason, so the model still gets its
 rows. The adapters live in `model_configs.adapters`, one per Hub library.
 """
@@ -15,9 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from model_configs.hub import cached_configs
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports import settings
 from reports.errors import ConfigError
+from reports.ids import unsafe_model_id
 from reports.schema import ConfigSource, SkipReason
 
 
@@ -33,7 +36,7 @@ def resolve_entry(
     *,
     config_dir: Path | None = None,
     offline: bool | None = None,
-    api: Any = None,
+    hub: Any = None,
 ) -> ResolvedConfig:
     from model_configs.adapters import adapter_names, get_adapter
 
@@ -52,59 +55,50 @@ def resolve_entry(
             reason=SkipReason.UNSUPPORTED_LIBRARY.value,
             model_id=entry.model_id,
         )
+    unsafe = unsafe_model_id(entry.model_id)
+    if unsafe:
+        raise ConfigError(
+            f"{unsafe}: not a model this tool can look up",
+            reason=SkipReason.NOT_FOUND.value,
+            model_id=entry.model_id,
+        )
     adapter = get_adapter(library)
     adapter.require_package(entry.model_id)
     if config_dir is not None:
-        found = adapter.from_files(
-            entry.model_id, config_dir / entry.model_id, ConfigSource.HUB.value
-        )
-        if found is not None:
-            return found
+        folder = cached_configs(config_dir, entry.model_id)  # a recorded gated / gone: a skip
+        if folder is not None:
+            found = adapter.from_files(entry.model_id, folder, ConfigSource.HUB.value)
+            if found is not None:
+                return found
     if not offline:
-        fetched = _fetch_from_hub(entry, adapter, api=api)
+        fetched = _fetch_from_hub(entry, adapter, hub=hub)
         if fetched is not None:
             return fetched
     return adapter.default_config(entry)
 
 
-def _fetch_from_hub(entry: CatalogEntry, adapter: Any, *, api: Any) -> ResolvedConfig | None:
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
+def _fetch_from_hub(entry: CatalogEntry, adapter: Any, *, hub: Any) -> ResolvedConfig | None:
+    """The repo's configs from the Hub (the adapter's config files only). Gated or gone: a skip;
+    no config file: None (the adapter's defaults, labelled); the Hub failing after retries:
+    HubError."""
+    fetch = (hub or default_hub()).fetch_configs(entry.model_id, library=adapter.library)
+    fetch.raise_for_skip()
+    if fetch.folder is None:
+        return None
+    return adapter.from_files(entry.model_id, fetch.folder, ConfigSource.HUB.value)
 
-    api = api or HfApi(token=settings.hub_token())
-    for filename in adapter.config_files:
-        try:
-            local = api.hf_hub_download(entry.model_id, filename, cache_dir=settings.cache_dir())
-        except GatedRepoError as exc:
-            raise ConfigError(
-                "the repo is gated: accept its licence on the Hub and set HF_TOKEN",
-                reason=SkipReason.GATED.value,
-                model_id=entry.model_id,
-            ) from exc
-        except RepositoryNotFoundError as exc:
-            raise ConfigError(
-                "the repo does not exist on the Hub (or is private)",
-                reason=SkipReason.NOT_FOUND.value,
-                model_id=entry.model_id,
-            ) from exc
-        except (EntryNotFoundError, LocalEntryNotFoundError):
-            continue
-        except HfHubHTTPError:
-            return None  # the Hub is unreachable or erroring: fall back to defaults, labelled
-        folder = Path(local).parent
-        for extra in adapter.extra_files(folder):
-            try:
-                api.hf_hub_download(entry.model_id, extra, cache_dir=settings.cache_dir())
-            except (EntryNotFoundError, LocalEntryNotFoundError):
-                continue
-        return adapter.from_files(entry.model_id, folder, ConfigSource.HUB.value)
-    return None
+
+_HUB: Any = None
+
+
+def default_hub() -> Any:
+    """One HubClient per process (its HTTP session is reused across models)."""
+    global _HUB
+    if _HUB is None:
+        from model_configs.hub import HubClient
+
+        _HUB = HubClient()
+    return _HUB
 
 
 def transformers_default_config(model_type: str) -> dict[str, Any]:

@@ -65,11 +65,6 @@ class Adapter(ABC):
         """Offline: the library's own defaults for the architecture the entry names, labelled
         with where they came from. Raises ConfigError (no_config, ...) when it cannot tell."""
 
-    def extra_files(self, folder: Path) -> list[str]:
-        """Further files to fetch once the first of `config_files` is in `folder` (a module
-        stack's per-module configs); none by default."""
-        return []
-
     def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
         """The config from files the Hub serves for this library, cached in `folder`, or None."""
         for name in self.config_files:

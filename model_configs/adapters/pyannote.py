@@ -31,7 +31,7 @@ from reports.schema import ConfigSource, SkipReason
 BATCH = 2
 SAMPLES = 16_000  # one second at 16 kHz
 # Family rules: the constructor arguments each class shrinks by, and their tiny values.
-SHRINK = {
+SHRINK: dict[str, dict[str, Any]] = {
     "PyanNet": {"lstm": {"hidden_size": 16, "num_layers": 2}, "linear": {"hidden_size": 16}},
     "XVectorSincNet": {"dimension": 32},
     "XVectorMFCC": {"dimension": 32},

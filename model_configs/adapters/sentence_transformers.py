@@ -61,18 +61,6 @@ class SentenceTransformersAdapter(Adapter):
             f"over {backbone.detail}",
         )
 
-    def extra_files(self, folder: Path) -> list[str]:
-        names = ["config.json", "sentence_bert_config.json"]
-        try:
-            modules = json.loads((folder / "modules.json").read_text())
-        except (OSError, ValueError):
-            return names
-        for m in modules if isinstance(modules, list) else []:
-            path = str(m.get("path") or "") if isinstance(m, dict) else ""
-            if path:
-                names += [f"{path}/config.json", f"{path}/sentence_bert_config.json"]
-        return names
-
     def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
         path = folder / "modules.json"
         if not path.is_file():

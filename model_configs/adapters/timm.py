@@ -163,7 +163,7 @@ def _shrink(
     errors: list[str] = []
     for step in FACTOR_STEPS:
         for side, with_img in _sides(captured, patch):
-            config = {
+            config: dict[str, Any] = {
                 "architecture": arch,
                 "model_args": model_args,
                 "num_classes": tiny_classes,
@@ -178,7 +178,7 @@ def _shrink(
                 if params > target:
                     errors.append(f"{params / 1e6:.1f}M parameters at width step {step}")
                     break  # a narrower width next
-                _probe(model, side, int(config.get("in_chans", 3)))
+                _probe(model, side, 3)
             except Exception as exc:  # this size does not fit the model: try the next
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 if not any(why in e for e in errors):

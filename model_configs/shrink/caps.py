@@ -8,10 +8,10 @@ the rule is; values already at or below the cap are kept, lists are capped eleme
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeGuard
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
-from typing import Any
+from typing import Any, TypeGuard
 
 # Target sizes.
 MAX_WIDTH = 64  # the widest stage after shrinking (before a block's own expansion)
@@ -173,7 +173,8 @@ def _intercept(
 def class_defaults(cls: Any) -> dict[str, Any]:
     """The model class's own keyword defaults (ResNet's `channels`, ViT's `img_size`)."""
     try:
-        params = inspect.signature(cls.__init__ if isinstance(cls, type) else cls).parameters
+        target = cls.__init__ if isinstance(cls, type) else cls  # type: ignore[misc]
+        params = inspect.signature(target).parameters
     except (TypeError, ValueError):
         return {}
     return {
@@ -226,7 +227,7 @@ def shrinkable_defaults(cls: Any) -> dict[str, Any]:
 # ----- the walk ---------------------------------------------------------------------------------
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -239,7 +240,7 @@ def _config_like(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and bool(v) and any(_config_like(x) for x in v)
 
 
-def _int_seq(v: Any) -> bool:
+def _int_seq(v: Any) -> TypeGuard[list[int] | tuple[int, ...]]:
     return isinstance(v, (list, tuple)) and bool(v) and all(_is_int(x) for x in v)
 
 

@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 # Target sizes.
 HEADS = 4
@@ -108,11 +108,11 @@ STAGE_WIDTH_KEYS = (
 )  # fmt: skip
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _int_list(v: Any) -> bool:
+def _int_list(v: Any) -> TypeGuard[list[int]]:
     return isinstance(v, list) and bool(v) and all(isinstance(x, int) for x in v)
 
 
