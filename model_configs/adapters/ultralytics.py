@@ -213,14 +213,15 @@ def _batch(spec: TinySpec, model: Any, img: Any) -> dict[str, Any]:
     import torch
 
     n = img.shape[0]
+    nc = int(spec.config.get("nc") or CLASSES)  # YOLOv8-pose has one class (person)
     batch: dict[str, Any] = {
         "img": img,
         "batch_idx": torch.arange(n, dtype=torch.float32),
-        "cls": (torch.arange(n, dtype=torch.float32) % CLASSES).view(-1, 1),
+        "cls": (torch.arange(n, dtype=torch.float32) % nc).view(-1, 1),
         "bboxes": torch.tensor([[0.5, 0.5, 0.4, 0.4]] * n),
     }
     if spec.task == "classify":
-        return {"img": img, "cls": torch.arange(n) % int(spec.config.get("nc", CLASSES))}
+        return {"img": img, "cls": torch.arange(n) % nc}
     if spec.task == "obb":
         batch["bboxes"] = torch.tensor([[0.5, 0.5, 0.4, 0.3, 0.2]] * n)
     if spec.task == "segment":

@@ -54,7 +54,9 @@ GROWTH_KEYS = {"growth_rate", "wa"}
 WIDTH_MULT_KEYS = {"width_mult", "width_multiplier", "channel_multiplier", "multiplier",
                    "width_factor"}  # fmt: skip
 DEPTH_MULT_KEYS = {"depth_mult", "depth_multiplier"}
-WIDTH_MULT, DEPTH_MULT = 0.25, 0.5  # widths added per block (DenseNet, RegNet's slope)
+WIDTH_MULT, DEPTH_MULT = 0.25, 0.5
+FLOAT_WIDTH_MULT_KEYS = {"width"}  # GhostNet / RepGhostNet: `width=1.6` is a multiplier
+WIDTH_KEYS |= {"head_widths"}  # EfficientViT's classifier widths  # widths added per block (DenseNet, RegNet's slope)
 HEAD_KEYS = {"num_heads", "heads", "n_heads", "num_attention_heads"}
 DEPTH_LIST_KEYS |= {"depth_list", "k_sec", "num_blocks_list", "layer_per_block",
                     "block_per_stage", "serial_depths"}  # fmt: skip
@@ -231,6 +233,20 @@ def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _chain_blocks(before: Any, after: Any) -> Any:
+    """A block list whose dicts name `in_chs` and `out_chs` (Xception): the first block keeps
+    its input width (a stem outside the list makes it), each next one takes the previous
+    block's new output width."""
+    if not all(isinstance(b, dict) and "in_chs" in b and "out_chs" in b for b in after):
+        return after
+    chained = [dict(b) for b in after]
+    chained[0]["in_chs"] = before[0]["in_chs"]
+    for prev, block in zip(chained, chained[1:], strict=False):
+        out = prev["out_chs"]
+        block["in_chs"] = out[-1] if isinstance(out, (list, tuple)) else out
+    return type(after)(chained)
+
+
 def _config_like(v: Any) -> bool:
     """A dataclass, a dict, or a sequence holding them (a block list)."""
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
@@ -247,19 +263,21 @@ def _int_seq(v: Any) -> TypeGuard[list[int] | tuple[int, ...]]:
 class Shrinker:
     """One shrink of one architecture's arguments. `factor` divides every width."""
 
-    def __init__(self, factor: float):
+    def __init__(self, factor: float, model_class: str = ""):
         self.factor = factor
-        self.changed: dict[str, list[Any]] = {}
+        self.depth = DEPTH_FLOOR.get(model_class, 1)  # blocks kept per stage
+        self.keep = KEEP_ARGS.get(model_class, set())
+        self.step = WIDTH_STEP_BY_CLASS.get(model_class, WIDTH_STEP)
 
     def width(self, w: int) -> int:
-        if w <= WIDTH_STEP:
+        if w <= self.step:
             return w
-        new = max(WIDTH_STEP, int(round(w / self.factor / WIDTH_STEP)) * WIDTH_STEP)
+        new = max(self.step, int(round(w / self.factor / self.step)) * self.step)
         return min(new, w)
 
     def value(self, key: str, v: Any, path: str) -> Any:
         """The shrunk value of argument `key` (recursing into dataclasses, dicts and lists)."""
-        if key in NOT_A_SIZE:
+        if key in NOT_A_SIZE or key in self.keep:
             return v
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return self.dataclass(v, path)
@@ -271,14 +289,17 @@ class Shrinker:
             return self.block_args(v)
         if isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
             # blocks of dataclasses / dicts, possibly nested (ByobNet's interleaved blocks)
-            return type(v)(
+            out = type(v)(
                 self.value(key, x, f"{path}[{i}]") if _config_like(x) else x
                 for i, x in enumerate(v)
             )
+            return _chain_blocks(v, out)
         if key == "model_cfg" and isinstance(v, list) and any(_is_int(x) for x in v):
             # VGG: a list of widths and "M" (max-pool) markers
             return [self.width(x) if _is_int(x) else x for x in v]
         if key in DEPTH_LIST_KEYS and _int_seq(v):
+            return type(v)(min(x, self.depth) for x in v)
+        if key in GROUP_COUNT_KEYS and _int_seq(v):
             return type(v)(min(x, 1) for x in v)
         if key in DEPTH_INT_KEYS and _is_int(v) and v > DEPTH:
             return DEPTH
@@ -288,6 +309,8 @@ class Shrinker:
             return type(v)(self.width(x) for x in v)
         if key in GROWTH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
             return type(v)(max(4, round(v / self.factor))) if v > 4 else v
+        if key in FLOAT_WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
+            return WIDTH_MULT
         if key in WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
             return WIDTH_MULT
         if key in DEPTH_MULT_KEYS and isinstance(v, float) and v > DEPTH_MULT:
@@ -344,7 +367,8 @@ class Shrinker:
 
     def args(self, args: dict[str, Any]) -> dict[str, Any]:
         out = {k: self.value(k, v, k) for k, v in args.items()}
-        fit_heads(out)
+        if "num_heads" not in self.keep:
+            fit_heads(out)
         fit_groups(out)
         return out
 
@@ -377,6 +401,23 @@ def fit_heads(args: dict[str, Any]) -> None:
 
 
 # Per-family exceptions, each with its reason (the family data of this shrinker).
+DEPTH_FLOOR: dict[str, int] = {
+    # GCViT alternates local and global attention inside a stage: two blocks run both (one
+    # block leaves the global query generator without a gradient)
+    "GlobalContextVit": 2,
+    # IFormer: "each attention group requires three blocks"
+    "IFormer": 3,
+}
+GROUP_COUNT_KEYS = {"attn_groups"}  # attention groups per stage (IFormer): one at most
+KEEP_ARGS: dict[str, set[str]] = {
+    # CoaT splits its heads over the convolutional position encoding's windows ({3: 2, 5: 3,
+    # 7: 3}: 8 heads), so the head count stays
+    "CoaT": {"num_heads"},
+}
+WIDTH_STEP_BY_CLASS: dict[str, int] = {
+    # MetaFormer's attention stages use heads of 32 channels: widths in multiples of 32
+    "MetaFormer": 32,
+}
 KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
     # leaves fewer than four stages, which RegNet asserts against. Widths still shrink.
