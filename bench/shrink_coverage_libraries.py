@@ -46,7 +46,8 @@ def jobs_for(library: str, per_family: int) -> list[dict[str, Any]]:
         resolved = _sample_timm(resolved, per_family)
     jobs = []
     for r in resolved:
-        key = str(r.config.get("architecture") or r.config.get("model_name") or r.model_id)
+        key = str(r.config.get("architecture") or r.config.get("model_name")
+                  or r.model_id.rsplit("/", 1)[-1])  # fmt: skip
         jobs.append({"key": key, "model_type": _family(library, key, r), "library": library,
                      "resolved": r.__dict__, "save_load": True})  # fmt: skip
     return jobs

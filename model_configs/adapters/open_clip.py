@@ -30,8 +30,8 @@ VISION_CAPS = {"width": 64, "head_width": 16, "layers": 2, "attn_pooler_queries"
                "attn_pooler_heads": 2, "output_dim": EMBED}  # fmt: skip
 TEXT_CAPS = {"width": 64, "heads": 4, "layers": 2, "context_length": 16, "vocab_size": 512,
              "mlp_ratio": 4}  # fmt: skip
-MULTIMODAL_CAPS = {"width": 64, "heads": 4, "layers": 1, "context_length": 16,
-                   "vocab_size": 512}  # fmt: skip
+MULTIMODAL_CAPS = {"heads": 4, "layers": 1, "context_length": 16, "vocab_size": 512,
+                   "dim_head": 16, "n_queries": 8, "attn_pooler_heads": 2}  # fmt: skip
 GRID = 4  # patches per image side
 RESNET_WIDTH = 8  # ModifiedResNet's stem width (its top stage is 32x wider)
 
@@ -120,6 +120,19 @@ class OpenClipAdapter(Adapter):
                 cfg["multimodal_cfg"], MULTIMODAL_CAPS, prefix="multimodal_cfg."
             )
             changes.update(mchanges)
+            # CoCa: its decoder reads text tokens and image embeddings at one width, as wide as
+            # the text tower, and the embedding is that wide too
+            width = int(cfg["text_cfg"].get("width", 64))
+            for where, key in ((cfg["multimodal_cfg"], "multimodal_cfg.width"), (cfg, "embed_dim")):
+                name = key.rsplit(".", 1)[-1]
+                if where.get(name) != width:
+                    changes[key] = [where.get(name), width]
+                    where[name] = width
+            mm = cfg["multimodal_cfg"]
+            head = width // int(mm.get("heads", 4))  # MultimodalCfg's default is 64 per head
+            if mm.get("dim_head") != head:
+                changes["multimodal_cfg.dim_head"] = [mm.get("dim_head"), head]
+                mm["dim_head"] = head
         arch = _model_class_name(cfg)
         return TinySpec(
             library=self.library,
@@ -140,8 +153,20 @@ class OpenClipAdapter(Adapter):
         cfg.pop("custom_text", None)
         cls = getattr(open_clip, spec.architecture)
         torch.manual_seed(0)
+        import inspect
+
+        if "output_dict" in inspect.signature(cls.__init__).parameters:
+            cfg["output_dict"] = True  # CoCa returns its dict anyway
         with _tiny_timm_trunk(cfg["vision_cfg"]):
-            model = cls(**cfg, output_dict=True)
+            model = cls(**cfg)
+        decoder = getattr(model, "text_decoder", None)
+        projection = getattr(decoder, "text_projection", None)
+        if projection is not None:
+            # CoCa's MultimodalTransformer allocates text_projection with torch.empty and never
+            # initialises it (its init_parameters is not called, and would fail: it reads a
+            # `transformer` attribute the class lacks); loaded weights overwrite it. Seeded
+            # here with the std that init_parameters names (width ** -0.5).
+            torch.nn.init.normal_(projection, std=int(decoder.width) ** -0.5)
         return model.float().eval()
 
     def make_inputs(

@@ -25,7 +25,7 @@ from typing import Any
 
 from model_configs.adapters.base import Adapter, library_data
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
+from reports.errors import ConfigError, ShrinkError
 from reports.schema import ConfigSource, SkipReason
 
 BATCH = 2
@@ -41,6 +41,8 @@ SHRINK: dict[str, dict[str, Any]] = {
 # and rebuilds its `resnet` trunk through pyannote's own ResNet constructor, narrower and with
 # one block per stage (the rows record it).
 WESPEAKER = {"num_blocks": [1, 1, 1, 1], "m_channels": 8, "embed_dim": 32, "num_mel_bins": 40}
+# Classes whose constructor downloads pretrained weights.
+DOWNLOADS = {"SSeRiouSS": "loads torchaudio's pretrained WavLM"}
 MODEL_MODULES = ("pyannote.audio.models.segmentation", "pyannote.audio.models.embedding",
                  "pyannote.audio.models.separation")  # fmt: skip
 
@@ -131,6 +133,13 @@ class PyannoteAdapter(Adapter):
         for part, m in models.items():
             cls_name = str(m["class"])
             _model_class(cls_name, resolved.model_id)  # refuse anything outside pyannote's models
+            if cls_name in DOWNLOADS:
+                raise ShrinkError(
+                    f"{cls_name} {DOWNLOADS[cls_name]} when it is built (a download; no weights "
+                    "are ever loaded here)",
+                    model_id=resolved.model_id,
+                    stage="load",
+                )
             args = copy.deepcopy(m.get("args") or {})
             for key, value in SHRINK.get(cls_name, {}).items():
                 if isinstance(value, dict):

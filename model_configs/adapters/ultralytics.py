@@ -20,7 +20,7 @@ from typing import Any
 
 from model_configs.adapters.base import Adapter, library_data, repo_name
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
+from reports.errors import ConfigError, ShrinkError
 from reports.schema import ConfigSource, SkipReason
 
 BATCH = 2
@@ -90,6 +90,13 @@ class UltralyticsAdapter(Adapter):
             changes["scales"] = [sorted(scales), scale]
         caps = dict(CAPS)
         layers = [str(layer[2]) for layer in cfg.get("backbone", []) + cfg.get("head", [])]
+        if "TorchVision" in layers:
+            raise ShrinkError(
+                "its TorchVision layer loads torchvision's pretrained weights when it is built "
+                "(a download; no weights are ever loaded here)",
+                model_id=resolved.model_id,
+                stage="load",
+            )
         if "A2C2f" in layers:  # YOLOv12's area attention needs channels in multiples of 32
             caps["width_multiple"] = 0.25
         for key, limit in caps.items():

@@ -56,7 +56,9 @@ WIDTH_MULT_KEYS = {"width_mult", "width_multiplier", "channel_multiplier", "mult
 DEPTH_MULT_KEYS = {"depth_mult", "depth_multiplier"}
 WIDTH_MULT, DEPTH_MULT = 0.25, 0.5
 FLOAT_WIDTH_MULT_KEYS = {"width"}  # GhostNet / RepGhostNet: `width=1.6` is a multiplier
-WIDTH_KEYS |= {"head_widths"}  # EfficientViT's classifier widths  # widths added per block (DenseNet, RegNet's slope)
+WIDTH_KEYS |= {
+    "head_widths"
+}  # EfficientViT's classifier widths  # widths added per block (DenseNet, RegNet's slope)
 HEAD_KEYS = {"num_heads", "heads", "n_heads", "num_attention_heads"}
 DEPTH_LIST_KEYS |= {"depth_list", "k_sec", "num_blocks_list", "layer_per_block",
                     "block_per_stage", "serial_depths"}  # fmt: skip
