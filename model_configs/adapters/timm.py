@@ -21,8 +21,8 @@ from reports.schema import ConfigSource, SkipReason
 BATCH = 2
 IMAGE_SIDES = (64, 32, 96, 128, 160, 224)  # tried in order at shrink time
 GRID = 4  # patches per side for a patch-embedding model
-# Widths are divided further (x2, x4, x8) while the tiny model is above TARGET_PARAMS; the last
-# step only has to meet the pass rule's cap.
+# Widths are divided further (x2, x4, x8) while the tiny model is above TARGET_PARAMS; when a
+# narrower step does not build, the last one that built and stays under the pass rule's cap wins.
 FACTOR_STEPS = (1, 2, 4, 8)
 TARGET_PARAMS = 1_000_000
 
@@ -161,53 +161,89 @@ def _shrink(
     tiny_classes = min(classes, tshrink.NUM_CLASSES) if classes > 0 else 0
     patch = _patch_size(captured)
     errors: list[str] = []
+    fallback: dict[str, Any] | None = None  # a working tiny model above TARGET_PARAMS
     for step in FACTOR_STEPS:
-        for side, with_img in _sides(captured, patch):
-            config: dict[str, Any] = {
-                "architecture": arch,
-                "model_args": model_args,
-                "num_classes": tiny_classes,
-                "width_factor_step": step,
-                "image_side": side,
-                "set_img_size": with_img,
-            }
-            try:
-                model, args_json = _build(config)
-                params = sum(p.numel() for p in model.parameters())
-                target = TARGET_PARAMS if step != FACTOR_STEPS[-1] else MAX_PARAMS
-                if params > target:
-                    errors.append(f"{params / 1e6:.1f}M parameters at width step {step}")
-                    break  # a narrower width next
-                _probe(model, side, 3)
-            except Exception as exc:  # this size does not fit the model: try the next
-                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-                if not any(why in e for e in errors):
-                    errors.append(f"{side}px: {why}")
-                continue
-            config["args"] = args_json
-            before = tshrink.jsonable(
-                {**_defaults_for_diff(captured), **captured.args,
-                 "model_cfg": captured.builder.get("model_cfg")}
-            )  # fmt: skip
-            changes = tshrink.diff(before, {**before, **args_json})
-            changes["num_classes"] = [classes, tiny_classes]
-            in_size = pretrained.get("input_size")
-            if in_size:
-                changes["input_size"] = [list(in_size), [3, side, side]]
-            return TinySpec(
-                library="timm",
-                model_type=family(arch),
-                architecture=arch,
-                config=config,
-                generative=False,
-                task="image-classification" if tiny_classes else "image-feature-extraction",
-                changes=changes,
-            )
+        found = _first_working(arch, model_args, tiny_classes, step, captured, patch, errors)
+        if found is None:
+            continue
+        config, params = found
+        if params <= TARGET_PARAMS:
+            return _spec(arch, captured, config, classes, tiny_classes, pretrained)
+        errors.append(f"{params / 1e6:.1f}M parameters at width step {step}")
+        if params <= MAX_PARAMS:
+            fallback = config  # narrower steps may not build; this one passes the cap
+    if fallback is not None:
+        return _spec(arch, captured, fallback, classes, tiny_classes, pretrained)
     raise ShrinkError(
         f"no tiny {arch} builds and runs: {'; '.join(errors[:4])}",
         stage="load",
         hint="add a rule to model_configs/shrink/timm.py or a known failure to "
         "model_configs/data/libraries/timm.json",
+    )
+
+
+def _first_working(
+    arch: str,
+    model_args: dict[str, Any],
+    tiny_classes: int,
+    step: int,
+    captured: Any,
+    patch: int | None,
+    errors: list[str],
+) -> tuple[dict[str, Any], int] | None:
+    """The first image side at this width step whose tiny model builds and runs forward."""
+    for side, with_img in _sides(captured, patch):
+        config: dict[str, Any] = {
+            "architecture": arch,
+            "model_args": model_args,
+            "num_classes": tiny_classes,
+            "width_factor_step": step,
+            "image_side": side,
+            "set_img_size": with_img,
+        }
+        try:
+            model, args_json = _build(config)
+            params = sum(p.numel() for p in model.parameters())
+            if params > MAX_PARAMS:
+                return config, params  # too big at any side: the caller narrows the width
+            _probe(model, side, 3)
+        except Exception as exc:  # this size does not fit the model: try the next
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            if not any(why in e for e in errors):
+                errors.append(f"{side}px: {why}")
+            continue
+        config["args"] = args_json
+        return config, params
+    return None
+
+
+def _spec(
+    arch: str,
+    captured: Any,
+    config: dict[str, Any],
+    classes: int,
+    tiny_classes: int,
+    pretrained: dict[str, Any],
+) -> TinySpec:
+    from model_configs.shrink import timm as tshrink
+
+    before = tshrink.jsonable(
+        {**_defaults_for_diff(captured), **captured.args,
+         "model_cfg": captured.builder.get("model_cfg")}
+    )  # fmt: skip
+    changes = tshrink.diff(before, {**before, **config["args"]})
+    changes["num_classes"] = [classes, tiny_classes]
+    in_size = pretrained.get("input_size")
+    if in_size:
+        changes["input_size"] = [list(in_size), [3, config["image_side"], config["image_side"]]]
+    return TinySpec(
+        library="timm",
+        model_type=family(arch),
+        architecture=arch,
+        config=config,
+        generative=False,
+        task="image-classification" if tiny_classes else "image-feature-extraction",
+        changes=changes,
     )
 
 

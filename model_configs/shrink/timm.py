@@ -419,6 +419,8 @@ KEEP_ARGS: dict[str, set[str]] = {
 WIDTH_STEP_BY_CLASS: dict[str, int] = {
     # MetaFormer's attention stages use heads of 32 channels: widths in multiples of 32
     "MetaFormer": 32,
+    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups: widths in multiples of 32
+    "ResNetV2": 32,
 }
 KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
