@@ -32,6 +32,7 @@ def pip(venv: Path, *args: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the venvs")
+    parser.add_argument("--only", choices=["demo", "ci"], help="one of the two sets")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="hfsweep-install-"))
     constraints = work / "constraints.txt"
