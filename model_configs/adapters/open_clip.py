@@ -161,7 +161,7 @@ class OpenClipAdapter(Adapter):
             model = cls(**cfg)
         decoder = getattr(model, "text_decoder", None)
         projection = getattr(decoder, "text_projection", None)
-        if projection is not None:
+        if decoder is not None and projection is not None:
             # CoCa's MultimodalTransformer allocates text_projection with torch.empty and never
             # initialises it (its init_parameters is not called, and would fail: it reads a
             # `transformer` attribute the class lacks); loaded weights overwrite it. Seeded

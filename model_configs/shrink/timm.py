@@ -291,11 +291,11 @@ class Shrinker:
             return self.block_args(v)
         if isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
             # blocks of dataclasses / dicts, possibly nested (ByobNet's interleaved blocks)
-            out = type(v)(
+            blocks = type(v)(
                 self.value(key, x, f"{path}[{i}]") if _config_like(x) else x
                 for i, x in enumerate(v)
             )
-            return _chain_blocks(v, out)
+            return _chain_blocks(v, blocks)
         if key == "model_cfg" and isinstance(v, list) and any(_is_int(x) for x in v):
             # VGG: a list of widths and "M" (max-pool) markers
             return [self.width(x) if _is_int(x) else x for x in v]
