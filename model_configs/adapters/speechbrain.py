@@ -171,13 +171,42 @@ class SpeechBrainAdapter(Adapter):
             )
 
 
+def import_speechbrain() -> Any:
+    """Import speechbrain without leaving its lazy placeholders in `sys.modules`.
+
+    speechbrain registers not-yet-imported modules (integrations such as k2_fsa, deprecated
+    paths) as LazyModule objects in `sys.modules`; any code that later walks `sys.modules` and
+    reads an attribute (hypothesis, pickling, op registries) triggers their import, which
+    raises ImportError where their optional dependency (k2) is missing. The placeholders that
+    were never loaded are dropped: importing such a module by name still works (or fails)
+    normally."""
+    import speechbrain
+
+    drop_lazy_placeholders()
+    return speechbrain
+
+
+def drop_lazy_placeholders() -> None:
+    """Every subpackage speechbrain imports registers more placeholders: called after each."""
+    import sys
+
+    from speechbrain.utils.importutils import LazyModule  # DeprecatedModuleRedirect is one too
+
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, LazyModule) and vars(module).get("lazy_module") is None:
+            del sys.modules[name]
+
+
 def _lobe(name: str, model_id: str | None = None) -> Any:
     """A class of speechbrain.lobes.models (module named after the class, or ECAPA's)."""
+    import_speechbrain()
     for module_name in (name, "ECAPA_TDNN", "ResNet", "Xvector", "CRDNN", "ContextNet"):
         try:
             module = importlib.import_module(f"{LOBES}.{module_name}")
         except ImportError:
             continue
+        finally:
+            drop_lazy_placeholders()
         cls = getattr(module, name, None)
         if isinstance(cls, type):
             return cls
@@ -208,9 +237,12 @@ def _set_input_size(name: str, args: dict[str, Any]) -> None:
 
 
 def _interface_class() -> Any:
+    import_speechbrain()
     import torch
     from speechbrain.lobes.features import Fbank
     from speechbrain.processing.features import InputNormalization
+
+    drop_lazy_placeholders()
 
     class SpeechBrainInterface(torch.nn.Module):
         """Fbank -> InputNormalization -> the model [-> classifier], as the repo's interface
@@ -228,6 +260,7 @@ def _interface_class() -> Any:
             if isinstance(head, dict):
                 from speechbrain.lobes.models.ECAPA_TDNN import Classifier
 
+                drop_lazy_placeholders()
                 self.classifier = Classifier(**head)
             else:
                 self.classifier = None
