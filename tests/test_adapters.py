@@ -255,6 +255,13 @@ def test_sentence_transformers_refuses_module_types_outside_the_library(tmp_path
         ("yolo11-pose", "PoseModel"),
         ("yolov8-obb", "OBBModel"),
         ("yolo11-cls", "ClassificationModel"),
+        ("yolo26-sem", "SemanticSegmentationModel"),
+        ("yolo26-depth", "DepthModel"),
+        ("rtdetr-resnet50", "RTDETRDetectionModel"),  # its loss on the eval-mode outputs
+        ("yolov9e", "DetectionModel"),  # written channel counts scaled with the widths
+        ("yolov8-cls-resnet50", "ClassificationModel"),
+        ("yolov8-worldv2", "WorldModel"),  # text embeddings as an input
+        ("yoloe-11-seg", "YOLOESegModel"),
     ],
 )
 def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
@@ -262,6 +269,27 @@ def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
     resolved = next(r for r in adapter.iter_architectures() if r.model_id == f"ultralytics/{yaml}")
     run = train_once("ultralytics", resolved)
     assert run["spec"].architecture == cls
+
+
+def test_ultralytics_scales_the_channel_counts_a_yaml_writes():
+    """YOLOv9-E's CBLinear splits must equal the widths of the layers CBFuse adds them to; the
+    ResNet classifier's layers chain (each takes the previous one's 4x expanded output)."""
+    adapter = get_adapter("ultralytics")
+    by_name = {r.model_id.split("/")[-1]: r for r in adapter.iter_architectures()}
+    layers = adapter.shrink(by_name["yolov9e"]).config["backbone"]
+    assert layers[14][2] == "CBLinear" and layers[14][3][0] == [8, 16, 32, 64, 128]
+    assert layers[3][3][1:3] == [16, 8]  # RepNCSPELAN4 [256, 128, 64]: hidden widths / 8
+    resnet = adapter.shrink(by_name["yolov8-cls-resnet50"]).config["backbone"]
+    assert [layer[3][:2] for layer in resnet] == [[3, 8], [8, 8], [32, 16], [64, 32], [128, 64]]
+    spec = adapter.shrink(by_name["yolov9c"])
+    assert any(k.endswith("RepNCSPELAN4") for k in spec.changes)
+
+
+def test_ultralytics_open_vocabulary_models_take_text_embeddings_as_inputs():
+    adapter = get_adapter("ultralytics")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("/yoloe-11"))
+    run = train_once("ultralytics", resolved)
+    assert run["inputs"]["tpe"].shape == (2, 4, 512)  # batch, classes, MobileCLIP's width
 
 
 def test_ultralytics_catalog_repo_maps_to_its_yaml():
