@@ -91,6 +91,11 @@ TIMM_SAMPLE = [
     "resnet50", "vit_small_patch16_224", "efficientnet_b0", "convnext_tiny",
     "mobilenetv3_small_100", "swin_tiny_patch4_window7_224", "maxvit_tiny_tf_224",
     "cspresnet50", "vitamin_small_224",
+    "vgg11",  # the pre-logits ConvMlp narrowed by its mlp_ratio
+    "hgnet_tiny", "selecsls42",  # stages described by position
+    "dla46x_c", "resnest50d",  # grouped bottlenecks keep their width when the groups shrink
+    "resnetv2_50x1_bit",  # GroupNorm of 32 groups inside the bottleneck
+    "halonet26t",  # halo attention blocks that tile the tiny feature map
 ]  # fmt: skip
 
 
@@ -101,6 +106,23 @@ def test_timm_architectures_shrink_by_their_constructor(arch):
     run = train_once("timm", resolved)
     assert run["spec"].changes, "the shrink changed nothing"
     assert run["params"] <= MAX_PARAMS
+
+
+def test_timm_positional_stages_and_grouped_bottlenecks_shrink_by_role():
+    from model_configs.shrink import timm as tshrink
+
+    shrinker = tshrink.Shrinker(4.0, "SelecSls")
+    features = [(32, 0, 64, 64, True, 2), (64, 64, 64, 128, False, 1)]
+    # the first input width is the fixed stem's; every other width shrinks by one function
+    assert shrinker.positional("iwww__", features) == [(32, 0, 16, 16, True, 2),
+                                                       (16, 16, 16, 32, False, 1)]  # fmt: skip
+    hgnet = tshrink.Shrinker(4.0, "HighPerfGpuNet")
+    out = hgnet.value("model_cfg", {"stage2": [224, 128, 448, 3, True, False, 3, 5]}, "")
+    assert out["stage2"] == [64, 32, 112, 1, True, False, 3, 2]
+    args = {"cardinality": 32, "base_width": 4}
+    tshrink.fit_groups(args)  # the bottleneck keeps planes * base_width / 64 * cardinality
+    assert args == {"cardinality": 4, "base_width": 32}
+    assert tshrink.Shrinker(8.0, "VGG").args({"mlp_ratio": 1.0})["mlp_ratio"] == 1 / 64
 
 
 def test_timm_config_json_and_unknown_architectures(tmp_path):

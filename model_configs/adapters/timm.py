@@ -298,7 +298,8 @@ def _build(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     builder.pop("features_only", None)
     if builder.get("model_cfg") is not None:  # a config dataclass: shrunk with the arguments
         args["model_cfg"] = builder.pop("model_cfg")
-    factor = tshrink.width_factor(args) * float(config.get("width_factor_step", 1))
+    factor = tshrink.width_factor(args, captured.cls.__name__)
+    factor *= float(config.get("width_factor_step", 1))
     shrunk = tshrink.Shrinker(factor, captured.cls.__name__).args(args)
     if "model_cfg" in shrunk:
         builder["model_cfg"] = shrunk.pop("model_cfg")

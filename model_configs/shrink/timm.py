@@ -270,6 +270,9 @@ class Shrinker:
         self.depth = DEPTH_FLOOR.get(model_class, 1)  # blocks kept per stage
         self.keep = KEEP_ARGS.get(model_class, set())
         self.step = WIDTH_STEP_BY_CLASS.get(model_class, WIDTH_STEP)
+        self.layouts = POSITIONAL_LAYOUTS.get(model_class, {})
+        self.fixed = FIXED_ARGS.get(model_class, {})
+        self.caps = NESTED_CAPS.get(model_class, {})
 
     def width(self, w: int) -> int:
         if w <= self.step:
@@ -281,10 +284,16 @@ class Shrinker:
         """The shrunk value of argument `key` (recursing into dataclasses, dicts and lists)."""
         if key in NOT_A_SIZE or key in self.keep:
             return v
+        if key in self.caps and _is_int(v):
+            return min(v, self.caps[key])
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return self.dataclass(v, path)
         if isinstance(v, dict):
-            out = {k: self.value(str(k), x, f"{path}.{k}") for k, x in v.items()}
+            out = {
+                k: self.positional(layout, x) if (layout := _layout(self.layouts, str(k)))
+                else self.value(str(k), x, f"{path}.{k}")
+                for k, x in v.items()
+            }  # fmt: skip
             fit_heads(out)
             return out
         if key == "block_args" and isinstance(v, list):
@@ -326,6 +335,29 @@ class Shrinker:
         if key in WINDOW_KEYS and _int_seq(v):
             return type(v)(min(x, WINDOW) for x in v)
         return v
+
+    def positional(self, layout: str, v: Any) -> Any:
+        """A stage described by position (HGNet's `[in, mid, out, blocks, ...]`) or a list of
+        such tuples (SelecSLS's blocks), shrunk by the roles its layout gives each position:
+        `w` a width, `i` an input width (the first entry's is kept: a fixed stem makes it),
+        `d` a block count, `l` layers inside a block, `_` as it is."""
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, (list, tuple)) for x in v):
+            return type(v)(self._entry(layout, x, first=i == 0) for i, x in enumerate(v))
+        return self._entry(layout, v, first=False) if isinstance(v, (list, tuple)) else v
+
+    def _entry(self, layout: str, entry: Any, *, first: bool) -> Any:
+        out = list(entry)
+        for i, role in enumerate(layout[: len(out)]):
+            x = out[i]
+            if not _is_int(x):
+                continue
+            if role == "w" or (role == "i" and not first):
+                out[i] = self.width(x) if x > 0 else x
+            elif role == "d":
+                out[i] = min(x, self.depth)
+            elif role == "l":
+                out[i] = min(x, DEPTH)
+        return type(entry)(out)
 
     def dataclass(self, obj: Any, path: str) -> Any:
         changes = {}
@@ -369,6 +401,7 @@ class Shrinker:
 
     def args(self, args: dict[str, Any]) -> dict[str, Any]:
         out = {k: self.value(k, v, k) for k, v in args.items()}
+        out.update(self.fixed)
         if "num_heads" not in self.keep:
             fit_heads(out)
         fit_groups(out)
@@ -419,8 +452,9 @@ KEEP_ARGS: dict[str, set[str]] = {
 WIDTH_STEP_BY_CLASS: dict[str, int] = {
     # MetaFormer's attention stages use heads of 32 channels: widths in multiples of 32
     "MetaFormer": 32,
-    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups: widths in multiples of 32
-    "ResNetV2": 32,
+    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups, also inside its bottleneck (a
+    # quarter of the stage width): stage widths in multiples of 4 x 32
+    "ResNetV2": 128,
 }
 KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
@@ -438,25 +472,72 @@ def _regnet(shrinker: Shrinker, fields: dict[str, Any]) -> None:
         fields["w0"], fields["wa"] = new_w0, float(wa) * new_w0 / w0
 
 
+# Stages some families describe by position rather than by name, keyed by the model class and
+# the config key (fnmatch pattern); roles as in Shrinker.positional.
+POSITIONAL_LAYOUTS: dict[str, dict[str, str]] = {
+    # HGNet: stageN = [in_chs, mid_chs, out_chs, blocks, downsample, light_block, kernel_size,
+    # layer_num]
+    "HighPerfGpuNet": {"stage[0-9]": "wwwd___l"},
+    # SelecSLS: features = [(in_chs, skip_chs, mid_chs, out_chs, is_first, stride)], its stem
+    # a fixed 32 channels; head = [(in_chs, out_chs, kernel_size, stride)]
+    "SelecSls": {"features": "iwww__", "head": "ww__"},
+}
+# Sizes a family names in nested layer arguments, capped, each with its reason.
+NESTED_CAPS: dict[str, dict[str, int]] = {
+    # ByobNet's halo and bilinear-attention layers (HaloNet, BAT; `self_attn_kwargs` /
+    # `attn_kwargs`) tile the feature map in blocks of block_size (8) with halo_size (3) around
+    # each: the 2x2 feature map of a 64px image at stride 32 takes blocks of 2 with a halo of 1
+    "ByobNet": {"block_size": WINDOW, "halo_size": 1},
+}
+# Constructor arguments set to a fixed value for a family, each with its reason.
+FIXED_ARGS: dict[str, dict[str, Any]] = {
+    # VGG's pre-logits ConvMlp is a 7x7 conv to a hidden width of 4096 * mlp_ratio, then a 1x1
+    # to 4096 features: the class fixes the 4096, its mlp_ratio narrows the 7x7 conv's output
+    "VGG": {"mlp_ratio": 1 / 64},
+}
+
+
+def _layout(layouts: dict[str, str], key: str) -> str | None:
+    import fnmatch
+
+    return next((lay for pat, lay in layouts.items() if fnmatch.fnmatchcase(key, pat)), None)
+
+
 # Per-family steps after the generic walk of a config dataclass, each with its reason above.
 FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet}
 GROUP_SIZE = 8  # channels per conv group (RegNet, NFNet, ByobNet gs): below the narrow widths
 
 
+MAX_GROUPS = 4
+
+
 def fit_groups(args: dict[str, Any]) -> None:
-    """Conv groups (ResNeXt cardinality) small enough to divide the narrower channels."""
+    """Conv groups (ResNeXt cardinality) small enough to divide the narrower channels. A grouped
+    bottleneck whose width is `planes * base_width / 64 * cardinality` (ResNeXt, DLA-X, ResNeSt)
+    keeps that width: base_width grows by the factor the groups shrank by, so each group is
+    wider but the bottleneck keeps its share of the stage width (and a multiple of the groups)."""
     for key in ("cardinality", "groups", "num_groups"):
         v = args.get(key)
-        if _is_int(v) and v > 4:
-            args[key] = 4
+        if _is_int(v) and v > MAX_GROUPS:
+            args[key] = MAX_GROUPS
+            base = args.get("base_width")
+            if key == "cardinality" and _is_int(base):
+                args["base_width"] = base * v // MAX_GROUPS
 
 
-def width_factor(args: dict[str, Any]) -> float:
+def width_factor(args: dict[str, Any], model_class: str = "") -> float:
     """One factor for every width: the widest width found comes down to MAX_WIDTH."""
     widths: list[int] = []
+    layouts = POSITIONAL_LAYOUTS.get(model_class, {})
 
     def walk(key: str, v: Any) -> None:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        layout = _layout(layouts, key)
+        if layout and isinstance(v, (list, tuple)):
+            entries = v if v and all(isinstance(x, (list, tuple)) for x in v) else [v]
+            for entry in entries:
+                widths.extend(x for x, r in zip(entry, layout, strict=False)
+                              if r in "wi" and _is_int(x))  # fmt: skip
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
             for f in dataclasses.fields(v):
                 walk(f.name, getattr(v, f.name))
         elif isinstance(v, dict):
