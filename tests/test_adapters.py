@@ -345,6 +345,24 @@ def test_speechbrain_interfaces(repo):
     train_once("speechbrain", resolved)
 
 
+def test_pyannote_sseriouss_builds_its_encoder_from_a_config_dict_never_a_download():
+    adapter = get_adapter("pyannote-audio")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("SSeRiouSS"))
+    assert resolved.config["models"]["model"]["args"]["wav2vec"] == "WAVLM_BASE"
+    run = train_once("pyannote-audio", resolved)
+    wav2vec = run["spec"].config["models"]["model"]["args"]["wav2vec"]
+    assert isinstance(wav2vec, dict) and wav2vec["encoder_embed_dim"] == 32
+    assert len(wav2vec["extractor_conv_layer_config"]) == 7  # WavLM's seven conv layers
+
+
+def test_speechbrain_contextnet_keeps_both_widths_and_its_downsamplings():
+    adapter = get_adapter("speechbrain")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("ContextNet"))
+    args = train_once("speechbrain", resolved)["spec"].config["args"]
+    assert args["num_blocks"] == 4 and args["strides"].count(2) == 3
+    assert len(set(args["conv_channels"])) == 2
+
+
 def test_speechbrain_never_reads_hyperparams_and_says_why():
     adapter = get_adapter("speechbrain")
     assert adapter.config_files == ()

@@ -42,7 +42,7 @@ CAPS: dict[str, dict[str, int]] = {
     },  # fmt: skip
     "Cnn14": {"emb_dim": 32},
     "VanillaNN": {"dnn_blocks": 2, "dnn_neurons": 16},
-    "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8},
+    "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8, "num_blocks": 4},
     "Classifier": {"lin_neurons": 16, "out_neurons": 8},
 }
 # Width lists a class takes, and their tiny values (the constraints stated with them).
@@ -52,6 +52,9 @@ LISTS: dict[str, dict[str, list[int]]] = {
     "Xvector": {"tdnn_channels": [32, 32, 32, 32, 64]},
     "ResNet": {"channels": [8, 8, 16, 16], "block_sizes": [1, 1, 1, 1]},
     "CRDNN": {"cnn_channels": [8, 16]},
+    # ContextNet's 21 blocks are 10 of 256 channels then 11 of 512, three of them striding by
+    # 2: four blocks keep both widths (scaled by 1/16) and the three downsamplings
+    "ContextNet": {"conv_channels": [16, 16, 32, 32], "strides": [1, 2, 2, 2]},
 }
 LOBES = "speechbrain.lobes.models"
 
