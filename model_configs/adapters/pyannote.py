@@ -23,10 +23,10 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data
+from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 SAMPLES = 16_000  # one second at 16 kHz
@@ -76,21 +76,18 @@ class PyannoteAdapter(Adapter):
         repos = library_data(self.library)["repos"]
         mapped = repos.get(entry.model_id)
         if mapped is None:
-            raise ConfigError(
+            raise no_config(
                 "no config.yaml available offline, and the adapter's table does not know this "
                 "repo's model class",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         models = {
             part: copy.deepcopy(library_data(self.library)["models"][name])
             for part, name in mapped["models"].items()
         }
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config={"models": models},
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            {"models": models},
             detail=f"pyannote.audio classes from the adapter's table ({mapped['reason']})",
         )
 
@@ -110,11 +107,10 @@ class PyannoteAdapter(Adapter):
             ) from exc
         model = (data or {}).get("model") if isinstance(data, dict) else None
         if not isinstance(model, dict) or "_target_" not in model:
-            raise ConfigError(
+            raise no_config(
                 f"{path}: a pipeline or a config without model._target_; pipelines resolve "
                 "offline through the adapter's table only",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=model_id,
+                model_id,
             )
         target = str(model.pop("_target_"))
         name = target.rsplit(".", 1)[-1]
@@ -200,11 +196,9 @@ class PyannoteAdapter(Adapter):
         """Every model class pyannote.audio offers, with the adapter's default arguments."""
         table = library_data(self.library)["models"]
         for name, m in table.items():
-            yield ResolvedConfig(
-                model_id=f"pyannote/{name}",
-                library=self.library,
-                config={"models": {"model": copy.deepcopy(m)}},
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"pyannote/{name}",
+                {"models": {"model": copy.deepcopy(m)}},
             )
 
 
@@ -236,18 +230,7 @@ def _tiny_wav2vec(wav2vec: Any, model_id: str | None) -> dict[str, Any]:
 
 
 def _model_class(name: str, model_id: str | None = None) -> Any:
-    import importlib
-
-    for module_name in MODEL_MODULES:
-        module = importlib.import_module(module_name)
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    raise ConfigError(
-        f"{name!r} is not a model class of pyannote.audio.models",
-        reason=SkipReason.NO_MODEL_CLASS.value,
-        model_id=model_id,
-    )
+    return find_class(name, MODEL_MODULES, where="pyannote.audio.models", model_id=model_id)
 
 
 def _default_specs(name: str) -> dict[str, Any] | None:

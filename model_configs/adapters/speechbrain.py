@@ -15,15 +15,14 @@ cross-entropy, an in-batch contrastive loss for embeddings, BCE for frame-wise V
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data
+from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 SAMPLES = 16_000
@@ -74,21 +73,18 @@ class SpeechBrainAdapter(Adapter):
         data = library_data(self.library)
         mapped = data["repos"].get(entry.model_id)
         if mapped is None:
-            raise ConfigError(
+            raise no_config(
                 "SpeechBrain describes models in hyperparams.yaml, which runs what it names, so "
                 "it is not read; the adapter's table does not know this repo",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         if mapped.get("skip"):
             raise ConfigError(
                 mapped["skip"], reason=SkipReason.NO_CONFIG.value, model_id=entry.model_id
             )
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config=copy.deepcopy(mapped["model"]),
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            copy.deepcopy(mapped["model"]),
             detail=f"speechbrain.lobes classes from the adapter's table ({mapped['reason']})",
         )
 
@@ -166,11 +162,9 @@ class SpeechBrainAdapter(Adapter):
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         for name, model in library_data(self.library)["architectures"].items():
-            yield ResolvedConfig(
-                model_id=f"speechbrain/{name}",
-                library=self.library,
-                config=copy.deepcopy(model),
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"speechbrain/{name}",
+                copy.deepcopy(model),
             )
 
 
@@ -203,20 +197,11 @@ def drop_lazy_placeholders() -> None:
 def _lobe(name: str, model_id: str | None = None) -> Any:
     """A class of speechbrain.lobes.models (module named after the class, or ECAPA's)."""
     import_speechbrain()
-    for module_name in (name, "ECAPA_TDNN", "ResNet", "Xvector", "CRDNN", "ContextNet"):
-        try:
-            module = importlib.import_module(f"{LOBES}.{module_name}")
-        except ImportError:
-            continue
-        finally:
-            drop_lazy_placeholders()
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    raise ConfigError(
-        f"{name!r} is not a class of {LOBES}",
-        reason=SkipReason.NO_MODEL_CLASS.value,
-        model_id=model_id,
+    modules = tuple(
+        f"{LOBES}.{m}" for m in (name, "ECAPA_TDNN", "ResNet", "Xvector", "CRDNN", "ContextNet")
+    )
+    return find_class(
+        name, modules, where=LOBES, model_id=model_id, after_import=drop_lazy_placeholders
     )
 
 

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data, repo_name
+from model_configs.adapters.base import Adapter, library_data, no_config, repo_name
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 SIDE = 64
@@ -77,19 +77,16 @@ class UltralyticsAdapter(Adapter):
         mapped = table.get(entry.model_id)
         yaml_name = mapped["yaml"] if mapped else _yaml_from_name(repo_name(entry.model_id))
         if yaml_name is None:
-            raise ConfigError(
+            raise no_config(
                 "ultralytics repos hold weights only, and neither the repo name nor the "
                 "adapter's table names a YOLO model YAML",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         resolved = _yaml_config(yaml_name, entry.model_id)
         why = mapped["reason"] if mapped else "named in the repo id"
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config=resolved,
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            resolved,
             detail=f"ultralytics bundled {yaml_name} ({why})",
         )
 
@@ -191,11 +188,9 @@ class UltralyticsAdapter(Adapter):
 
         root = Path(ultralytics.__file__).parent / "cfg" / "models"
         for path in sorted(root.rglob("*.yaml")):
-            yield ResolvedConfig(
-                model_id=f"ultralytics/{path.stem}",
-                library=self.library,
-                config=_yaml_config(str(path), f"ultralytics/{path.stem}"),
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"ultralytics/{path.stem}",
+                _yaml_config(str(path), f"ultralytics/{path.stem}"),
                 detail=str(path.relative_to(root)),
             )
 
