@@ -96,6 +96,10 @@ TIMM_SAMPLE = [
     "dla46x_c", "resnest50d",  # grouped bottlenecks keep their width when the groups shrink
     "resnetv2_50x1_bit",  # GroupNorm of 32 groups inside the bottleneck
     "halonet26t",  # halo attention blocks that tile the tiny feature map
+    "hardcorenas_f",  # EfficientNet-style block strings
+    "resnest50d_4s2x40d",  # split attention: radix x cardinality groups
+    "resnet50_gn", "regnetz_b16_evos",  # GroupNorm / EvoNorm group sizes
+    "resnet50_clip", "repvgg_b1",  # an attention-pool head; widths written as floats
 ]  # fmt: skip
 
 
@@ -123,6 +127,16 @@ def test_timm_positional_stages_and_grouped_bottlenecks_shrink_by_role():
     tshrink.fit_groups(args)  # the bottleneck keeps planes * base_width / 64 * cardinality
     assert args == {"cardinality": 4, "base_width": 32}
     assert tshrink.Shrinker(8.0, "VGG").args({"mlp_ratio": 1.0})["mlp_ratio"] == 1 / 64
+    arch_def = [["ds_r1_k3_s1_e1_c16"], ["ir_r2_k5_s2_e3_c64_se0.25", "ir_r1_k5_s1_e3_c64"]]
+    assert tshrink.Shrinker(4.0).arch_def(arch_def) == [["ds_r1_k3_s1_e1_c16"],
+                                                        ["ir_r1_k5_s2_e3_c16_se0.25"]]  # fmt: skip
+    resnest = tshrink.Shrinker(8.0, "ResNet").args(
+        {"channels": (64, 128, 256, 512), "base_width": 40, "cardinality": 2,
+         "block_args": {"radix": 4}}
+    )  # fmt: skip
+    assert all(int(p * resnest["base_width"] / 64) % 4 == 0 for p in resnest["channels"])
+    gn = tshrink.Shrinker(8.0, "ResNet").args({"channels": (64, 128), "norm_layer": "groupnorm"})
+    assert all(c % 32 == 0 for c in gn["channels"])
 
 
 def test_timm_config_json_and_unknown_architectures(tmp_path):

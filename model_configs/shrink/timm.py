@@ -235,6 +235,21 @@ def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+GROUP_NORM_GROUPS = 32  # timm's GroupNorm default
+
+
+def _group_norm(layer: Any) -> bool:
+    """A norm layer argument naming GroupNorm ('groupnorm', 'gn', the class, a partial of it)."""
+    if isinstance(layer, str):
+        return layer.lower() in ("groupnorm", "gn", "groupnormact", "groupnorm1")
+    target = getattr(layer, "func", layer)
+    return "GroupNorm" in getattr(target, "__name__", "") and "1" not in target.__name__
+
+
+def _whole_float(v: Any) -> bool:
+    return isinstance(v, float) and v.is_integer()
+
+
 def _chain_blocks(before: Any, after: Any) -> Any:
     """A block list whose dicts name `in_chs` and `out_chs` (Xception): the first block keeps
     its input width (a stem outside the list makes it), each next one takes the previous
@@ -270,6 +285,7 @@ class Shrinker:
         self.depth = DEPTH_FLOOR.get(model_class, 1)  # blocks kept per stage
         self.keep = KEEP_ARGS.get(model_class, set())
         self.step = WIDTH_STEP_BY_CLASS.get(model_class, WIDTH_STEP)
+        self.model_class = model_class
         self.layouts = POSITIONAL_LAYOUTS.get(model_class, {})
         self.fixed = FIXED_ARGS.get(model_class, {})
         self.caps = NESTED_CAPS.get(model_class, {})
@@ -298,6 +314,8 @@ class Shrinker:
             return out
         if key == "block_args" and isinstance(v, list):
             return self.block_args(v)
+        if key == "arch_def" and isinstance(v, list) and all(isinstance(x, list) for x in v):
+            return self.arch_def(v)
         if isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
             # blocks of dataclasses / dicts, possibly nested (ByobNet's interleaved blocks)
             blocks = type(v)(
@@ -316,6 +334,8 @@ class Shrinker:
             return DEPTH
         if key in WIDTH_KEYS and _is_int(v) and v > 0:
             return self.width(v)
+        if key in WIDTH_KEYS and _whole_float(v) and v > 0:  # RepVGG's `c=64 * 2.0`
+            return float(self.width(int(v)))
         if key in WIDTH_KEYS and _int_seq(v):
             return type(v)(self.width(x) for x in v)
         if key in GROWTH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -399,9 +419,26 @@ class Shrinker:
             out.append(new_blocks)
         return out
 
+    def arch_def(self, stages: list[list[str]]) -> list[list[str]]:
+        """EfficientNet-style block strings (`ir_r1_k5_s2_e6_c40_se0.25`, HardCoReNAS): the first
+        block of each stage, its repeats at most the depth kept, its `c` channels narrower."""
+        import re
+
+        def block(text: str) -> str:
+            text = re.sub(r"_c(\d+)", lambda m: f"_c{self.width(int(m.group(1)))}", text)
+            return re.sub(r"_r(\d+)", lambda m: f"_r{min(int(m.group(1)), self.depth)}", text)
+
+        return [[block(stage[0])] for stage in stages if stage]
+
     def args(self, args: dict[str, Any]) -> dict[str, Any]:
+        if _group_norm(args.get("norm_layer")):
+            # GroupNorm's 32 groups must divide every normalised width (ResNet-GN)
+            self.step = max(self.step, GROUP_NORM_GROUPS)
         out = {k: self.value(k, v, k) for k, v in args.items()}
         out.update(self.fixed)
+        hook = CLASS_HOOKS.get(self.model_class)
+        if hook is not None:
+            hook(out)
         if "num_heads" not in self.keep:
             fit_heads(out)
         fit_groups(out)
@@ -460,6 +497,10 @@ KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
     # leaves fewer than four stages, which RegNet asserts against. Widths still shrink.
     "RegNetCfg": {"depth", "group_size", "w0", "wa"},
+    # ByobNet multiplies its block widths by width_factor: the widths themselves shrink by the
+    # one factor, so the multiplier stays (shrinking both narrows past group and norm sizes:
+    # EvoNorm's groups of 16, the quad stem's eighths)
+    "ByoModelCfg": {"width_factor"},
 }
 
 
@@ -503,8 +544,35 @@ def _layout(layouts: dict[str, str], key: str) -> str | None:
     return next((lay for pat, lay in layouts.items() if fnmatch.fnmatchcase(key, pat)), None)
 
 
+def _byob(shrinker: Shrinker, fields: dict[str, Any]) -> None:
+    """ByobNet's attention-pool heads (CLIP ResNets: `attn_abs`, `attn_rot`) split their
+    embedding (head_hidden_size, else the last stage's width) into heads of 64 channels, a size
+    the class fixes: the pool gets one head of 64 (the narrowed stage width is below it)."""
+    hidden = fields.get("head_hidden_size")
+    if str(fields.get("head_type", "")).startswith("attn"):
+        fields["head_hidden_size"] = max(64, hidden // 64 * 64) if _is_int(hidden) else 64
+
+
+def _split_attention(args: dict[str, Any]) -> None:
+    """ResNeSt (a ResNet whose blocks take `radix`): split attention convolves
+    `int(planes * base_width / 64) * cardinality` channels in cardinality x radix groups, so
+    that width over the cardinality must be a multiple of the radix at every narrowed stage:
+    base_width rises to the nearest value that makes it so."""
+    radix = (args.get("block_args") or {}).get("radix", 1)
+    planes, base = args.get("channels"), args.get("base_width")
+    if not (_is_int(radix) and radix > 1 and _int_seq(planes) and _is_int(base)):
+        return
+    for candidate in range(base, base * 8):
+        if all(int(p * candidate / 64) % radix == 0 for p in planes):
+            args["base_width"] = candidate
+            return
+
+
+# Per-class steps after the generic walk of the arguments, each with its reason.
+CLASS_HOOKS: dict[str, Any] = {"ResNet": _split_attention}
+
 # Per-family steps after the generic walk of a config dataclass, each with its reason above.
-FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet}
+FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet, "ByoModelCfg": _byob}
 GROUP_SIZE = 8  # channels per conv group (RegNet, NFNet, ByobNet gs): below the narrow widths
 
 
@@ -554,9 +622,17 @@ def width_factor(args: dict[str, Any], model_class: str = "") -> float:
                     walk(key, x)
         elif key == "model_cfg" and isinstance(v, list):
             widths.extend(x for x in v if _is_int(x))
+        elif key == "arch_def" and isinstance(v, list):
+            import re
+
+            for stage in v:
+                for text in stage if isinstance(stage, list) else []:
+                    widths.extend(int(c) for c in re.findall(r"_c(\d+)", str(text)))
         elif key in WIDTH_KEYS and key not in ("num_features", "head_hidden_size"):
             if _is_int(v):
                 widths.append(v)
+            elif _whole_float(v):
+                widths.append(int(v))
             elif _int_seq(v):
                 widths.extend(v)
 
