@@ -108,8 +108,6 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("config_source", pa.string(), nullable=False),
         pa.field("config_hash", pa.string()),
         pa.field("shrunk_config_hash", pa.string()),
-        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
-        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
         pa.field("param_count", pa.int64()),
         pa.field("device", pa.string(), nullable=False),
         pa.field("device_emulated", pa.bool_(), nullable=False),
@@ -157,6 +155,20 @@ FALLBACKS_SCHEMA = pa.schema(
     ]
 )
 
+# What a dedup group shares, stored once per run and (original, shrunk) config pair instead of
+# on every stage row of every member; readers join it back on both hashes.
+CONFIGS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string()),  # the original (full-size) config
+        pa.field("shrunk_config_hash", pa.string(), nullable=False),
+        pa.field("library", pa.string()),
+        pa.field("architecture", pa.string()),
+        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
+        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
+    ]
+)
+
 RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -188,6 +200,7 @@ RUNS_SCHEMA = pa.schema(
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
+    "configs": CONFIGS_SCHEMA,
     "runs": RUNS_SCHEMA,
 }
 
