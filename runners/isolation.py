@@ -6,7 +6,8 @@ segfault, the OOM killer), that stage is `crash` (or `oom` for an out-of-memory 
 stages are `not_run`. The parent process never runs model code itself.
 
 On Linux the child is forked from a parent that imported torch and the model libraries but ran
-no op, so a child starts in milliseconds; elsewhere it is spawned.
+no op, so a child starts in milliseconds; elsewhere it is spawned. Before its first fork the
+parent also imports, once, what every child would otherwise import again (`warm_parent`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,35 @@ from runners.outcome import ModelOutcome, StageResult, failed_before, ordered
 _SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and "_" not in n}
 
 
+_WARM = False  # whether this process has warmed itself for its forks
+
+
+def warm_parent() -> None:
+    """Import once in this (parent) process what each forked child would otherwise import
+    again: torch, the model libraries, and the compile stack (Dynamo looks up its backends by
+    importing every one of them, about half a second). Imports only: the device itself is set
+    up in each child, since registering a PrivateUse1 backend in the parent breaks autograd in
+    forked children, and a real accelerator's runtime does not survive a fork.
+    `HFSWEEP_WARM_PARENT=0` leaves every child to import for itself (benches compare the two)."""
+    global _WARM
+    if _WARM or _context().get_start_method() != "fork":
+        return
+    if os.environ.get("HFSWEEP_WARM_PARENT", "1") == "0":
+        import runners.stages  # noqa: F401  (what the parent always imported before)
+
+        return
+    from torch._dynamo.backends.registry import list_backends
+
+    import runners.neuron_compile  # noqa: F401
+    import runners.stages  # noqa: F401  (torch and the model libraries)
+
+    list_backends(exclude_tags=())
+    _WARM = True
+
+
 def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
     try:
+        started = time.perf_counter()
         import faulthandler
 
         faulthandler.disable()  # a crash is reported as a row, not as a dump on stderr
@@ -40,10 +68,11 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
         options = kwargs.pop("device_options", {}) or {}
         device = get_device(kwargs.pop("device"), **options)
         device.setup()
+        setup_s = time.perf_counter() - started
         outcome = run_model(
             spec, device=device, on_stage=lambda r: conn.send(("stage", r)), **kwargs
         )
-        conn.send(("done", outcome.param_count))
+        conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows
         with contextlib.suppress(Exception):
             conn.send(("error", (type(exc).__name__, str(exc))))
@@ -72,6 +101,7 @@ def run_isolated(
 ) -> ModelOutcome:
     """Run `spec` in a child process; always returns one StageResult per requested stage."""
     order = ordered(stages or list(Stage))
+    warm_parent()
     ctx = _context()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
@@ -89,6 +119,7 @@ def run_isolated(
     child_conn.close()
     results: list[StageResult] = []
     param_count: int | None = None
+    setup_s: float | None = None
     finished = False
     child_error: tuple[str, str] | None = None
     timed_out = False
@@ -114,7 +145,7 @@ def run_isolated(
             if kind == "stage":
                 results.append(payload)
             elif kind == "done":
-                param_count, finished = payload, True
+                (param_count, setup_s), finished = payload, True
                 break
             elif kind == "error":
                 child_error = payload
@@ -124,9 +155,12 @@ def run_isolated(
             proc.kill()
         proc.join(5)
         parent_conn.close()
-    if finished and len(results) == len(order):
-        return ModelOutcome(stages=results, param_count=param_count)
     elapsed = time.monotonic() - start
+    timings = {"child_s": elapsed, "stages_s": sum(r.duration_s or 0.0 for r in results)}
+    if setup_s is not None:
+        timings["setup_s"] = setup_s
+    if finished and len(results) == len(order):
+        return ModelOutcome(stages=results, param_count=param_count, timings=timings)
     rest = order[len(results) :]
     if timed_out:
         tail = failed_before(
@@ -148,4 +182,4 @@ def run_isolated(
         else:
             status, message = Status.CRASH, f"the process running {rest[0].value} exited ({code})"
         tail = failed_before(rest, status, "WorkerCrashed", message, duration_s=elapsed)
-    return ModelOutcome(stages=results + tail.stages, param_count=param_count)
+    return ModelOutcome(stages=results + tail.stages, param_count=param_count, timings=timings)

@@ -78,6 +78,7 @@ class RunSummary:
     tasks: int
     models_run: int
     seconds: float
+    timings: dict[str, float] = field(default_factory=dict)  # summed over model tasks
 
 
 def software_versions(device: Any = None) -> dict[str, str | None]:
@@ -248,6 +249,7 @@ def run_sweep(
         tasks=ledger.unique,
         models_run=loop.models_run if loop else 0,
         seconds=time.monotonic() - start,
+        timings=loop.timings if loop else {},
     )
 
 

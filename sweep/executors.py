@@ -34,6 +34,7 @@ class PlanDone:
     key: int  # the batch's sequence number: the run loop admits plans in catalog order
     entries: Sequence[CatalogEntry]
     planned: list[Planned]
+    seconds: float | None = None  # the plan task's own time on its worker
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunDone:
     task: Task
     outcome: ModelOutcome
     attempt: int
+    elapsed_s: float | None = None  # from submission to result, as the driver saw it
 
 
 Event = PlanDone | RunDone
@@ -71,7 +73,9 @@ class TaskSettings:
 
 
 class Executor(Protocol):
-    slots: int  # model tasks that may run at once
+    slots: int  # model tasks that may run at once (cores)
+    capacity: int  # model tasks to keep submitted: more than slots queues the next ones on
+    # the cluster, so a worker starts its next model without waiting for the driver
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None: ...
 
@@ -113,9 +117,25 @@ def plan_task(
     return plan_batch(entries, stages, config_dir)
 
 
-def _warm_worker() -> None:
-    """Import torch and the model libraries in the worker before its first fork."""
-    import runners.stages  # noqa: F401
+def _timed_plan(fn: PlanFn) -> Callable[..., tuple[list[Planned], float]]:
+    def body(
+        entries: Sequence[CatalogEntry], stages: list[str], config_dir: str | None
+    ) -> tuple[list[Planned], float]:
+        start = time.perf_counter()
+        planned = fn(entries, stages, config_dir)
+        return planned, time.perf_counter() - start
+
+    return body
+
+
+def _timed_run(fn: RunFn) -> RunFn:
+    def body(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
+        start = time.perf_counter()
+        outcome = fn(spec, kwargs)
+        outcome.timings["worker_s"] = time.perf_counter() - start
+        return outcome
+
+    return body
 
 
 # ---- local ---------------------------------------------------------------------------------
@@ -124,30 +144,30 @@ def _warm_worker() -> None:
 class LocalExecutor:
     """No Ray: plans in this process, models one at a time in child processes of this one."""
 
-    slots = 1
+    slots = capacity = 1
 
     def __init__(
         self, settings: TaskSettings, *, plan_fn: PlanFn | None = None, run_fn: RunFn | None = None
     ):
         self.settings = settings
-        self.plan_fn = plan_fn or _local_plan
-        self.run_fn = run_fn or _local_run
+        self.plan_fn = _timed_plan(plan_fn or _local_plan)
+        self.run_fn = _timed_run(run_fn or _local_run)
         self._done: deque[Event] = deque()
         self._plans = 0
         self._runs = 0
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None:
         stages = [s.value for s in self.settings.stages]
-        self._done.append(
-            PlanDone(key, entries, self.plan_fn(entries, stages, self.settings.config_dir))
-        )
+        planned, seconds = self.plan_fn(entries, stages, self.settings.config_dir)
+        self._done.append(PlanDone(key, entries, planned, seconds))
         self._plans += 1
 
     def submit_run(self, task: Task, attempt: int = 1) -> None:
+        start = time.monotonic()
         outcome = self.run_fn(task.spec, self.settings.run_kwargs())
         if outcome.worker is None:
             outcome.worker = f"{socket.gethostname()}:{os.getpid()}"
-        self._done.append(RunDone(task, outcome, attempt))
+        self._done.append(RunDone(task, outcome, attempt, time.monotonic() - start))
         self._runs += 1
 
     def running(self) -> int:
@@ -226,15 +246,17 @@ class RayExecutor:
 
         self._rex = rex
         self._run_remote = ray.remote(num_cpus=1, max_retries=0, max_calls=WORKER_MAX_CALLS)(
-            run_fn or run_task
+            _timed_run(run_fn or run_task)
         )
-        self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(plan_fn or plan_task)
+        self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(_timed_plan(plan_fn or plan_task))
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.capacity = self.slots + max(1, self.slots // 2)
         self._kwargs = settings.run_kwargs()
         self._stages = [s.value for s in settings.stages]
-        # A task normally returns within its model timeout (the worker enforces it); this guard
-        # catches a worker that never returns at all (a lost node, a wedged process).
-        self.guard_s = settings.timeout_s * 1.5 + 120
+        # A task normally returns within its model timeout (the worker enforces it), after at
+        # most one other model's run queued ahead of it; this guard catches a worker that never
+        # returns at all (a lost node, a wedged process).
+        self.guard_s = settings.timeout_s * 2.5 + 120
         self._runs: dict[Any, tuple[Task, int, float]] = {}
         self._plans: dict[Any, tuple[int, Sequence[CatalogEntry], int, float]] = {}
 
@@ -315,7 +337,7 @@ class RayExecutor:
         return None
 
     def _run_done(self, ref: Any) -> list[Event]:
-        task, attempt, _ = self._runs.pop(ref)
+        task, attempt, submitted = self._runs.pop(ref)
         try:
             outcome = self.ray.get(ref, timeout=60)
         except Exception as exc:  # the task raised, was cancelled, or its worker or node died
@@ -326,12 +348,13 @@ class RayExecutor:
             outcome = failed_before(
                 self._stages, status or Status.CRASH, type(exc).__name__, _first_line(exc)
             )
-        return [RunDone(task, outcome, attempt)]
+        return [RunDone(task, outcome, attempt, time.monotonic() - submitted)]
 
     def _plan_done(self, ref: Any) -> list[Event]:
         key, entries, attempt, _ = self._plans.pop(ref)
+        seconds = None
         try:
-            planned = self.ray.get(ref, timeout=60)
+            planned, seconds = self.ray.get(ref, timeout=60)
         except Exception as exc:
             status = self._system_failure(exc)
             if status is not None and attempt <= self.settings.retries:
@@ -340,7 +363,7 @@ class RayExecutor:
             planned = self._failed_plans(
                 entries, status or Status.CRASH, type(exc).__name__, _first_line(exc)
             )
-        return [PlanDone(key, entries, planned)]
+        return [PlanDone(key, entries, planned, seconds)]
 
     def _failed_plans(
         self, entries: Sequence[CatalogEntry], status: Status, error_type: str, message: str

@@ -4,7 +4,8 @@ One loop, one thread. Each turn it
 1. plans ahead: submits the next batch of catalog entries as a plan task while fewer than two
    model tasks per slot are queued (one plan always when the queue runs low, more only on idle
    cores), so that planning happens on the workers while models run and no core waits on it;
-2. fills every free slot with the next queued model task;
+2. keeps the executor's capacity of model tasks submitted (a few more than the slots, so a
+   worker that finishes a model starts the next one without waiting for the driver);
 3. takes what finished: plans are admitted in catalog order (the dedup lead of a group is its
    best-ranked member, as if planned serially), outcomes become rows for every member of the
    task, and the writer gets its chance to flush.
@@ -52,6 +53,10 @@ class RunLoop:
         self.skipped = 0  # decided at planning (skip, shrink failure)
         self.models_run = 0  # models whose rows came from a model task (dedup members too)
         self.max_open = 0  # the most tasks open at once (the loop's own state)
+        # seconds summed over tasks: model tasks as the driver saw them (`task_s`: submission
+        # to result, queueing included), their time on the worker (`worker_s`) and the parts
+        # the child measured; plan tasks' time on their workers (`plan_s`)
+        self.timings: dict[str, float] = {}
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -69,12 +74,13 @@ class RunLoop:
                     break
                 ex.submit_plan(next_key, batch)
                 next_key += 1
-            while self.queue and ex.running() < ex.slots:
+            while self.queue and ex.running() < ex.capacity:
                 ex.submit_run(self.queue.popleft())
             if exhausted and not self.queue and not ex.running() and not ex.planning():
                 break
             for event in ex.wait(WAIT_S):
                 if isinstance(event, PlanDone):
+                    self._add_time("plan_s", event.seconds)
                     arrived[event.key] = event
                     while admit_key in arrived:
                         self._admit(arrived.pop(admit_key).planned)
@@ -117,12 +123,18 @@ class RunLoop:
 
     def _ran(self, done: RunDone) -> None:
         task, outcome = done.task, done.outcome
+        for name, value in (("task_s", done.elapsed_s), *outcome.timings.items()):
+            self._add_time(name, value)
         lead = task.lead.entry.model_id
         for i, member in enumerate(task.members):
             self._write_member(member, outcome, done.attempt, lead if i else None)
         self.ledger.finish(task, outcome, done.attempt)
         self.models_run += len(task.members)
         self.on_model(headline(outcome), len(task.members))
+
+    def _add_time(self, name: str, value: float | None) -> None:
+        if value is not None:
+            self.timings[name] = self.timings.get(name, 0.0) + value
 
     def _write_member(
         self, member: Planned, outcome: ModelOutcome, attempt: int, dedup_of: str | None
