@@ -119,6 +119,7 @@ def one_sweep(args: argparse.Namespace) -> dict[str, Any]:
         "run_id": run_id,
         "store_bytes": store_bytes(store),
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_imports": [m for m in ("transformers", "diffusers") if m in sys.modules],
     }
 
 

@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reports.errors import StoreError
-from reports.schema import TABLES, to_table
+from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
@@ -137,12 +137,13 @@ class Store:
         final = f"{folder}/{name}"
         with self._io("write to"):
             self.fs.create_dir(folder, recursive=True)
+            stats = statistics_columns(table)
             if self.local:
                 tmp = f"{folder}/.{name}.tmp"
-                pq.write_table(data, tmp, filesystem=self.fs)
+                pq.write_table(data, tmp, filesystem=self.fs, write_statistics=stats)
                 self.fs.move(tmp, final)  # a rename: the part is complete or absent
-            else:
-                pq.write_table(data, final, filesystem=self.fs)  # an object PUT is atomic
+            else:  # an object PUT is atomic
+                pq.write_table(data, final, filesystem=self.fs, write_statistics=stats)
         return final
 
     def write_model_rows(

@@ -69,8 +69,12 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
         device = get_device(kwargs.pop("device"), **options)
         device.setup()
         setup_s = time.perf_counter() - started
-        outcome = run_model(
-            spec, device=device, on_stage=lambda r: conn.send(("stage", r)), **kwargs
+        outcome = run_model(  # the process exits next: nothing to release
+            spec,
+            device=device,
+            on_stage=lambda r: conn.send(("stage", r)),
+            release_memory=False,
+            **kwargs,
         )
         conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows
