@@ -215,6 +215,8 @@ def run_sweep(
                 requested - already, description=f"run {run_id}", enabled=config.progress
             ) as bar,
         ):
+            if already:
+                ledger.resume(store, run_id)  # groups that ran before the kill stay done
             todo = _not_done(select_entries(stream, config), done)
             executor = make_executor(
                 config.executor,

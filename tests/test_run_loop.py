@@ -143,3 +143,25 @@ def test_ledger_keeps_finished_groups_out_of_memory(tmp_path) -> None:
         assert (late.lead, late.attempt, late.outcome.param_count) == (lead.entry.model_id, 2, 7)
         assert ledger.first_pair(lead) and not ledger.first_pair(plan(entry(4), 3))
     assert not list(tmp_path.iterdir())  # the ledger's folder is removed with it
+
+
+def test_a_resumed_run_does_not_run_a_group_again(tmp_path) -> None:
+    """The first attempt stops after 60 entries; the resume finds those groups in the store."""
+    store = Store(tmp_path / "s")
+    first = ScrambledExecutor(groups=10)
+    with Ledger() as ledger:
+        loop = RunLoop(first, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=8)
+        loop.run_entries(iter(entry(i) for i in range(1, 61)))
+    loop.writer.flush()
+    done = store.completed_models("r")
+    again = ScrambledExecutor(groups=10)
+    with Ledger() as ledger:
+        assert ledger.resume(store, "r") == 10
+        loop = RunLoop(again, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=8)
+        loop.run_entries(iter(e for i in range(1, 201) if (e := entry(i)).model_id not in done))
+    loop.writer.flush()
+    assert again.ran == []  # every group already ran in the first attempt
+    rows = store.read("results", "r").to_pylist()
+    assert len(rows) == 200 * len(STAGES)
+    late = next(r for r in rows if r["model_id"] == entry(123).model_id)
+    assert late["dedup_of"] == entry(3).model_id and late["param_count"] == 3
