@@ -164,11 +164,16 @@ class Store:
     # ---- reading -------------------------------------------------------------------------
 
     def part_files(self, table: str, run_id: str | None = None) -> list[str]:
+        return [p for p, _, _ in self.part_infos(table, run_id)]
+
+    def part_infos(self, table: str, run_id: str | None = None) -> list[tuple[str, int, int]]:
+        """(path, modification time in ns, size) of each visible part, sorted by path, from
+        one listing (on an object store, one LIST per 1,000 parts and no request per part)."""
         base = f"{self.root}/{table}"
         if run_id is not None:
             base = f"{base}/run_id={check_run_id(run_id)}"
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        files = []
+        found = []
         with self._io("list"):
             infos = self.fs.get_file_info(selector)
         for info in infos:
@@ -181,11 +186,11 @@ class Store:
                 continue
             if run_id is not None and parent != f"run_id={run_id}":
                 continue
-            files.append(info.path)
-        if table in COMMITTED_BY_RESULTS and files:
+            found.append((info.path, int(info.mtime_ns or 0), int(info.size or 0)))
+        if table in COMMITTED_BY_RESULTS and found:
             committed = {_part_key(p) for p in self.part_files("results", run_id)}
-            files = [p for p in files if _part_key(p) in committed]
-        return sorted(files)
+            found = [f for f in found if _part_key(f[0]) in committed]
+        return sorted(found)
 
     def dataset(self, table: str, files: list[str] | tuple[str, ...]) -> ds.Dataset:
         """The part files of `table` as one pyarrow dataset with the store schema: columns that
