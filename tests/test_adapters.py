@@ -377,6 +377,16 @@ def test_speechbrain_contextnet_keeps_both_widths_and_its_downsamplings():
     assert len(set(args["conv_channels"])) == 2
 
 
+@pytest.mark.parametrize("name", ["ESPnetVGG", "GatedNN"])
+def test_speechbrain_asr_encoders_train_on_fbank_features(name):
+    adapter = get_adapter("speechbrain")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(f"/{name}"))
+    run = train_once("speechbrain", resolved)
+    args = run["spec"].config["args"]
+    assert args["input_shape"] == [None, None, run["spec"].config["n_mels"]]
+    assert run["spec"].task == "asr-encoder"
+
+
 def test_speechbrain_never_reads_hyperparams_and_says_why():
     adapter = get_adapter("speechbrain")
     assert adapter.config_files == ()

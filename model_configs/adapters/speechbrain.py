@@ -9,7 +9,8 @@ the adapter's table (`model_configs/data/libraries/speechbrain.json`: the repo's
 their arguments), built from `speechbrain.lobes` classes only. The model is what the repo's
 interface runs: `Fbank` features, `InputNormalization`, the embedding or VAD model, and a
 classifier head where the repo has one (language id), fed a waveform batch. Loss: the head's
-cross-entropy, an in-batch contrastive loss for embeddings, BCE for frame-wise VAD.
+cross-entropy, an in-batch contrastive loss for embeddings and for the ASR encoders'
+outputs (ESPnetVGG, GatedNN), BCE for frame-wise VAD.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ CAPS: dict[str, dict[str, int]] = {
     "Cnn14": {"emb_dim": 32},
     "VanillaNN": {"dnn_blocks": 2, "dnn_neurons": 16},
     "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8, "num_blocks": 4},
+    "ESPnetVGG": {"rnn_layers": 1, "rnn_neurons": 16, "projection_neurons": 16},
+    "GatedNN": {"blocks": 2, "neurons": 16},
     "Classifier": {"lin_neurons": 16, "out_neurons": 8},
 }
 # Width lists a class takes, and their tiny values (the constraints stated with them).
@@ -54,6 +57,8 @@ LISTS: dict[str, dict[str, list[int]]] = {
     # ContextNet's 21 blocks are 10 of 256 channels then 11 of 512, three of them striding by
     # 2: four blocks keep both widths (scaled by 1/16) and the three downsamplings
     "ContextNet": {"conv_channels": [16, 16, 32, 32], "strides": [1, 2, 2, 2]},
+    # the VGG front end's two conv blocks (64, 128 channels), each halving time and frequency
+    "ESPnetVGG": {"cnn_channels": [8, 16]},
 }
 LOBES = "speechbrain.lobes.models"
 
@@ -220,7 +225,7 @@ def _set_input_size(name: str, args: dict[str, Any]) -> None:
         args["in_channels"] = N_MELS
     elif name == "Cnn14":
         args["mel_bins"] = N_MELS
-    elif name in ("CRDNN", "VanillaNN", "ContextNet"):
+    elif name in ("CRDNN", "VanillaNN", "ContextNet", "ESPnetVGG", "GatedNN"):
         args["input_shape"] = [None, None, N_MELS]
 
 
