@@ -387,6 +387,19 @@ def test_speechbrain_asr_encoders_train_on_fbank_features(name):
     assert run["spec"].task == "asr-encoder"
 
 
+@pytest.mark.parametrize("encoder", ["", "-conformer", "-branchformer"])
+def test_speechbrain_transformer_asr_trains_its_decoder_on_a_transcript(encoder):
+    adapter = get_adapter("speechbrain")
+    name = f"speechbrain/TransformerASR{encoder}"
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id == name)
+    run = train_once("speechbrain", resolved)
+    args = run["spec"].config["args"]
+    assert args["num_encoder_layers"] == args["num_decoder_layers"] == 2
+    assert args["d_model"] % args["nhead"] == 0 and args["input_size"] == 24
+    logits = run["model"](**run["inputs"])
+    assert logits.shape == (*run["inputs"]["tokens"].shape, args["tgt_vocab"])
+
+
 def test_speechbrain_never_reads_hyperparams_and_says_why():
     adapter = get_adapter("speechbrain")
     assert adapter.config_files == ()

@@ -8,9 +8,11 @@ the repo's instructions running, so this adapter never loads it. The architectur
 the adapter's table (`model_configs/data/libraries/speechbrain.json`: the repo's classes and
 their arguments), built from `speechbrain.lobes` classes only. The model is what the repo's
 interface runs: `Fbank` features, `InputNormalization`, the embedding or VAD model, and a
-classifier head where the repo has one (language id), fed a waveform batch. Loss: the head's
+classifier head where the repo has one (language id), fed a waveform batch; the encoder-decoder
+ASR models (TransformerASR) are also fed a transcript's tokens and end in SpeechBrain's
+`seq_lin` output layer. Loss: the head's
 cross-entropy, an in-batch contrastive loss for embeddings and for the ASR encoders'
-outputs (ESPnetVGG, GatedNN), BCE for frame-wise VAD.
+outputs (ESPnetVGG, GatedNN), BCE for frame-wise VAD, next-token cross-entropy for ASR.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from reports.schema import SkipReason
 
 BATCH = 2
 SAMPLES = 16_000
+TOKENS = 8
 N_MELS = 24
 # Per-class caps: (argument, cap) for ints; lists are capped element-wise.
 CAPS: dict[str, dict[str, int]] = {
@@ -45,6 +48,17 @@ CAPS: dict[str, dict[str, int]] = {
     "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8, "num_blocks": 4},
     "ESPnetVGG": {"rnn_layers": 1, "rnn_neurons": 16, "projection_neurons": 16},
     "GatedNN": {"blocks": 2, "neurons": 16},
+    # the encoder-decoder ASR models (transformer, conformer or branchformer encoder); two
+    # layers each side, heads dividing d_model
+    "TransformerASR": {
+        "tgt_vocab": 32,
+        "d_model": 16,
+        "nhead": 2,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "d_ffn": 32,
+        "csgu_linear_units": 32,
+    },
     "Classifier": {"lin_neurons": 16, "out_neurons": 8},
 }
 # Width lists a class takes, and their tiny values (the constraints stated with them).
@@ -145,7 +159,11 @@ class SpeechBrainAdapter(Adapter):
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        return {"wavs": torch.randn(BATCH, SAMPLES, generator=gen) * 0.1}
+        inputs = {"wavs": torch.randn(BATCH, SAMPLES, generator=gen) * 0.1}
+        if spec.config.get("task") == "asr":  # the transcript's tokens the decoder is fed
+            vocab = int(spec.config["args"]["tgt_vocab"])
+            inputs["tokens"] = torch.randint(1, vocab, (BATCH, TOKENS), generator=gen)
+        return inputs
 
     def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
         import torch
@@ -156,6 +174,10 @@ class SpeechBrainAdapter(Adapter):
         if task == "classification":  # the head's scores per class
             logits = out.reshape(out.shape[0], -1)
             return F.cross_entropy(logits, torch.arange(out.shape[0]) % logits.shape[-1])
+        if task == "asr":  # next-token cross-entropy of the decoder's scores
+            vocab = out.shape[-1]
+            tokens = inputs["tokens"]
+            return F.cross_entropy(out[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         if task == "vad":
             probs = torch.sigmoid(out)
             target = torch.zeros_like(probs)
@@ -203,7 +225,16 @@ def _lobe(name: str, model_id: str | None = None) -> Any:
     """A class of speechbrain.lobes.models (module named after the class, or ECAPA's)."""
     import_speechbrain()
     modules = tuple(
-        f"{LOBES}.{m}" for m in (name, "ECAPA_TDNN", "ResNet", "Xvector", "CRDNN", "ContextNet")
+        f"{LOBES}.{m}"
+        for m in (
+            name,
+            "ECAPA_TDNN",
+            "ResNet",
+            "Xvector",
+            "CRDNN",
+            "ContextNet",
+            "transformer.TransformerASR",
+        )
     )
     return find_class(
         name, modules, where=LOBES, model_id=model_id, after_import=drop_lazy_placeholders
@@ -219,7 +250,7 @@ def _defaults(name: str) -> dict[str, Any]:
 
 def _set_input_size(name: str, args: dict[str, Any]) -> None:
     """The feature width each class is told (its own argument name for it)."""
-    if name in ("ECAPA_TDNN", "ResNet"):
+    if name in ("ECAPA_TDNN", "ResNet", "TransformerASR"):
         args["input_size"] = N_MELS
     elif name == "Xvector":
         args["in_channels"] = N_MELS
@@ -257,15 +288,23 @@ def _interface_class() -> Any:
                 self.classifier = Classifier(**head)
             else:
                 self.classifier = None
+            # the ASR models' decoder output layer (seq_lin in SpeechBrain's recipes)
+            self.seq_lin = (
+                torch.nn.Linear(int(args["d_model"]), int(args["tgt_vocab"]))
+                if config.get("task") == "asr"
+                else None
+            )
             self.output = (  # the VAD's frame-wise output layer
                 torch.nn.Linear(int(args.get("dnn_neurons", 512)), 1)
                 if config.get("task") == "vad"
                 else None
             )
 
-        def forward(self, wavs: Any) -> Any:
+        def forward(self, wavs: Any, tokens: Any = None) -> Any:
             lengths = torch.ones(wavs.shape[0], device=wavs.device)
             feats = self.mean_var_norm(self.compute_features(wavs), lengths)
+            if self.seq_lin is not None:  # encoder-decoder: (encoder_out, decoder_out, ...)
+                return self.seq_lin(self.model(feats, tokens, lengths)[1])
             out = self.model(feats)
             if isinstance(out, tuple):
                 out = out[0]
