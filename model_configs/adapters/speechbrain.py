@@ -24,8 +24,6 @@ from typing import Any
 from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import SkipReason
 
 BATCH = 2
 SAMPLES = 16_000
@@ -98,9 +96,7 @@ class SpeechBrainAdapter(Adapter):
                 entry.model_id,
             )
         if mapped.get("skip"):
-            raise ConfigError(
-                mapped["skip"], reason=SkipReason.NO_CONFIG.value, model_id=entry.model_id
-            )
+            raise no_config(mapped["skip"], entry.model_id)
         return self.library_default(
             entry.model_id,
             copy.deepcopy(mapped["model"]),
