@@ -100,6 +100,7 @@ TIMM_SAMPLE = [
     "resnest50d_4s2x40d",  # split attention: radix x cardinality groups
     "resnet50_gn", "regnetz_b16_evos",  # GroupNorm / EvoNorm group sizes
     "resnet50_clip", "repvgg_b1",  # an attention-pool head; widths written as floats
+    "repghostnet_200",  # a whole-float width multiplier (width=2.0), not a width
 ]  # fmt: skip
 
 
@@ -135,6 +136,8 @@ def test_timm_positional_stages_and_grouped_bottlenecks_shrink_by_role():
          "block_args": {"radix": 4}}
     )  # fmt: skip
     assert all(int(p * resnest["base_width"] / 64) % 4 == 0 for p in resnest["channels"])
+    assert tshrink.Shrinker(4.0, "RepGhostNet").args({"width": 2.0})["width"] == 0.25
+    assert tshrink.Shrinker(4.0, "RepVGG").args({"c": 128.0})["c"] == 32.0
     gn = tshrink.Shrinker(8.0, "ResNet").args({"channels": (64, 128), "norm_layer": "groupnorm"})
     assert all(c % 32 == 0 for c in gn["channels"])
 

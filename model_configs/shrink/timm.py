@@ -334,14 +334,15 @@ class Shrinker:
             return DEPTH
         if key in WIDTH_KEYS and _is_int(v) and v > 0:
             return self.width(v)
+        # before the whole-float rule: RepGhostNet's `width=2.0` is a multiplier, not 2 channels
+        if key in FLOAT_WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
+            return WIDTH_MULT
         if key in WIDTH_KEYS and _whole_float(v) and v > 0:  # RepVGG's `c=64 * 2.0`
             return float(self.width(int(v)))
         if key in WIDTH_KEYS and _int_seq(v):
             return type(v)(self.width(x) for x in v)
         if key in GROWTH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
             return type(v)(max(4, round(v / self.factor))) if v > 4 else v
-        if key in FLOAT_WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
-            return WIDTH_MULT
         if key in WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
             return WIDTH_MULT
         if key in DEPTH_MULT_KEYS and isinstance(v, float) and v > DEPTH_MULT:
