@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
+from reports.errors import ConfigError, HubError
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 
@@ -86,6 +86,8 @@ def plan_entry(
         )
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
+    except HubError:  # the Hub kept failing: an environment problem, never this model's result
+        raise
     except Exception as exc:  # the shrinker failed: the model could not be loaded
         planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, str(exc))
     return planned
