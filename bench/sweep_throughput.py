@@ -109,6 +109,7 @@ def one_sweep(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "workers": int(args.workers),
         "wall_s": summary.seconds,
+        "startup_s": summary.startup_s,
         "requested": summary.requested,
         "skipped": summary.skipped,
         "models_run": summary.models_run,
@@ -119,6 +120,7 @@ def one_sweep(args: argparse.Namespace) -> dict[str, Any]:
         "run_id": run_id,
         "store_bytes": store_bytes(store),
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_imports": [m for m in ("transformers", "diffusers") if m in sys.modules],
     }
 
 
@@ -153,6 +155,21 @@ def sweep_in_subprocess(args: argparse.Namespace, workers: int, *, cold: bool = 
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine_efficiency(n: int = 2) -> float:
+    """The same CPU-bound loop in 1 process, then in `n` at once: how much of n cores this
+    (shared) machine gives right now (1.0: n times the work in the same time)."""
+    code = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(20_000_000): s += i\nprint(time.perf_counter() - t)"
+
+    def run(k: int) -> float:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(k)
+        ]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    return run(1) / run(n)
 
 
 # ---- the driver alone ----------------------------------------------------------------------
@@ -292,16 +309,20 @@ def main() -> int:
         print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in fl["stages_s"].items()))
 
     sweeps: dict[int, dict] = {}
+    machine: list[float] = []
     if sections & {"sweep", "parts", "store"}:
+        machine.append(machine_efficiency(max(workers)))
         for w in workers:
             sweeps[w] = sweep_in_subprocess(args, w)
+        machine.append(machine_efficiency(max(workers)))
     cold = sweep_in_subprocess(args, workers[-1], cold=True) if args.cold else None
 
     if sweeps:
         print("\nsweep (run_sweep, embedded Ray started inside, fresh per row):")
         print(
-            f"  {'workers':>7} {'wall s':>8} {'floor s':>8} {'wall/floor':>10} "
-            f"{'efficiency':>10} {'core-s/entry':>12} {'unique/run':>10} {'driver MB':>9}"
+            f"  {'workers':>7} {'wall s':>8} {'start s':>8} {'floor s':>8} {'wall/floor':>10} "
+            f"{'w/o start':>9} {'efficiency':>10} {'core-s/entry':>12} {'unique/run':>10} "
+            f"{'driver MB':>9}"
         )
         base = sweeps[workers[0]]
         for w, s in sweeps.items():
@@ -309,7 +330,8 @@ def main() -> int:
             eff = (base["wall_s"] * workers[0]) / (s["wall_s"] * w)
             dedup = s["unique"] / max(1, s["models_run"])
             print(
-                f"  {w:>7} {s['wall_s']:>8.1f} {f:>8.1f} {s['wall_s'] / f:>10.2f} "
+                f"  {w:>7} {s['wall_s']:>8.1f} {s['startup_s']:>8.1f} {f:>8.1f} "
+                f"{s['wall_s'] / f:>10.2f} {(s['wall_s'] - s['startup_s']) / f:>9.2f} "
                 f"{eff:>10.0%} {s['wall_s'] * w / max(1, s['requested']):>12.2f} "
                 f"{dedup:>10.2f} {s['driver_peak_rss_mb']:>9.0f}"
             )
@@ -318,6 +340,11 @@ def main() -> int:
             f"  ({last['requested']} entries: {last['skipped']} skipped before running, "
             f"{last['models_run']} run as {last['unique']} unique tiny models; moonshot: 2.3 "
             f"core-s per entry)"
+        )
+        print(
+            f"  the machine itself: {max(workers)} CPU-bound processes at once ran at "
+            + " and ".join(f"{m:.0%}" for m in machine)
+            + " of one alone (before and after the sweeps): the ceiling of the efficiency"
         )
         if cold:
             print(

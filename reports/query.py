@@ -210,11 +210,13 @@ class StoreQuery:
             now = time.monotonic()
             if not force and self._listed_at >= 0 and now - self._listed_at < self.refresh_s:
                 return
-            results = self.store.part_files("results")
-            fallbacks = self.store.part_files("fallbacks")
-            configs = self.store.part_files("configs")
-            runs = self.store.part_files("runs")
-            stats = _stats(self.store, [*results, *fallbacks, *runs])
+            listed = {
+                t: self.store.part_infos(t) for t in ("results", "fallbacks", "configs", "runs")
+            }
+            stats = {p: (mtime, size) for infos in listed.values() for p, mtime, size in infos}
+            results, fallbacks, configs, runs = (
+                [p for p, _, _ in listed[t]] for t in ("results", "fallbacks", "configs", "runs")
+            )
             by_run: dict[str, tuple[list[str], list[str], list[str]]] = {}
             for i, paths in enumerate((results, fallbacks, configs)):
                 for path in paths:
@@ -475,18 +477,6 @@ class StoreQuery:
 
 def _run_of(path: str) -> str:
     return path.rsplit("/", 2)[-2].removeprefix("run_id=")
-
-
-def _stats(store: Store, paths: list[str]) -> dict[str, tuple[int, int]]:
-    if not paths:
-        return {}
-    out = {}
-    with store._io("list"):
-        infos = store.fs.get_file_info(paths)
-    for info in infos:
-        mtime = info.mtime_ns if info.mtime_ns is not None else 0
-        out[info.path] = (int(mtime), int(info.size or 0))
-    return out
 
 
 def placeholders(values: Sequence[Any], prefix: str, params: dict[str, Any]) -> str:

@@ -205,6 +205,18 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
+# Free text and JSON: nothing filters on them, and Parquet's min/max statistics of long strings
+# would sit in every part file's footer (measured: a third of a small configs part).
+FREE_TEXT_COLUMNS = frozenset(
+    {"error_message", "error_signature", "shrink_changes", "shrunk_config", "command", "worker"}
+)
+
+
+def statistics_columns(table: str) -> list[str]:
+    """The columns whose Parquet statistics are written (what filters are pushed down on)."""
+    return [n for n in TABLES[table].names if n not in FREE_TEXT_COLUMNS]
+
+
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
     """Build a pyarrow table for `table` from row dicts, checking columns against the schema.
 

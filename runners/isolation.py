@@ -13,6 +13,7 @@ parent also imports, once, what every child would otherwise import again (`warm_
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -44,13 +45,44 @@ def warm_parent() -> None:
         import runners.stages  # noqa: F401  (what the parent always imported before)
 
         return
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
     from torch._dynamo.backends.registry import list_backends
 
     import runners.neuron_compile  # noqa: F401
     import runners.stages  # noqa: F401  (torch and the model libraries)
 
     list_backends(exclude_tags=())
+    for name in _COMPILE_IMPORTS:  # what a first compile imports (measured: about 0.7 s)
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    import torch._decomp
+
+    # the decomposition table the neuron backend (and export) build on first use, from the
+    # dispatcher's registrations (cached per process; about 0.3 s): Python objects, no op
+    torch._decomp.core_aten_decompositions()
     _WARM = True
+
+
+# Modules the compile stage imports on its first use in a process (torch 2.14), found by
+# comparing sys.modules before and after compiling models in a fresh child.
+_COMPILE_IMPORTS = (
+    "sympy.combinatorics",
+    "sympy.tensor.tensor",
+    "torch._dynamo.repro.after_aot",
+    "torch._export.db",
+    "torch._export.passes.add_runtime_assertions_for_constraints_pass",
+    "torch._export.passes.collect_tracepoints_pass",
+    "torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass",
+    "torch._higher_order_ops.passes.inline_invoke_subgraph",
+    "torch._inductor.debug",
+    "torch._inductor.fx_passes.dedupe_symint_uses",
+    "torch._subclasses.schema_check_mode",
+    "torch.export._trace",
+    "torch.export._unlift",
+    "torch.fx.experimental.validator",
+    "torch.fx.passes.infra.partitioner",
+    "torch.fx.passes.utils.fuser_utils",
+)
 
 
 def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
@@ -69,8 +101,12 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
         device = get_device(kwargs.pop("device"), **options)
         device.setup()
         setup_s = time.perf_counter() - started
-        outcome = run_model(
-            spec, device=device, on_stage=lambda r: conn.send(("stage", r)), **kwargs
+        outcome = run_model(  # the process exits next: nothing to release
+            spec,
+            device=device,
+            on_stage=lambda r: conn.send(("stage", r)),
+            release_memory=False,
+            **kwargs,
         )
         conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows

@@ -79,6 +79,7 @@ class RunSummary:
     models_run: int
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)  # summed over model tasks
+    startup_s: float = 0.0  # from the start to the executor being ready (Ray started)
 
 
 def software_versions(device: Any = None) -> dict[str, str | None]:
@@ -208,6 +209,7 @@ def run_sweep(
     writer = RowWriter(store, run_id, config.flush_s)
     interrupted = True
     loop: RunLoop | None = None
+    ready = start
     try:
         with (
             Ledger(dedup=config.dedup) as ledger,
@@ -215,6 +217,8 @@ def run_sweep(
                 requested - already, description=f"run {run_id}", enabled=config.progress
             ) as bar,
         ):
+            if already:
+                ledger.resume(store, run_id)  # groups that ran before the kill stay done
             todo = _not_done(select_entries(stream, config), done)
             executor = make_executor(
                 config.executor,
@@ -224,6 +228,7 @@ def run_sweep(
                 plan_fn=plan_fn,
                 run_fn=run_fn,
             )
+            ready = time.monotonic()
             try:
                 loop = RunLoop(
                     executor,
@@ -250,6 +255,7 @@ def run_sweep(
         models_run=loop.models_run if loop else 0,
         seconds=time.monotonic() - start,
         timings=loop.timings if loop else {},
+        startup_s=ready - start,
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from model_configs.spec import CatalogEntry
-from reports.errors import UsageError
+from reports.errors import SweepError, UsageError
 from reports.schema import Stage, Status
 from runners.outcome import ModelOutcome, failed_before
 from sweep.plan import Planned, Task
@@ -356,6 +356,9 @@ class RayExecutor:
         try:
             planned, seconds = self.ray.get(ref, timeout=60)
         except Exception as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, SweepError):  # the environment (the Hub kept failing): one
+                raise cause from None  # clear error for the run, never rows for its models
             status = self._system_failure(exc)
             if status is not None and attempt <= self.settings.retries:
                 self.submit_plan(key, entries, attempt + 1)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.outcome import ModelOutcome
+from reports.store import Store
+from runners.outcome import ModelOutcome, StageResult
 from sweep.plan import Planned, Task
 
 
@@ -83,11 +84,50 @@ class Ledger:
     def finish(self, task: Task, outcome: ModelOutcome, attempt: int) -> None:
         """The task ran: members that arrive later take this outcome from here."""
         self.open.pop(task.key, None)
+        self._finished(task.key, task.lead.entry.model_id, attempt, outcome)
+
+    def _finished(self, key: str, lead: str, attempt: int, outcome: ModelOutcome) -> None:
         blob = zlib.compress(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
         self._db.execute(
-            "INSERT OR REPLACE INTO finished VALUES (?, ?, ?, ?)",
-            (task.key, task.lead.entry.model_id, attempt, blob),
+            "INSERT OR REPLACE INTO finished VALUES (?, ?, ?, ?)", (key, lead, attempt, blob)
         )
+
+    def resume(self, store: Store, run_id: str) -> int:
+        """Remember the groups an earlier attempt of this run already ran, from its rows (one
+        part at a time), so a resumed run does not run them again; returns how many."""
+        if not self.dedup:
+            return 0
+        fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
+        seeded = 0
+        fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
+        for part in store.part_files("results", run_id):
+            rows = store.dataset("results", [part]).to_table().to_pylist()
+            leads: dict[str, list[dict[str, Any]]] = {}
+            for r in rows:
+                if r["dedup_of"] is None and r["shrunk_config_hash"]:
+                    leads.setdefault(r["model_id"], []).append(r)
+            if not leads:
+                continue
+            ops: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            fb = fallback_parts.get(part.rsplit("/", 1)[-1])
+            if fb:
+                for f in store.dataset("fallbacks", [fb]).to_table().to_pylist():
+                    ops.setdefault((f["model_id"], f["stage"]), []).append(
+                        {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
+                    )
+            for model, stage_rows in leads.items():
+                stages = [
+                    StageResult(
+                        **{k: v for k, v in r.items() if k in fields},
+                        fallbacks=ops.get((model, r["stage"]), []),
+                    )
+                    for r in stage_rows
+                ]
+                first = stage_rows[0]
+                outcome = ModelOutcome(stages, first["param_count"], first["worker"])
+                self._finished(first["shrunk_config_hash"], model, first["attempt"] or 1, outcome)
+                seeded += 1
+        return seeded
 
     def first_pair(self, planned: Planned) -> bool:
         """True the first time this run meets the model's (original, shrunk) config pair."""

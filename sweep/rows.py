@@ -44,7 +44,6 @@ def model_rows(
         or (entry.model_type_hint or None),
         "architecture": (spec.architecture if spec else None)
         or (entry.architectures_hint[0] if entry.architectures_hint else None),
-        # a pipeline built from class defaults says so per component (spec), else the resolved source
         "config_source": (spec.config_source if spec else None) or planned.config_source,
         "config_hash": planned.config_hash,
         "shrunk_config_hash": spec.hash if spec else None,
