@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError, HubError
+from reports.errors import ConfigError, is_environment_error
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 
@@ -74,9 +74,11 @@ def plan_entry(
     """Resolve and shrink one entry; never raises for the model's own problems."""
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
+    from runners import faults
 
     planned = Planned(entry=entry, resolved=resolved)
     try:
+        faults.inject("plan", entry.model_id, entry.model_type_hint)
         if planned.resolved is None:
             planned.resolved = resolve_entry(entry, config_dir=config_dir)
         _describe(planned, planned.resolved)
@@ -86,9 +88,9 @@ def plan_entry(
         )
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
-    except HubError:  # the Hub kept failing: an environment problem, never this model's result
-        raise
     except Exception as exc:  # the shrinker failed: the model could not be loaded
+        if is_environment_error(exc):  # the Hub kept failing, a core package is missing, the
+            raise  # disk is full...: the machine's problem, never this model's result
         planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, str(exc))
     return planned
 
