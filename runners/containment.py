@@ -223,3 +223,22 @@ def live_group_members(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             out.append(int(entry.name))
     return out
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Live processes (not zombies) whose environment has `name=value`: what a bench or a test
+    marks its drivers with, to count what outlives them (a forked child shows its parent's)."""
+    needle = f"{name}={value}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(int(entry.name))
+    return out

@@ -8,7 +8,8 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
 - `at`: where it fires: `plan` (planning an entry, in the plan task), `task` (the model task on
   the worker, before the child is forked), `setup` (the child, before the device is set up) or
   `stage:<name>` (the child, inside that stage).
-- `match`: a model id, model type or architecture the place knows (`*`: any).
+- `match`: what the place knows the model by (`*`: any): in `plan` its model id or model type
+  hint; elsewhere the tiny model's model type, architecture or shrunk config hash.
 - `fault`: `segfault` (a real invalid read), `hang`, `alloc` (allocate 64 MiB tensors until
   the memory budget stops it; refused without a budget), `unpicklable` (raise an exception that
   cannot be pickled, whose message cannot be read either), `kill` (SIGKILL itself: what an
@@ -74,6 +75,13 @@ def inject(at: str, *keys: str | None) -> None:
         _record(index)
         _fire(str(rule["fault"]))
         return
+
+
+def inject_spec(at: str, spec: Any) -> None:
+    """`inject` for a place that knows the tiny model: its model type, architecture, or the
+    shrunk config's hash (what a bench that planned first can name one model by)."""
+    if ENV in os.environ:
+        inject(at, spec.model_type, spec.architecture, spec.hash)
 
 
 def _take(index: int, times: int | None) -> bool:

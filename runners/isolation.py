@@ -103,7 +103,7 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
 
         options = kwargs.pop("device_options", {}) or {}
         device = get_device(kwargs.pop("device"), **options)
-        faults.inject("setup", spec.model_type, spec.architecture)
+        faults.inject_spec("setup", spec)
         device.setup()
         setup_s = time.perf_counter() - started
         kind = "error"

@@ -364,7 +364,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
     error: BaseException | None = None
     with ctx.device.record_fallbacks() as log:
         try:
-            faults.inject(f"stage:{runner.name.value}", ctx.spec.model_type, ctx.spec.architecture)
+            faults.inject_spec(f"stage:{runner.name.value}", ctx.spec)
             runner.run(ctx)
         except StageSkipped as exc:
             return StageResult(

@@ -137,7 +137,7 @@ def run_task(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
     from runners import faults
     from runners.isolation import run_isolated
 
-    faults.inject("task", spec.model_type, spec.architecture)
+    faults.inject_spec("task", spec)
     outcome = run_isolated(spec, **kwargs)
     node = ray.get_runtime_context().get_node_id()
     outcome.worker = f"ray:{node[:12]}:{os.getpid()}"

@@ -376,3 +376,29 @@ def test_the_cli_says_which_models_got_no_rows_and_exits_3(tmp_path, catalog):
     assert "1 model of run r got no rows" in proc.stderr and "org/bert" in proc.stderr
     assert "rerun the same command" in proc.stderr and "Traceback" not in proc.stderr
     assert exactly_once(store, ["org/gpt2"])
+
+
+def test_every_part_is_synced_to_disk_before_it_gets_its_name(tmp_path, catalog, monkeypatch):
+    from reports import store as store_module
+
+    synced: list[int] = []
+    real = store_module.os.fsync
+    monkeypatch.setattr(store_module.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, models=["org/gpt2"]), run_fn=passing)
+    parts = len(list(store.rglob("part-*.parquet")))
+    assert parts >= 3  # runs x2 (running, finished), results
+    assert len(synced) >= 2 * parts  # each file, and its folder after the rename
+
+
+def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
+    from reports import locks
+    from tests.s3_support import BUCKET, local_s3
+
+    monkeypatch.setattr(locks, "HEARTBEAT_S", 0.2)
+    with local_s3():
+        store = Store(f"s3://{BUCKET}/beats")
+        with RunLock(store, "r") as held:
+            first = held._read_lease()["heartbeat"]
+            time.sleep(1.0)
+            assert held._read_lease()["heartbeat"] > first
