@@ -346,6 +346,13 @@ def main() -> int:
             + " and ".join(f"{m:.0%}" for m in machine)
             + " of one alone (before and after the sweeps): the ceiling of the efficiency"
         )
+        for w, sw in sweeps.items():
+            print(
+                f"  stage seconds at {w} worker(s): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in sorted(sw["stage_s"].items()))
+                + f" (sum {sum(sw['stage_s'].values()):.1f}; the floor's "
+                + (f"{sum(fl['stages_s'].values()):.1f})" if fl else "-)")
+            )
         if cold:
             print(
                 f"  cold children at {cold['workers']} workers: wall {cold['wall_s']:.1f} s "

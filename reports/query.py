@@ -423,14 +423,13 @@ class StoreQuery:
     def _register(self, cur: Any, scans: dict[str, Scan] | None) -> None:
         """Make each scan a table of this cursor (its own connection: others never see it)."""
         for name, scan in (scans or {}).items():
-            cur.register(
+            self.store.register(
+                cur,
                 name,
-                self.store.scan(
-                    scan.table,
-                    list(scan.files),
-                    list(scan.columns) if scan.columns else None,
-                    filename=scan.filename,
-                ),
+                scan.table,
+                list(scan.files),
+                list(scan.columns) if scan.columns else None,
+                filename=scan.filename,
             )
 
     def fetch(

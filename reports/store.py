@@ -228,6 +228,34 @@ class Store:
             schema, (pa.record_batch(b.columns, schema=schema) for b in reader)
         )
 
+    def register(
+        self,
+        cursor: Any,
+        name: str,
+        table: str,
+        files: list[str] | tuple[str, ...],
+        columns: list[str] | None = None,
+        *,
+        filename: bool = False,
+    ) -> None:
+        """Make `files` of `table` a table called `name` of one DuckDB cursor (its own
+        connection: no other cursor sees it). A local folder is read by DuckDB's own Parquet
+        reader (measured: a third of the time of a pyarrow dataset for a model page); any other
+        filesystem through `scan`. Either way every column of the store schema is there (null
+        where a part predates it) and `filename` adds each row's part path."""
+        if self.local:
+            rel = cursor.read_parquet(list(files), filename=filename, union_by_name=True)
+            missing = [f for f in TABLES[table] if f.name not in rel.columns]
+            if missing:  # no part has these columns yet (written before they existed)
+                nulls = ", ".join(
+                    f"CAST(NULL AS {_DUCKDB_TYPES.get(str(f.type), 'VARCHAR')}) AS {f.name}"
+                    for f in missing
+                )
+                rel = rel.project(f"*, {nulls}")
+            cursor.register(name, rel)
+        else:
+            cursor.register(name, self.scan(table, files, columns, filename=filename))
+
     def read(
         self, table: str, run_id: str | None = None, columns: list[str] | None = None
     ) -> pa.Table:
@@ -332,6 +360,17 @@ def _fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+_DUCKDB_TYPES = {
+    "string": "VARCHAR",
+    "int16": "SMALLINT",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "double": "DOUBLE",
+    "bool": "BOOLEAN",
+    "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
+}
 
 
 def _part_key(path: str) -> str:
