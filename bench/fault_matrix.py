@@ -249,6 +249,18 @@ MODEL_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool]]
         {"load": ("pass", 1), "forward": ("pass", 1)},
         True,
     ),
+    (
+        "runtime env that cannot be set up",
+        {"at": "submit", "fault": "runtime_env", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "lost object (ObjectLostError on get)",
+        {"at": "get", "fault": "lose_object", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
 ]
 
 

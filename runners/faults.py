@@ -6,8 +6,11 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
     {"at": "stage:forward", "match": "gpt2", "fault": "segfault", "times": 1}
 
 - `at`: where it fires: `plan` (planning an entry, in the plan task), `task` (the model task on
-  the worker, before the child is forked), `setup` (the child, before the device is set up) or
-  `stage:<name>` (the child, inside that stage).
+  the worker, before the child is forked), `setup` (the child, before the device is set up),
+  `stage:<name>` (the child, inside that stage), or in the driver's Ray executor `submit`
+  (fault `runtime_env`: the task is submitted with a runtime env that cannot be set up) and
+  `get` (fault `lose_object`: fetching the task's result raises Ray's ObjectLostError, as when
+  the node holding it is gone; Ray has no call that frees one object to do it for real).
 - `match`: what the place knows the model by (`*`: any): in `plan` its model id or model type
   hint; elsewhere the tiny model's model type, architecture or shrunk config hash.
 - `fault`: `segfault` (a real invalid read), `hang`, `alloc` (allocate 64 MiB tensors until
@@ -60,10 +63,11 @@ def rules() -> list[dict[str, Any]]:
     return value if isinstance(value, list) else [value]
 
 
-def inject(at: str, *keys: str | None) -> None:
-    """Fire the first rule for this place and any of `keys` that has firings left."""
+def take(at: str, *keys: str | None) -> str | None:
+    """The fault of the first rule for this place and any of `keys` that has firings left
+    (counted and recorded as fired), or None. Places that act themselves (the driver) use it."""
     if ENV not in os.environ:
-        return
+        return None
     for index, rule in enumerate(rules()):
         if rule.get("at") != at:
             continue
@@ -73,15 +77,26 @@ def inject(at: str, *keys: str | None) -> None:
         if not _take(index, rule.get("times")):
             continue
         _record(index)
-        _fire(str(rule["fault"]))
-        return
+        return str(rule["fault"])
+    return None
+
+
+def inject(at: str, *keys: str | None) -> None:
+    """Fire the first rule for this place and any of `keys` that has firings left."""
+    fault = take(at, *keys)
+    if fault is not None:
+        _fire(fault)
+
+
+def spec_keys(spec: Any) -> tuple[str | None, ...]:
+    """What a place that knows the tiny model matches on: its model type, architecture, or the
+    shrunk config's hash (what a bench that planned first can name one model by)."""
+    return (spec.model_type, spec.architecture, spec.hash)
 
 
 def inject_spec(at: str, spec: Any) -> None:
-    """`inject` for a place that knows the tiny model: its model type, architecture, or the
-    shrunk config's hash (what a bench that planned first can name one model by)."""
     if ENV in os.environ:
-        inject(at, spec.model_type, spec.architecture, spec.hash)
+        inject(at, *spec_keys(spec))
 
 
 def _take(index: int, times: int | None) -> bool:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from model_configs.spec import CatalogEntry
 from reports.errors import UsageError, safe_text
 from reports.schema import Stage, Status
+from runners import faults
 from runners.outcome import ModelOutcome, failed_before
 from sweep.plan import Planned, Task
 
@@ -296,6 +297,11 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
 WORKER_MAX_CALLS = 200
 
 
+# What the test-only `runtime_env` fault submits a task with: a module to fetch from a port
+# nothing listens on, so the runtime env cannot be set up (RuntimeEnvSetupError in about 2 s).
+BROKEN_RUNTIME_ENV = {"py_modules": ["https://127.0.0.1:9/hfsweep-test-unreachable.zip"]}
+
+
 @dataclass
 class _RunJob:
     task: Task
@@ -352,7 +358,7 @@ class RayExecutor:
             _timed_run(run_fn or run_task)
         )
         self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(_timed_plan(plan_fn or plan_task))
-        runtime_env = _test_runtime_env()
+        self._runtime_env = runtime_env = _test_runtime_env()
         if runtime_env:
             self._run_remote = self._run_remote.options(runtime_env=runtime_env)
             self._plan_remote = self._plan_remote.options(runtime_env=runtime_env)
@@ -383,7 +389,10 @@ class RayExecutor:
         self._submit_run(_RunJob(task, attempt))
 
     def _submit_run(self, job: _RunJob) -> None:
-        ref = self._run_remote.remote(job.task.spec, self._kwargs)
+        remote = self._run_remote
+        if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
+            remote = remote.options(runtime_env={**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV})
+        ref = remote.remote(job.task.spec, self._kwargs)
         job.submitted = time.monotonic()
         self._runs[ref] = job
 
@@ -447,9 +456,16 @@ class RayExecutor:
                 events += self._plan_failed(plan, message, oom=False)
         return events
 
+    def _test_fault(self, at: str, job: _RunJob) -> str | None:
+        """The test-only hook's faults that the driver plays itself (`runners.faults`)."""
+        return faults.take(at, *faults.spec_keys(job.task.spec))
+
     def _run_done(self, ref: Any) -> list[Event]:
         job = self._runs.pop(ref)
         try:
+            if faults.ENV in os.environ and self._test_fault("get", job) == "lose_object":
+                # Ray 2.60 has no call that frees one object: raise what `get` raises then
+                raise self._rex.ObjectLostError(ref.hex(), None, "test-only hook")
             outcome = self.ray.get(ref, timeout=60)
         except Exception as exc:  # a system fault: the task never ran its model to the end
             if isinstance(exc, self._rex.GetTimeoutError):

@@ -38,6 +38,8 @@ def test_the_fast_fault_matrix_holds_its_target(tmp_path):
         "worker killed mid-task",
         "device error in the child (set-up)",
         "environment error while planning",
+        "runtime env that cannot be set up",
+        "lost object (ObjectLostError on get)",
         "a node that leaves the cluster",
         "environment error that keeps happening",
         "driver killed (SIGKILL) at a random moment",
