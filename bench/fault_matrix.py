@@ -477,8 +477,18 @@ def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
         if worker is not None:
             _kill_session(worker)
         _kill_session(head)
+        forget_cluster(port)
         line.orphans += len(left_behind(mark, 5.0))
     return [line]
+
+
+def forget_cluster(port: int) -> None:
+    """`ray start --head` leaves the address of its cluster for later `ray.init()` calls to
+    connect to; a cluster killed rather than `ray stop`ped leaves it behind: remove it."""
+    path = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        if path.read_text().strip().endswith(f":{port}"):
+            path.unlink()
 
 
 # ---- the environment keeps failing ---------------------------------------------------------

@@ -283,6 +283,7 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(
+            address="local",  # a new embedded Ray, even where `ray start` ran on this machine
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             logging_level=logging.WARNING,
@@ -354,9 +355,10 @@ class RayExecutor:
         from ray import exceptions as rex
 
         self._rex = rex
-        self._run_remote = ray.remote(num_cpus=1, max_retries=0, max_calls=WORKER_MAX_CALLS)(
+        self._run_base = ray.remote(num_cpus=1, max_retries=0, max_calls=WORKER_MAX_CALLS)(
             _timed_run(run_fn or run_task)
         )
+        self._run_remote = self._run_base
         self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(_timed_plan(plan_fn or plan_task))
         self._runtime_env = runtime_env = _test_runtime_env()
         if runtime_env:
@@ -391,7 +393,8 @@ class RayExecutor:
     def _submit_run(self, job: _RunJob) -> None:
         remote = self._run_remote
         if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
-            remote = remote.options(runtime_env={**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV})
+            broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
+            remote = self._run_base.options(runtime_env=broken)
         ref = remote.remote(job.task.spec, self._kwargs)
         job.submitted = time.monotonic()
         self._runs[ref] = job
