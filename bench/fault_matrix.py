@@ -537,7 +537,7 @@ def section_env(trials: int, work: Path) -> list[Line]:
 
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
-    catalog, ids = write_trial_catalog(work / "kill", max(12, 6 * kills), "kk")
+    catalog, ids = write_trial_catalog(work / "kill", max(30, 5 * kills), "kk")
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")
     cmd = [
@@ -568,7 +568,7 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
             stderr=subprocess.PIPE,
             text=True,
         )
-        delay = rng.uniform(0.5, 25.0)
+        delay = rng.uniform(1.0, 20.0)
         try:
             driver.wait(delay)
         except subprocess.TimeoutExpired:
