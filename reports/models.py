@@ -233,7 +233,11 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
             {"model": model_id, "stages": list(STAGES)},
             scans={"fallback_parts": Scan("fallbacks", fb_files)},
         )
-    shrink = _shrink_of(q, run_id, files, stages[0] if stages else {})
+    # parts written before the configs table carried the shrink on every row: still shown
+    legacy = [{k: r.pop(k, None) for k in _LEGACY_SHRINK} for r in stages]
+    shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
+        legacy[0] if legacy else {}
+    )
     first = stages[0] if stages else {}
     run = q.run_info(run_id) or {}
     for h in history:
@@ -289,6 +293,9 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
         "reproduce": reproduce_command(model_id, first.get("device") or run.get("device")),
         "history": history,
     }
+
+
+_LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
 
 
 def _shrink_of(q: StoreQuery, run_id: str, files: RunFiles, row: dict[str, Any]) -> dict[str, Any]:
