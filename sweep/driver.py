@@ -11,8 +11,13 @@ Guarantees:
   driver loses at most the models in flight and those finished in the last flush interval
   (`flush_s`, 2 s by default), and the same command with the same `--run-id` resumes without
   duplicates;
-- a model that hangs gets `timeout`, one that kills its process `crash` / `oom`, and the sweep
-  goes on; system failures of Ray (a lost worker or node) are retried, a model's failures never.
+- a model that hangs gets `timeout`, one that kills its process `crash`, one that runs out of
+  its memory budget (or is killed by the OOM killer) `oom`, and the sweep goes on;
+- what is not the model's doing (system faults: the environment failing in the child, a lost
+  worker, node or object, a SIGKILL from outside) is retried and never recorded: a model it
+  keeps hitting has no rows (a rerun runs it) and the run ends with one error (exit 3);
+- one driver per run id (`reports.locks`); a resume must match every setting that changes a
+  row (`RESULT_SETTINGS`); damaged part files are put aside and their models run again.
 """
 
 from __future__ import annotations
