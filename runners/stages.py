@@ -25,7 +25,10 @@ from model_configs import build
 from model_configs.grad_coverage import grad_coverage, watch_grad_mode
 from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
+from reports.errors import is_environment_error, safe_text
 from reports.schema import SkipReason, Stage, Status
+from runners import faults
+from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult
 from runners.signature import error_signature, op_in_message, short_message
@@ -265,7 +268,7 @@ def _check_close(what: str, expected: Any, actual: Any, ctx: StageContext) -> No
 def _classify(exc: BaseException) -> Status:
     if isinstance(exc, AccuracyError):
         return Status.FAIL_ACCURACY
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+    if out_of_memory(exc):  # the model's memory budget, or the device's memory, ran out
         return Status.OOM
     return Status.FAIL
 
@@ -358,6 +361,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
     error: BaseException | None = None
     with ctx.device.record_fallbacks() as log:
         try:
+            faults.inject_spec(f"stage:{runner.name.value}", ctx.spec)
             runner.run(ctx)
         except StageSkipped as exc:
             return StageResult(
@@ -367,6 +371,8 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
                 error_message=str(exc),
             )
         except Exception as exc:  # a model's failure is data, never an exception
+            if is_environment_error(exc):
+                raise  # the machine failed, not the model: the task is retried, no row
             error = exc
     duration = time.perf_counter() - start
     result = StageResult(
@@ -382,12 +388,16 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
         **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
     )
     if error is not None:
-        message = str(error) or repr(error)
+        message = safe_text(error) or type(error).__name__
         result.status = _classify(error).value
         result.error_type = type(error).__name__
         result.error_message = short_message(message)
         result.error_signature = error_signature(result.error_type, message)
-        result.failing_op = getattr(error, "op", None) or op_in_message(message)
+        try:  # an exception may name its op (strict mode's refused fallback)
+            op = getattr(error, "op", None)
+        except Exception:
+            op = None
+        result.failing_op = (op if isinstance(op, str) else None) or op_in_message(message)
         if isinstance(error, AccuracyError):
             result.max_abs_error = error.max_abs_error
     return result

@@ -35,6 +35,8 @@ SUPPORTED_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
 class FallbackDisallowed(DeviceError):
     """Strict mode: an op without a native kernel was called. `op` names it (`aten::x.overload`)."""
 
+    environment = False  # the model's own result (a `fail` naming the op), not the machine's
+
     def __init__(self, message: str | None = None, *, op: str, **fields: Any):
         super().__init__(
             message
