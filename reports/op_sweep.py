@@ -115,11 +115,17 @@ class OpSweepQuery:
         self._loaded: dict[str, tuple[Any, ...]] = {}
         self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._tables = False
+        self._runs_cache: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
 
     # ---- runs ----------------------------------------------------------------------------
 
     def runs(self) -> list[dict[str, Any]]:
         """One dict per op-sweep run (its latest state), newest first."""
+        files = self.store.part_files("op_runs")
+        infos = self.store.fs.get_file_info(files) if files else []
+        fp = tuple((i.path, i.mtime_ns or 0, i.size or 0) for i in infos)
+        if self._runs_cache is not None and self._runs_cache[0] == fp:
+            return [dict(r) for r in self._runs_cache[1]]
         rows = self.store.read("op_runs").to_pylist()
         latest: dict[str, dict[str, Any]] = {}
         for row in rows:
@@ -128,9 +134,11 @@ class OpSweepQuery:
                 latest[row["run_id"]] = row
         for row in latest.values():
             row["device_label"] = device_label(row.get("device"), row.get("device_emulated"))
-        return sorted(
+        ordered = sorted(
             latest.values(), key=lambda r: r["started_at"] or r["updated_at"], reverse=True
         )
+        self._runs_cache = (fp, ordered)
+        return [dict(r) for r in ordered]
 
     def run_info(self, run_id: str) -> dict[str, Any] | None:
         return next((r for r in self.runs() if r["run_id"] == run_id), None)
@@ -469,12 +477,12 @@ def op_run_for_model_run(
     info = q.run_info(model_run_id) or {}
     device = info.get("device")
     if device is None:
+        q.ensure_summaries([model_run_id])
         rows = q.fetch(
             "SELECT any_value(device) AS device, bool_or(device_emulated) AS emulated "
             "FROM model_runs WHERE run_id = $run",
             {"run": model_run_id},
         )
-        q.ensure_summaries([model_run_id])
         if rows:
             device = rows[0]["device"]
             info = {**info, "device_emulated": rows[0]["emulated"]}
@@ -577,52 +585,64 @@ def joined_ops(q: StoreQuery, model_run_id: str, op_run_id: str) -> dict[str, An
 
 def op_models(q: StoreQuery, model_run_id: str, op: str, *, limit: int = 500) -> dict[str, Any]:
     """The models of a run whose CPU fallbacks include `op` (any overload), with downloads."""
-    base = base_name(op)
+    return models_by_op(q, model_run_id, [base_name(op)], limit=limit)[base_name(op)]
+
+
+def models_by_op(
+    q: StoreQuery, model_run_id: str, ops: Sequence[str] | None = None, *, limit: int = 500
+) -> dict[str, dict[str, Any]]:
+    """For each base op (all of them when `ops` is None), the models of the run whose CPU
+    fallbacks include it, most downloaded first."""
     q.ensure_summaries([model_run_id])
     files = q.files(model_run_id)
     total = q.scalar(
         "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
         {"run": model_run_id},
     )
-    if not files.fallbacks:
-        return {
-            "run_id": model_run_id,
-            "models": [],
-            "total": 0,
-            "downloads": 0,
-            "downloads_share": None,
-        }
-    rows = q.fetch(
-        """
-        WITH f AS (
-          SELECT f.model_id, f.stage, f.op, f.count, f.source
-          FROM read_parquet($files, filename = true, union_by_name = true) f
-          JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
-            AND s.part_no = list_position($parts, parse_filename(f.filename))
-          WHERE regexp_replace(split_part(f.op, '.', 1), '([^_])_$', '\\1') = $op
-        )
-        SELECT f.model_id, any_value(m.downloads) AS downloads, any_value(m.outcome) AS outcome,
-          any_value(m.architecture) AS architecture, sum(f.count) AS calls,
-          list_sort(list_distinct(list(f.op))) AS overloads,
-          list_sort(list_distinct(list(f.stage))) AS stages
-        FROM f JOIN model_runs m ON m.run_id = $run AND m.model_id = f.model_id
-        GROUP BY f.model_id ORDER BY downloads DESC, f.model_id
-        """,
-        {
+    rows: list[dict[str, Any]] = []
+    if files.fallbacks:
+        params: dict[str, Any] = {
             "files": list(files.fallbacks),
             "run": model_run_id,
             "parts": q.summary_part_names(model_run_id),
-            "op": base,
-        },
-    )
-    downloads = sum(r["downloads"] or 0 for r in rows)
-    return {
-        "run_id": model_run_id,
-        "models": rows[:limit],
-        "total": len(rows),
-        "downloads": downloads,
-        "downloads_share": share(downloads, total),
-    }
+        }
+        where = ""
+        if ops is not None:
+            params["ops"] = list(ops)
+            where = "WHERE list_contains($ops, op)"
+        rows = q.fetch(
+            f"""
+            WITH f AS (
+              SELECT regexp_replace(split_part(f.op, '.', 1), '([^_])_$', '\\1') AS base,
+                f.model_id, f.stage, f.op, f.count
+              FROM read_parquet($files, filename = true, union_by_name = true) f
+              JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
+                AND s.part_no = list_position($parts, parse_filename(f.filename))
+            ),
+            g AS (
+              SELECT base AS op, f.model_id, any_value(m.downloads) AS downloads,
+                any_value(m.outcome) AS outcome, any_value(m.architecture) AS architecture,
+                sum(f.count) AS calls, list_sort(list_distinct(list(f.op))) AS overloads,
+                list_sort(list_distinct(list(f.stage))) AS stages
+              FROM f JOIN model_runs m ON m.run_id = $run AND m.model_id = f.model_id
+              GROUP BY base, f.model_id
+            )
+            SELECT * FROM g {where} ORDER BY op, downloads DESC, model_id
+            """,
+            params,
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        item = out.setdefault(r["op"], {"run_id": model_run_id, "models": [], "downloads": 0})
+        item["models"].append(r)
+        item["downloads"] += r["downloads"] or 0
+    for name in ops or []:
+        out.setdefault(name, {"run_id": model_run_id, "models": [], "downloads": 0})
+    for item in out.values():
+        item["total"] = len(item["models"])
+        item["models"] = item["models"][:limit]
+        item["downloads_share"] = share(item["downloads"], total)
+    return out
 
 
 def op_sweep_report(
@@ -697,3 +717,72 @@ def op_sweep_section_data(
     if op_run is None:
         return None
     return op_sweep_report(q, oq, op_run, model_run_id=model_run_id, top=top)
+
+
+OP_NAME_MAX = 200
+
+
+def valid_op_name(op: str) -> bool:
+    """ATen op names as the store spells them (`aten::add.out`, `kernel:histogram_cpu`)."""
+    return 0 < len(op) <= OP_NAME_MAX and all(c.isalnum() or c in "_:." for c in op)
+
+
+def op_page(
+    q: StoreQuery,
+    op: str,
+    *,
+    model_run_id: str | None = None,
+    op_run_id: str | None = None,
+    limit: int = 200,
+    models_of: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One ATen op: its OpInfo samples' results by dtype (op sweep) and the models whose CPU
+    fallbacks include it, with their downloads (model sweep)."""
+    base = base_name(op)
+    oq = op_query(q)
+    model_run = model_run_id or q.latest_run_id()
+    if model_run is not None:
+        op_run = op_run_for_model_run(q, model_run, op_run_id)
+    else:
+        op_run = oq.resolve(op_run_id)
+    info = (oq.run_info(op_run) if op_run else None) or {}
+    sweep = oq.op_samples(op_run, base, limit=limit) if op_run else None
+    if models_of is not None:
+        models: dict[str, Any] | None = models_of.get(base) or {
+            "run_id": model_run,
+            "models": [],
+            "downloads": 0,
+            "total": 0,
+            "downloads_share": None,
+        }
+    else:
+        models = op_models(q, model_run, base) if model_run else None
+    model_info = (q.run_info(model_run) if model_run else None) or {}
+    emulated = bool(info.get("device_emulated")) or bool(model_info.get("device_emulated"))
+    return {
+        "op": base,
+        "asked": op,
+        "model_run_id": model_run,
+        "op_run_id": op_run,
+        "op_run": info,
+        "device": info.get("device") or model_info.get("device"),
+        "device_emulated": emulated,
+        "device_label": info.get("device_label")
+        or device_label(model_info.get("device"), model_info.get("device_emulated")),
+        "sweep": sweep,
+        "models": models,
+        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"])),
+    }
+
+
+def op_table(q: StoreQuery, op_run_id: str) -> list[dict[str, Any]]:
+    """Every ATen op the op run dispatched, problems first, with its pass rate per dtype."""
+    oq = op_query(q)
+    per_dtype: dict[str, dict[str, Any]] = {}
+    for row in oq.summary(op_run_id):
+        per_dtype.setdefault(row["op"], {})[row["dtype"]] = row["pass_rate"]
+    ops = sorted(
+        oq.summary_by_op(op_run_id).values(),
+        key=lambda o: (VERDICT_ORDER.index(o["verdict"]), -o["samples"], o["op"]),
+    )
+    return [{**o, "pass_rate_by_dtype": per_dtype.get(o["op"], {})} for o in ops]
