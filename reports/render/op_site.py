@@ -64,3 +64,25 @@ def write_op_pages(
         )
         written.append(write(folder / op_file_name(name), html))
     return written
+
+
+def write_op_site(q: StoreQuery, data: dict[str, Any], out: str | Path) -> list[Path]:
+    """The op sweep alone as a static site (a store with no model run)."""
+    import datetime as dt
+
+    from reports.render.html_site import STYLE, _write, environment
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = {
+        "run_id": None,
+        "store": q.store.uri,
+        "op_sweep": data,
+        "denominators": {"device_label": data["denominators"]["device_label"]},
+    }
+    common = {
+        "report": report,
+        "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
+        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    return write_op_pages(q, report, folder, environment(), common, _write)
