@@ -184,7 +184,7 @@ def neuron_backend(gm: Any, example_inputs: Any) -> Any:
         _STATE["aot"] = aot_autograd(
             fw_compiler=_graph_compiler("forward"),
             bw_compiler=_graph_compiler("backward"),
-            decompositions=torch._decomp.core_aten_decompositions(),
+            decompositions=torch._decomp.core_aten_decompositions(),  # type: ignore[arg-type]
         )
     for report in _REPORTS:
         report.graph_count += 1
