@@ -262,3 +262,37 @@ def test_ray_driver(tmp_path: Path, ray_session) -> None:
     assert {r["opinfo"] for r in rows} == {"add", "sum", "softmax", "softmax.with_dtype"}
     assert all(r["worker"].startswith("ray:") for r in rows)
     assert {r["status"] for r in rows} <= {"pass", "skip"}
+
+
+def test_fallbacks_reported_after_the_block_are_charged_by_base_name() -> None:
+    """A device whose log fills only when the block ends (TorchNeuron's profiler events):
+    fallbacks go to the dispatched op of the same base name, or become ops of their own."""
+    import torch
+
+    from runners.devices.base import FallbackLog
+    from runners.op_sweep.check import DispatchRecorder, dispatched_rows
+
+    recorder = DispatchRecorder()
+    with recorder:
+        torch.ones(3).add(1).sum()
+    log = FallbackLog()
+    log.record("aten::add.out")
+    log.record("aten::_internal_helper", n=2)
+    recorder.attribute(log)
+    rows = {r["op"]: r for r in dispatched_rows(recorder, lambda op: op != "aten::add.Tensor")}
+    assert rows["aten::add.Tensor"]["execution"] == "fallback"
+    assert rows["aten::add.Tensor"]["fallbacks"] == ["aten::add.out"]
+    assert rows["aten::add.Tensor"]["native_lowering"] is False
+    assert rows["aten::sum"]["execution"] == "native"
+    assert rows["aten::_internal_helper"]["calls"] == 2
+
+
+def test_lowering_declarations_by_device() -> None:
+    from runners.devices import get_device
+    from runners.op_sweep.run import lowering_of
+
+    assert lowering_of(get_device("cpu"))("aten::anything") is True
+    neuron = get_device("neuron")
+    lowering = lowering_of(neuron)
+    assert lowering("aten::add.Tensor") is True  # in every bundled profile
+    assert lowering("aten::histc") is False

@@ -39,12 +39,12 @@ def lowering_of(device: Device) -> Lowering:
     """Whether `device` declares a native kernel for an ATen op: the device's own answer
     (`is_native`, e.g. the emulated device's profile), else, for a PrivateUse1 backend, its
     dispatch table; the CPU runs everything natively; None where nothing is declared."""
-    if device_type(device) == "cpu":
+    if device.name == "cpu":
         return lambda op: True
     is_native = getattr(device, "is_native", None)
     if callable(is_native):
         return functools.cache(lambda op: bool(is_native(op)))
-    if device_type(device) == torch._C._get_privateuse1_backend_name():
+    if device.name == torch._C._get_privateuse1_backend_name():
         from runners.devices.neuron import dispatch_entry
 
         return functools.cache(lambda op: dispatch_entry(op) == "kernel")
