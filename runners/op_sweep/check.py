@@ -36,10 +36,12 @@ class _Dispatched:
 class DispatchRecorder(TorchDispatchMode):
     """Every ATen op a block dispatches, and what fell back to the CPU while each one ran."""
 
-    def __init__(self, log: FallbackLog | None = None):
+    def __init__(self, log: FallbackLog | None = None, *, track_dtypes: bool = False):
         super().__init__()
         self.log = log
         self.ops: dict[str, _Dispatched] = {}
+        self.track_dtypes = track_dtypes
+        self.dtypes: dict[torch.dtype, None] = {}  # of every op's outputs, when tracked
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.name()
@@ -50,7 +52,12 @@ class DispatchRecorder(TorchDispatchMode):
         log = self.log
         before = {k: v.count for k, v in log.ops.items()} if log is not None else None
         try:
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if self.track_dtypes:
+                for x in tree_leaves(out):
+                    if isinstance(x, torch.Tensor):
+                        self.dtypes[x.dtype] = None
+            return out
         except BaseException:
             entry.failed = True
             raise
@@ -305,13 +312,14 @@ def check_sample(
     sample: Any,
     device: Device,
     *,
-    device_skip: Callable[[str], tuple[str, str] | None],
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
     on_row: Callable[[dict[str, Any]], None],
 ) -> None:
     """Compare one sample's forward (and backward, where it applies) on `device` with the CPU.
 
-    `device_skip(phase)` gives (OpSkipReason, detail) when the device declares it will not run
-    this sample. Each row goes to `on_row` as soon as it is known (forward before backward), so
+    `device_skip(phase, dtypes)` gives (OpSkipReason, detail) when the device declares it will
+    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample of
+    real tensors whose op computes in complex numbers needs complex support too). Each row goes to `on_row` as soon as it is known (forward before backward), so
     that a crash during the backward leaves the forward's row.
     """
     text = describe(sample)
@@ -322,7 +330,7 @@ def check_sample(
     # The CPU reference first: it decides whether there is anything to compare at all, and its
     # dispatched ops describe a sample the device skips.
     cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
-    cpu_fw = DispatchRecorder()
+    cpu_fw = DispatchRecorder(track_dtypes=True)
     _seed(ctx.seed)
     try:
         with cpu_fw:
@@ -349,7 +357,7 @@ def check_sample(
                 )
             )
         return
-    cpu_bw = DispatchRecorder()
+    cpu_bw = DispatchRecorder(track_dtypes=True)
     backward_ref: tuple[list[torch.Tensor], list[Any]] | None = None
     backward_skip = ctx.backward_skip
     if "backward" in phases:
@@ -376,7 +384,7 @@ def check_sample(
     expected_cpu = _to_cpu(expected)
 
     # ---- forward on the device
-    skip = device_skip("forward")
+    skip = device_skip("forward", list(cpu_fw.dtypes))
     if skip is not None:
         on_row(
             _finish(
@@ -394,7 +402,7 @@ def check_sample(
             )
         )
         if "backward" in phases:
-            bw_skip = device_skip("backward") or skip
+            bw_skip = device_skip("backward", list(cpu_bw.dtypes)) or skip
             on_row(
                 _finish(
                     _row(
@@ -469,7 +477,7 @@ def check_sample(
 
     # ---- backward on the device
     start = time.perf_counter()
-    skip = backward_skip or device_skip("backward")
+    skip = backward_skip or device_skip("backward", list(cpu_bw.dtypes))
     if skip is not None:
         on_row(
             _finish(

@@ -57,17 +57,27 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def device_skip_for(
     decl: DeviceDeclarations, unit: Unit, dtype: str, tensor_dtypes: list[torch.dtype]
-) -> Callable[[str], tuple[str, str] | None]:
-    unsupported = [
-        (name, why)
-        for name in (_dtype_name(d) for d in tensor_dtypes)
-        if (why := decl.unsupported_dtype(name))
-    ]
+) -> Callable[[str, list[torch.dtype]], tuple[str, str] | None]:
+    """The device's verdict for one sample: a tensor of a dtype it declares unsupported, in the
+    sample or produced by its ops on the CPU (`produced`), or the device's own skip list."""
 
-    def skip(phase: str) -> tuple[str, str] | None:
-        if unsupported:
-            name, why = unsupported[0]
-            return OpSkipReason.DEVICE_UNSUPPORTED_FEATURE.value, f"{why} (a {name} tensor)"
+    def unsupported(dtypes: list[torch.dtype]) -> tuple[str, str] | None:
+        for name in (_dtype_name(d) for d in dtypes):
+            why = decl.unsupported_dtype(name)
+            if why:
+                return name, why
+        return None
+
+    given = unsupported(tensor_dtypes)
+
+    def skip(phase: str, produced: list[torch.dtype]) -> tuple[str, str] | None:
+        found = given
+        where = "tensor"
+        if found is None:
+            found, where = unsupported(produced), "tensor computed on the way"
+        if found is not None:
+            name, why = found
+            return OpSkipReason.DEVICE_UNSUPPORTED_FEATURE.value, f"{why} (a {name} {where})"
         why_declared = decl.skip_for(unit.key, unit.name, dtype, phase)
         if why_declared:
             return OpSkipReason.DEVICE_DECLARED.value, why_declared
