@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from reports.schema import OpExecution, OpSkipReason, OpStatus
 from runners.devices.base import Device, FallbackLog
@@ -126,14 +126,23 @@ def _to(device: torch.device) -> Callable[[Any], Any]:
     return move
 
 
-def moved(sample: Any, device: torch.device) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """The sample's (input, args, kwargs) as fresh leaves on `device`; a `device=` keyword
-    (factory functions) is pointed at `device` too."""
-    out = sample.transform(_to(device))
-    kwargs = dict(out.kwargs)
+def moved(
+    sample: Any, device: torch.device, host_only: frozenset[int] = frozenset()
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The sample's (input, args, kwargs) as fresh leaves on `device`, except the tensors the
+    OpInfo keeps on the CPU whatever the device (`tensor_split`'s index tensor); a `device=`
+    keyword (factory functions) is pointed at `device` too."""
+    leaves, spec = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    move, stay = _to(device), _to(torch.device("cpu"))
+    with torch.no_grad():
+        leaves = [
+            (stay if i in host_only else move)(x) if isinstance(x, torch.Tensor) else x
+            for i, x in enumerate(leaves)
+        ]
+    inp, args, kwargs = tree_unflatten(leaves, spec)
     if "device" in kwargs and kwargs["device"] is not None:
         kwargs["device"] = device
-    return out.input, tuple(out.args), kwargs
+    return inp, tuple(args), kwargs
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
@@ -313,6 +322,7 @@ def check_sample(
     device: Device,
     *,
     device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    host_only: frozenset[int] = frozenset(),
     on_row: Callable[[dict[str, Any]], None],
 ) -> None:
     """Compare one sample's forward (and backward, where it applies) on `device` with the CPU.
@@ -420,7 +430,7 @@ def check_sample(
             )
         return
     dev = device.torch_device
-    d_input, d_args, d_kwargs = moved(sample, dev)
+    d_input, d_args, d_kwargs = moved(sample, dev, host_only)
     fw = DispatchRecorder()
     actual: Any = None
     forward_ok = False
@@ -559,12 +569,46 @@ def check_sample(
 
 def iter_samples(
     op: Any, dtype: torch.dtype, *, inputs: str, requires_grad: bool, seed: int
-) -> Iterator[Any]:
+) -> Iterator[tuple[Any, frozenset[int]]]:
     """The OpInfo's samples on the CPU, in a fixed order for a fixed seed (a restarted process
-    regenerates the same list and skips what was done)."""
+    regenerates the same list and skips what was done), each with the positions of the tensors
+    it keeps on the CPU whatever the device."""
     import random
 
     _seed(seed)
     random.seed(seed)
     source = op.reference_inputs if inputs == "reference" else op.sample_inputs
-    yield from source("cpu", dtype, requires_grad=requires_grad)
+    # The same generator on the meta device, in step, tells which tensors the OpInfo makes on
+    # the CPU whatever the device it is asked for; the host RNG is restored around each step so
+    # the CPU samples are those of a plain run.
+    probe: Iterator[Any] | None = None
+    try:
+        probe = iter(source("meta", dtype, requires_grad=False))
+    except Exception:
+        probe = None
+    for sample in source("cpu", dtype, requires_grad=requires_grad):
+        if probe is not None:
+            state = torch.random.get_rng_state()
+            py_state = random.getstate()
+            try:
+                host_only = _host_only(sample, next(probe))
+            except Exception:  # value-dependent generators cannot run on meta: move all
+                probe, host_only = None, frozenset()
+            finally:
+                torch.random.set_rng_state(state)
+                random.setstate(py_state)
+        else:
+            host_only = frozenset()
+        yield sample, host_only
+
+
+def _host_only(sample: Any, twin: Any) -> frozenset[int]:
+    leaves = tree_leaves((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    meta = tree_leaves((twin.input, tuple(twin.args), dict(twin.kwargs)))
+    if len(leaves) != len(meta):
+        return frozenset()
+    return frozenset(
+        i
+        for i, (a, b) in enumerate(zip(leaves, meta, strict=True))
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.device.type == "cpu"
+    )

@@ -181,11 +181,11 @@ def _sweep_dtype(
         samples = iter_samples(
             op, tdtype, inputs=opts.inputs, requires_grad=app.backward is None, seed=opts.seed
         )
-        for index, sample in enumerate(samples):
+        for index, (sample, host_only) in enumerate(samples):
             if index < first_sample:
                 continue
             send(("sample", {"index": index, "phases": phases, "sample": describe(sample)}))
-            _check_one(ctx, index, sample, device, decl, unit, dtype, phases, send)
+            _check_one(ctx, index, sample, host_only, device, decl, unit, dtype, phases, send)
     except Exception as exc:  # the OpInfo's own sample generator raised on the CPU
         detail = (
             f"PyTorch's sample generator for {unit.key} raised after {index + 1} samples: "
@@ -210,6 +210,7 @@ def _check_one(
     ctx: SampleContext,
     index: int,
     sample: Any,
+    host_only: frozenset[int],
     device: Device,
     decl: DeviceDeclarations,
     unit: Unit,
@@ -225,7 +226,9 @@ def _check_one(
 
     skip = device_skip_for(decl, unit, dtype, sample_dtypes(sample))
     try:
-        check_sample(ctx, index, sample, device, device_skip=skip, on_row=on_row)
+        check_sample(
+            ctx, index, sample, device, device_skip=skip, host_only=host_only, on_row=on_row
+        )
     except Exception as exc:  # outside the op itself (moving the sample, reading results)
         message = str(exc)
         for phase in [p for p in phases if p not in sent]:
