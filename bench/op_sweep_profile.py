@@ -99,9 +99,7 @@ def main() -> None:
         "compare": _cumulative(stats, check, "compare"),
         "move": _cumulative(stats, check, "moved") + _cumulative(stats, check, "_to_cpu"),
         "dispatched ops (device and CPU)": _cumulative(stats, check, "__torch_dispatch__"),
-        "check_sample (all of a sample but generation)": _cumulative(
-            stats, check, "check_sample"
-        ),
+        "check_sample (all of a sample but generation)": _cumulative(stats, check, "check_sample"),
     }
     for name, seconds in parts.items():
         print(f"  {name:48s} {seconds:7.2f} s  {100 * seconds / wall:5.1f}%")

@@ -35,12 +35,26 @@ def device_type(device: Device) -> str:
     return device.torch_device.type
 
 
+# A device's class of an op -> whether it has a native lowering (a conditional op has one for
+# some inputs; an op routed to the CPU on purpose has none).
+_LOWERED = {
+    "native": True,
+    "view": True,
+    "conditional": True,
+    "routed_to_cpu": False,
+    "fallback": False,
+}
+
+
 def lowering_of(device: Device) -> Lowering:
     """Whether `device` declares a native kernel for an ATen op: the device's own answer
-    (`is_native`, e.g. the emulated device's profile), else, for a PrivateUse1 backend, its
+    (`classify` or `is_native`, e.g. the emulated device's profile), else, for a PrivateUse1 backend, its
     dispatch table; the CPU runs everything natively; None where nothing is declared."""
     if device.name == "cpu":
         return lambda op: True
+    classify = getattr(device, "classify", None)  # native / view / routed / conditional / fallback
+    if callable(classify):
+        return functools.cache(lambda op: _LOWERED.get(str(classify(op))))
     is_native = getattr(device, "is_native", None)
     if callable(is_native):
         return functools.cache(lambda op: bool(is_native(op)))
