@@ -170,8 +170,6 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("config_source", pa.string(), nullable=False),
         pa.field("config_hash", pa.string()),
         pa.field("shrunk_config_hash", pa.string()),
-        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
-        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
         pa.field("param_count", pa.int64()),
         pa.field("device", pa.string(), nullable=False),
         pa.field("device_emulated", pa.bool_(), nullable=False),
@@ -216,6 +214,20 @@ FALLBACKS_SCHEMA = pa.schema(
         pa.field("bytes_d2h", pa.int64()),
         pa.field("source", pa.string(), nullable=False),  # FallbackSource
         pa.field("downloads", pa.int64()),  # copied from the model row, for ranking ops
+    ]
+)
+
+# What a dedup group shares, stored once per run and (original, shrunk) config pair instead of
+# on every stage row of every member; readers join it back on both hashes.
+CONFIGS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string()),  # the original (full-size) config
+        pa.field("shrunk_config_hash", pa.string(), nullable=False),
+        pa.field("library", pa.string()),
+        pa.field("architecture", pa.string()),
+        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
+        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
     ]
 )
 
@@ -349,11 +361,24 @@ OP_RUNS_SCHEMA = pa.schema(
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
+    "configs": CONFIGS_SCHEMA,
     "runs": RUNS_SCHEMA,
     "ops": OPS_SCHEMA,
     "op_summary": OP_SUMMARY_SCHEMA,
     "op_runs": OP_RUNS_SCHEMA,
 }
+
+
+# Free text and JSON: nothing filters on them, and Parquet's min/max statistics of long strings
+# would sit in every part file's footer (measured: a third of a small configs part).
+FREE_TEXT_COLUMNS = frozenset(
+    {"error_message", "error_signature", "shrink_changes", "shrunk_config", "command", "worker"}
+)
+
+
+def statistics_columns(table: str) -> list[str]:
+    """The columns whose Parquet statistics are written (what filters are pushed down on)."""
+    return [n for n in TABLES[table].names if n not in FREE_TEXT_COLUMNS]
 
 
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:

@@ -6,12 +6,14 @@ segfault, the OOM killer), that stage is `crash` (or `oom` for an out-of-memory 
 stages are `not_run`. The parent process never runs model code itself.
 
 On Linux the child is forked from a parent that imported torch and the model libraries but ran
-no op, so a child starts in milliseconds; elsewhere it is spawned.
+no op, so a child starts in milliseconds; elsewhere it is spawned. Before its first fork the
+parent also imports, once, what every child would otherwise import again (`warm_parent`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -26,8 +28,66 @@ from runners.outcome import ModelOutcome, StageResult, failed_before, ordered
 _SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and "_" not in n}
 
 
+_WARM = False  # whether this process has warmed itself for its forks
+
+
+def warm_parent() -> None:
+    """Import once in this (parent) process what each forked child would otherwise import
+    again: torch, the model libraries, and the compile stack (Dynamo looks up its backends by
+    importing every one of them, about half a second). Imports only: the device itself is set
+    up in each child, since registering a PrivateUse1 backend in the parent breaks autograd in
+    forked children, and a real accelerator's runtime does not survive a fork.
+    `HFSWEEP_WARM_PARENT=0` leaves every child to import for itself (benches compare the two)."""
+    global _WARM
+    if _WARM or _context().get_start_method() != "fork":
+        return
+    if os.environ.get("HFSWEEP_WARM_PARENT", "1") == "0":
+        import runners.stages  # noqa: F401  (what the parent always imported before)
+
+        return
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
+    from torch._dynamo.backends.registry import list_backends
+
+    import runners.neuron_compile  # noqa: F401
+    import runners.stages  # noqa: F401  (torch and the model libraries)
+
+    list_backends(exclude_tags=())
+    for name in _COMPILE_IMPORTS:  # what a first compile imports (measured: about 0.7 s)
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    import torch._decomp
+
+    # the decomposition table the neuron backend (and export) build on first use, from the
+    # dispatcher's registrations (cached per process; about 0.3 s): Python objects, no op
+    torch._decomp.core_aten_decompositions()
+    _WARM = True
+
+
+# Modules the compile stage imports on its first use in a process (torch 2.14), found by
+# comparing sys.modules before and after compiling models in a fresh child.
+_COMPILE_IMPORTS = (
+    "sympy.combinatorics",
+    "sympy.tensor.tensor",
+    "torch._dynamo.repro.after_aot",
+    "torch._export.db",
+    "torch._export.passes.add_runtime_assertions_for_constraints_pass",
+    "torch._export.passes.collect_tracepoints_pass",
+    "torch._functorch._activation_checkpointing.remat_using_tags_for_fwd_loss_bwd_graph_pass",
+    "torch._higher_order_ops.passes.inline_invoke_subgraph",
+    "torch._inductor.debug",
+    "torch._inductor.fx_passes.dedupe_symint_uses",
+    "torch._subclasses.schema_check_mode",
+    "torch.export._trace",
+    "torch.export._unlift",
+    "torch.fx.experimental.validator",
+    "torch.fx.passes.infra.partitioner",
+    "torch.fx.passes.utils.fuser_utils",
+)
+
+
 def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
     try:
+        started = time.perf_counter()
         import faulthandler
 
         faulthandler.disable()  # a crash is reported as a row, not as a dump on stderr
@@ -40,10 +100,15 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
         options = kwargs.pop("device_options", {}) or {}
         device = get_device(kwargs.pop("device"), **options)
         device.setup()
-        outcome = run_model(
-            spec, device=device, on_stage=lambda r: conn.send(("stage", r)), **kwargs
+        setup_s = time.perf_counter() - started
+        outcome = run_model(  # the process exits next: nothing to release
+            spec,
+            device=device,
+            on_stage=lambda r: conn.send(("stage", r)),
+            release_memory=False,
+            **kwargs,
         )
-        conn.send(("done", outcome.param_count))
+        conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows
         with contextlib.suppress(Exception):
             conn.send(("error", (type(exc).__name__, str(exc))))
@@ -72,6 +137,7 @@ def run_isolated(
 ) -> ModelOutcome:
     """Run `spec` in a child process; always returns one StageResult per requested stage."""
     order = ordered(stages or list(Stage))
+    warm_parent()
     ctx = _context()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
@@ -89,6 +155,7 @@ def run_isolated(
     child_conn.close()
     results: list[StageResult] = []
     param_count: int | None = None
+    setup_s: float | None = None
     finished = False
     child_error: tuple[str, str] | None = None
     timed_out = False
@@ -114,7 +181,7 @@ def run_isolated(
             if kind == "stage":
                 results.append(payload)
             elif kind == "done":
-                param_count, finished = payload, True
+                (param_count, setup_s), finished = payload, True
                 break
             elif kind == "error":
                 child_error = payload
@@ -124,9 +191,12 @@ def run_isolated(
             proc.kill()
         proc.join(5)
         parent_conn.close()
-    if finished and len(results) == len(order):
-        return ModelOutcome(stages=results, param_count=param_count)
     elapsed = time.monotonic() - start
+    timings = {"child_s": elapsed, "stages_s": sum(r.duration_s or 0.0 for r in results)}
+    if setup_s is not None:
+        timings["setup_s"] = setup_s
+    if finished and len(results) == len(order):
+        return ModelOutcome(stages=results, param_count=param_count, timings=timings)
     rest = order[len(results) :]
     if timed_out:
         tail = failed_before(
@@ -148,4 +218,4 @@ def run_isolated(
         else:
             status, message = Status.CRASH, f"the process running {rest[0].value} exited ({code})"
         tail = failed_before(rest, status, "WorkerCrashed", message, duration_s=elapsed)
-    return ModelOutcome(stages=results + tail.stages, param_count=param_count)
+    return ModelOutcome(stages=results + tail.stages, param_count=param_count, timings=timings)

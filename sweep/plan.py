@@ -3,41 +3,61 @@
 Every entry asked for ends up in exactly one of: a `Planned` with a decided outcome (a skip, or a
 load failure of the shrinker), or a member of a `Task` (one per unique shrunk config), whose one
 run answers for all its members.
+
+Planning runs where the models run: `plan_batch` is the body of a plan task on a worker (or in
+the driver with `--local`); it returns slim `Planned`s (no full-size config) so that what crosses
+back to the driver is small. Grouping happens in the driver, as plans arrive (`sweep.ledger`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, HubError
-from reports.schema import Stage, Status
+from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 
 
 @dataclass
 class Planned:
-    """One catalog entry after planning."""
+    """One catalog entry after planning.
+
+    `config_source` / `config_hash` / `library` / `model_type` describe the resolved full-size
+    config; `resolved` holds that config itself only where it is needed (`hfsweep check`) and is
+    dropped (`slim`) before a plan crosses back to the driver.
+    """
 
     entry: CatalogEntry
     resolved: ResolvedConfig | None = None
     spec: TinySpec | None = None
     outcome: ModelOutcome | None = None  # decided without running (skip / shrink failure)
+    config_source: str = ConfigSource.NONE.value
+    config_hash: str | None = None
+    library: str | None = None
+    model_type: str | None = None
+
+    def slim(self) -> Planned:
+        return replace(self, resolved=None)
+
+    @property
+    def shrunk_hash(self) -> str | None:
+        return self.spec.hash if self.spec is not None else None
 
 
 @dataclass
 class Task:
-    """One unique tiny model to run; `members` all share its result."""
+    """One unique tiny model to run; `members` all share its result (the first is the lead)."""
 
     spec: TinySpec
     members: list[Planned] = field(default_factory=list)
+    key: str = ""  # the dedup key: the shrunk config's hash (or, without dedup, the model id)
 
-    @property
-    def key(self) -> str:
-        return self.spec.hash
+    def __post_init__(self) -> None:
+        self.key = self.key or self.spec.hash
 
     @property
     def lead(self) -> Planned:
@@ -59,6 +79,7 @@ def plan_entry(
     try:
         if planned.resolved is None:
             planned.resolved = resolve_entry(entry, config_dir=config_dir)
+        _describe(planned, planned.resolved)
         arch = entry.architectures_hint[0] if entry.architectures_hint else None
         planned.spec = shrink(
             planned.resolved, architecture_hint=arch, pipeline_tag=entry.pipeline_tag
@@ -70,6 +91,25 @@ def plan_entry(
     except Exception as exc:  # the shrinker failed: the model could not be loaded
         planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, str(exc))
     return planned
+
+
+def _describe(planned: Planned, resolved: ResolvedConfig) -> None:
+    planned.config_source = resolved.source
+    planned.config_hash = resolved.hash
+    planned.library = resolved.library
+    planned.model_type = resolved.model_type
+
+
+def plan_batch(
+    entries: Sequence[CatalogEntry], stages: list[Stage] | list[str], config_dir: str | None
+) -> list[Planned]:
+    """The body of one plan task: plan each entry, in order, and keep what the driver needs."""
+    from runners.run_model import quiet_libraries
+
+    quiet_libraries()  # the libraries' per-config advice would drown the progress
+    order = [Stage(s) for s in stages]
+    folder = Path(config_dir) if config_dir else None
+    return [plan_entry(e, order, config_dir=folder).slim() for e in entries]
 
 
 def group_tasks(planned: Iterable[Planned]) -> list[Task]:
@@ -89,9 +129,10 @@ def plan_entries(
     config_dir: Path | None = None,
     on_planned: Callable[[Planned], None] | None = None,
 ) -> list[Planned]:
+    """Plan entries one by one in this process (benches, tests, `hfsweep check`)."""
     from runners.run_model import quiet_libraries
 
-    quiet_libraries()  # the libraries' per-config advice would drown the progress
+    quiet_libraries()
     out = []
     for entry in entries:
         planned = plan_entry(entry, stages, config_dir=config_dir)
@@ -103,3 +144,7 @@ def plan_entries(
 
 def changes_json(spec: TinySpec | None) -> str | None:
     return None if spec is None else json.dumps(spec.changes, sort_keys=True, default=str)
+
+
+def config_json(spec: TinySpec | None) -> str | None:
+    return None if spec is None else json.dumps(spec.config, sort_keys=True, default=str)
