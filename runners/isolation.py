@@ -6,7 +6,9 @@ segfault, the OOM killer), that stage is `crash` (or `oom` for an out-of-memory 
 stages are `not_run`. The parent process never runs model code itself.
 
 On Linux the child is forked from a parent that imported torch and the model libraries but ran
-no op, so a child starts in milliseconds; elsewhere it is spawned.
+no op, so a child starts in milliseconds; elsewhere it is spawned. It is spawned on Linux too
+when the device needs an environment variable that the parent's torch never read (it loaded
+before the variable was set: MPS's CPU fallback switch).
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def run_isolated(
 ) -> ModelOutcome:
     """Run `spec` in a child process; always returns one StageResult per requested stage."""
     order = ordered(stages or list(Stage))
-    ctx = _context()
+    from runners.devices import prepare_process_env
+
+    fresh = prepare_process_env(device, device_options)
+    ctx = mp.get_context("spawn") if fresh else _context()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
         "device": device,

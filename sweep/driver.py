@@ -150,6 +150,9 @@ def run_sweep(config: RunConfig) -> RunSummary:
     catalog = load_catalog(config.catalog)
     entries = select_entries(catalog, config)
     device = get_device(config.device, **config.device_options)  # unknown name: UsageError
+    from runners.devices.preflight import check_device
+
+    check_device(config.device, config.device_options)  # a broken device: one DeviceError
     store = Store(config.store)
     run_id = check_run_id(config.run_id) if config.run_id else new_run_id()
     previous = store.run(run_id)

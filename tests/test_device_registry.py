@@ -13,7 +13,7 @@ from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice
 from runners.devices.mps import fallbacks_from_warnings
 from runners.devices.neuron import dispatch_entry, fallbacks_from_events
-from runners.devices.profiles import BUNDLED, base_name, load_profile
+from runners.devices.profiles import BUNDLED, DEFAULT_PROFILE, base_name, load_profile
 from tests.neuron_support import forked
 
 
@@ -45,14 +45,23 @@ def test_cuda_device_runs_and_reports_memory() -> None:
     assert (device.peak_memory_bytes() or 0) > 0
 
 
-def test_default_profile_is_the_union_of_the_bundled_lists() -> None:
-    union = load_profile()
+def test_bundled_profiles() -> None:
+    """The default is TorchNeuron's registrations (snapshot of 2026-04-21); the Torch-MLIR and
+    torch_xla lowering lists stay selectable, with the device's rules."""
+    default = load_profile()
+    assert default.name == "torchneuron-2026-04-21" == DEFAULT_PROFILE
+    assert default.exact and len(default.ops) == 400
+    assert load_profile("torchneuron") == default
+    assert len(default.views) == 37 and len(default.routed_to_cpu) == 14
+    union = load_profile("torch-mlir")
     direct = load_profile("torch-mlir-stablehlo-direct")
     decomposed = load_profile("torch-mlir-decomposed")
     assert union.ops == direct.ops | decomposed.ops
     assert len(direct.ops) == 165 and len(decomposed.ops) == 209
-    assert union.hash == load_profile("torch-mlir").hash != direct.hash
+    assert not union.exact and union.views == default.views
+    assert union.hash == load_profile("torch-mlir").hash != direct.hash != default.hash
     assert set(BUNDLED) == {
+        "torchneuron-2026-04-21",
         "torch-mlir",
         "torch-mlir-stablehlo-direct",
         "torch-mlir-decomposed",
@@ -67,7 +76,10 @@ def test_base_name_matching() -> None:
     assert base_name("aten::add_.Tensor") == "aten::add"
     assert base_name("aten::pow.Tensor_Scalar_out") == "aten::pow"
     assert base_name("aten::__and__.Tensor") == "aten::__and__"
-    assert load_profile().is_native("aten::mm.out")
+    assert load_profile("torch-mlir").is_native("aten::mm.out")
+    snapshot = load_profile()
+    assert snapshot.is_native("aten::mm.out") and snapshot.is_native("aten::mm")
+    assert not snapshot.is_native("aten::sort.values_stable")  # exact: sort is not registered
 
 
 def test_mps_warning_parser() -> None:
@@ -102,7 +114,9 @@ def test_profiler_fallback_parser() -> None:
 @forked
 def test_dispatch_table_check_on_the_emulated_backend() -> None:
     get_device("neuron-emulated").setup()
-    assert dispatch_entry("aten::sin.out") == "fallback"
+    # the emulator registers a kernel for every op TorchNeuron registers, as TorchNeuron does
+    assert dispatch_entry("aten::sin.out") == "kernel"
+    assert dispatch_entry("aten::digamma.out") == "fallback"
     assert dispatch_entry("aten::empty_strided") == "kernel"
     assert dispatch_entry("aten::no_such_op") is None
 
@@ -119,44 +133,3 @@ def test_default_device_records_compile_fallbacks_only() -> None:
     with collecting(outer):
         pass
     assert not active_fallback_logs()
-
-
-def test_real_neuron_chosen_when_torch_neuronx_imports(tmp_path) -> None:
-    """With a (stand-in) torch_neuronx importable, `neuron` is the real device, and a profiler
-    op event with an `aten::_to_cpu` child comes out as that op's CPU fallback."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    from tests.conftest import ROOT
-
-    package = tmp_path / "torch_neuronx"
-    package.mkdir()
-    (package / "__init__.py").write_text("__version__ = '0.0-test'\n")
-    code = textwrap.dedent(
-        """
-        import os
-        import torch
-        from torch.profiler import record_function
-        from runners.devices import get_device
-        from runners.devices.neuron import RealNeuronDevice
-        device = get_device("neuron")
-        assert isinstance(device, RealNeuronDevice) and not device.emulated
-        device.setup()
-        assert os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "0"
-        with device.record_fallbacks() as log:
-            with record_function("aten::digamma"):  # what cpu_fallback looks like to the profiler
-                with record_function("aten::_to_cpu"):
-                    torch.ones(2).cpu()
-            torch.ones(3).sin()
-        print(dict((op, e.count) for op, e in log.ops.items()))
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    env.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "{'aten::digamma': 1}"
