@@ -60,6 +60,16 @@ def _context() -> Any:
     return mp.get_context("spawn")
 
 
+def _context_for(device: str, device_options: dict[str, Any] | None) -> Any:
+    """Fork, unless the device needs an environment variable this process's torch never read
+    (then a fresh interpreter, which imports torch after it is set)."""
+    from runners.devices import prepare_process_env
+
+    if prepare_process_env(device, device_options):
+        return mp.get_context("spawn")
+    return _context()
+
+
 def run_isolated(
     spec: TinySpec,
     *,
@@ -74,10 +84,7 @@ def run_isolated(
 ) -> ModelOutcome:
     """Run `spec` in a child process; always returns one StageResult per requested stage."""
     order = ordered(stages or list(Stage))
-    from runners.devices import prepare_process_env
-
-    fresh = prepare_process_env(device, device_options)
-    ctx = mp.get_context("spawn") if fresh else _context()
+    ctx = _context_for(device, device_options)
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
         "device": device,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +18,7 @@ from runners.devices.cpu import CpuDevice
 from runners.devices.mps import fallbacks_from_warnings
 from runners.devices.neuron import dispatch_entry, fallbacks_from_events
 from runners.devices.profiles import BUNDLED, DEFAULT_PROFILE, base_name, load_profile
+from tests.conftest import ROOT
 from tests.neuron_support import forked
 
 
@@ -133,3 +138,57 @@ def test_default_device_records_compile_fallbacks_only() -> None:
     with collecting(outer):
         pass
     assert not active_fallback_logs()
+
+
+def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
+    """PyTorch reads PYTORCH_ENABLE_MPS_FALLBACK once, when torch loads: the registry names it,
+    a process that imported torch first runs its models in fresh interpreters, and the MPS
+    device refuses to start without it (instead of recording fallbacks that never happen)."""
+    from runners import devices
+    from runners.devices.mps import FALLBACK_ENV, MpsDevice
+    from runners.isolation import _context_for
+
+    assert devices.process_env("mps") == {FALLBACK_ENV: "1"}
+    assert devices.process_env("mps", {"strict": True}) == {}
+    assert devices.process_env("cpu") == {}
+    monkeypatch.delenv(FALLBACK_ENV, raising=False)
+    with pytest.raises(DeviceError, match="before torch was imported"):
+        MpsDevice().setup()
+    MpsDevice(strict=True).setup()  # strict: ops without a kernel raise, as PyTorch does
+    monkeypatch.setattr(devices, "_SET_AFTER_TORCH", set())
+    monkeypatch.setitem(devices.PROCESS_ENV, "cpu", {"HFSWEEP_TEST_BEFORE_TORCH": "1"})
+    monkeypatch.delenv("HFSWEEP_TEST_BEFORE_TORCH", raising=False)
+    assert _context_for("cpu", {}).get_start_method() == "spawn"  # torch is loaded here
+    assert os.environ["HFSWEEP_TEST_BEFORE_TORCH"] == "1"  # inherited by what starts now
+    monkeypatch.delitem(devices.PROCESS_ENV, "cpu")
+    assert _context_for("cpu", {}).get_start_method() == "fork"
+
+
+def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from runners.devices import prepare_process_env
+        assert "torch" not in sys.modules
+        print(prepare_process_env("mps"), os.environ["PYTORCH_ENABLE_MPS_FALLBACK"])
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "1"]
+
+
+def test_device_check_before_a_sweep(tmp_path) -> None:
+    """One check in a fresh interpreter: the device set up, one op and its backward."""
+    from runners.devices.preflight import check_device
+
+    report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
+    assert report.device == "neuron" and report.emulated
+    assert report.profile == "torch-mlir" and report.compile_mode == "eager"
+    assert check_device("cpu").emulated is False
+    with pytest.raises(DeviceError, match="cannot run models") as info:
+        check_device("neuron", {"compile_mode": "lazy"})
+    assert info.value.hint

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from reports.errors import DeviceError
-from runners.devices.base import Device, FallbackDisallowed, FallbackLog, collecting
+from runners.devices.base import Device, FallbackDisallowed, FallbackLog
 from runners.devices.neuron_emulated import SUPPORTED_DTYPES, NeuronEmulatedDevice
 from runners.devices.profiles import DeviceProfile, load_profile
 
@@ -202,19 +202,19 @@ class RealNeuronDevice(Device):
         module = self.module
         if module is not None:
             module.clear_op_tracking()
-        with collecting(FallbackLog()) as log:
-            prof = profile(activities=[ProfilerActivity.CPU])
-            try:
-                with prof:
-                    yield log
-            finally:
-                counts = fallbacks_from_events(prof.events())
-                ops = list(module.get_fallback_ops()) if module is not None else list(counts)
-                for op in ops:
-                    log.record(op, n=max(1, counts.get(op, 0)))
-                if module is not None:
-                    for op in module.get_executed_ops():
-                        log.executed[op] = log.executed.get(op, 0) + 1
+        log = FallbackLog()  # filled from TorchNeuron's own tracking, not by the emulator
+        prof = profile(activities=[ProfilerActivity.CPU])
+        try:
+            with prof:
+                yield log
+        finally:
+            counts = fallbacks_from_events(prof.events())
+            ops = list(module.get_fallback_ops()) if module is not None else list(counts)
+            for op in ops:
+                log.record(op, n=max(1, counts.get(op, 0)))
+            if module is not None:
+                for op in module.get_executed_ops():
+                    log.executed[op] = log.executed.get(op, 0) + 1
 
     def fallback_error(self, log: FallbackLog) -> Exception | None:
         if not self.strict or not log.ops:

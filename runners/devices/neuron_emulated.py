@@ -415,6 +415,15 @@ class _HostCall:
         )
 
 
+_OBSERVERS: list[Any] = []
+
+
+def observe_ops(callback: Any) -> None:
+    """Call `callback(op, native)` for every op the device runs (a package built on this
+    emulator, such as the tests' stand-in `torch_neuronx`, tracks ops with it)."""
+    _OBSERVERS.append(callback)
+
+
 # Host implementations of ops PyTorch has no CPU kernel for (used when they run natively).
 _HOST_IMPLS: dict[str, Any] = {
     neuron_rules.SDPA_OVERRIDEABLE: neuron_attention.attention_forward,
@@ -466,6 +475,8 @@ def _execute(
         elif key in kwargs:
             call.sync_mutated(kwargs[key], host_kwargs[key])
     out = call.from_host(result)
+    for observer in _OBSERVERS:
+        observer(info.name, native)
     for log in active_fallback_logs():
         log.classes[info.name] = op_class.value
         if native:
