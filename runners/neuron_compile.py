@@ -333,9 +333,55 @@ def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
             ops=ops,
             device=BACKEND_NAME,
         )
-    # eager: the graph runs op by op on the device; partition: the lowerable partitions would be
-    # compiled and the rest run on the CPU. Either way the emulator runs the ATen graph itself.
-    return make_boxed_func(gm.forward)
+    if unlowerable and mode == "eager":
+        return make_boxed_func(gm.forward)  # TorchNeuron reruns the GraphModule op by op
+    return make_boxed_func(_CompiledGraph(gm).run)
+
+
+def _traced_strides(val: Any) -> tuple[int, ...] | None:
+    strides = getattr(val, "stride", None)
+    if not callable(strides):
+        return None
+    try:
+        return tuple(int(s) for s in strides())
+    except (TypeError, ValueError, RuntimeError):  # symbolic strides
+        return None
+
+
+class _CompiledGraph:
+    """How the emulator runs a graph its compiler lowered (or, in mode partition, the graph
+    around the partitions it would lower): op by op on the device, each result laid out as
+    the trace recorded it. A compiled graph's layouts are the compiler's; the eager kernels
+    may stride a size-1 dimension differently from the trace's fake tensors, and a later
+    kernel (CPU group norm) would then read a layout the graph never had."""
+
+    def __init__(self, gm: Any):
+        import torch.fx
+
+        class _Layout(torch.fx.Interpreter):
+            def run_node(self, node: Any) -> Any:
+                out = super().run_node(node)
+                return _as_traced(out, node.meta.get("val"))
+
+        self.interpreter = _Layout(gm)
+
+    def run(self, *args: Any) -> Any:
+        return self.interpreter.run(*args)
+
+
+def _as_traced(out: Any, val: Any) -> Any:
+    import torch
+
+    if not isinstance(out, torch.Tensor) or not isinstance(val, torch.Tensor):
+        return out
+    want = _traced_strides(val)
+    have = tuple(out.stride())
+    if want is None or have == want or tuple(out.shape) != tuple(val.shape):
+        return out
+    differ = [d for d in range(out.dim()) if have[d] != want[d]]
+    if all(out.shape[d] == 1 for d in differ) or out.numel() == 0:  # same addresses: a view
+        return out.as_strided(out.shape, want, out.storage_offset())
+    return torch.empty_strided(out.shape, want, dtype=out.dtype, device=out.device).copy_(out)
 
 
 def decompositions() -> dict[Any, Any]:

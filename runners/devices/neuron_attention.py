@@ -54,12 +54,19 @@ def _probabilities(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _like_layout(reference: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """`values` in a tensor whose dimensions are laid out in `reference`'s stride order (the
-    op's meta kernel allocates its output that way: AOT graphs rely on those strides)."""
-    strides = reference.stride()
-    order = sorted(range(reference.dim()), key=lambda d: (-strides[d], d))
-    inverse = sorted(range(len(order)), key=lambda i: order[i])
-    out = torch.empty([values.shape[d] for d in order], dtype=values.dtype).permute(inverse)
+    """`values` in a tensor laid out as the op's meta kernel allocates its output (AOT graphs
+    rely on those strides): `empty_like(reference)` for its shape, else its stride order."""
+    if values.shape == reference.shape:
+        out = torch.empty_like(reference, dtype=values.dtype)
+    else:
+        strides = reference.stride()
+        order = sorted(range(reference.dim()), key=lambda d: strides[d], reverse=True)
+        new = [0] * len(order)
+        step = 1
+        for d in reversed(order):
+            new[d] = step
+            step *= values.shape[d]
+        out = torch.empty_strided(values.shape, new, dtype=values.dtype)
     return out.copy_(values)
 
 
