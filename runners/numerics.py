@@ -8,8 +8,10 @@ Run both models from the same weights and inputs, in eval mode (dropout off), th
 
 Nested outputs (transformers `ModelOutput`, diffusers `BaseOutput`, dicts, tuples, lists) are
 walked; leaves that are not tensors (caches, None) are skipped. Floating tensors must agree
-within the dtype's tolerance (`|a - r| <= atol + rtol * |r|`, NaN matching NaN); integer and
-bool tensors must be equal.
+within the dtype's tolerance (`|a - r| <= atol + rtol * |r|`, NaN matching NaN); complex ones
+part by part; integer and bool tensors must be equal. The tolerance is the run dtype's: a
+device that computes float64 as float32 (neuron) is compared at the float32 tolerance of an
+fp32 run.
 """
 
 from __future__ import annotations
@@ -90,9 +92,14 @@ def _tensor_error(
 ) -> tuple[bool, float]:
     actual = actual.detach().cpu()
     reference = reference.detach().cpu()
+    if actual.is_complex() != reference.is_complex():
+        return False, math.inf
+    if reference.is_complex():  # compare real and imaginary parts (a cast would drop the latter)
+        reference = torch.view_as_real(reference.resolve_conj())
+        actual = torch.view_as_real(actual.resolve_conj())
     if actual.shape != reference.shape:
         return False, math.inf
-    if not (reference.is_floating_point() or reference.is_complex()):
+    if not reference.is_floating_point():
         equal = torch.equal(reference, actual.to(reference.dtype))
         return equal, 0.0 if equal else math.inf
     ref = reference.to(torch.float64)

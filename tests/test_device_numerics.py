@@ -80,3 +80,12 @@ def test_compare_gradients_and_merge() -> None:
     assert not bad.ok and bad.worst_name == "grad.weight"
     merged = NumericsResult(compared=2).merge(bad)
     assert not merged.ok and merged.compared == 4 and merged.worst_name == "grad.weight"
+
+
+def test_complex_outputs_compare_both_parts() -> None:
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    assert compare_tensors(z, z.clone()).ok
+    imaginary_off = torch.tensor([1 + 2.5j, 3 - 1j])
+    result = compare_tensors(z, imaginary_off)
+    assert not result.ok and math.isclose(result.max_abs_error, 0.5)
+    assert not compare_tensors(z, z.real).ok  # complex against real: a mismatch

@@ -228,3 +228,17 @@ def test_sdpa_grouped_heads_and_causal(neuron: NeuronEmulatedDevice) -> None:
     finally:
         neuron.activate()
     assert "aten::_scaled_dot_product_fused_attention_overrideable" not in log.classes
+
+
+@forked
+def test_a_declined_fused_attention_call_raises_on_the_cpu(neuron: NeuronEmulatedDevice) -> None:
+    """The CPU has no kernel for TorchNeuron's fused attention op: a call its kernel declines
+    (query heads not a multiple of the key/value heads) falls back and raises there."""
+    q = torch.randn(1, 3, 4, 8).to("neuron")
+    kv = torch.randn(1, 2, 4, 8).to("neuron")
+    with neuron.record_fallbacks(), pytest.raises(NotImplementedError) as info:
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, kv, kv)
+    op = "aten::_scaled_dot_product_fused_attention_overrideable"
+    assert info.value.op == op  # type: ignore[attr-defined]
+    assert "not a multiple" in info.value.declined  # type: ignore[attr-defined]
+    assert "not implemented" in str(info.value)

@@ -467,6 +467,9 @@ def _execute(
             result = run(*host_args, **host_kwargs)
     except Exception as exc:  # name the op that failed, for the stage's `failing_op`
         _name_op(exc, info.name)
+        if declined:  # the device declined the call; its CPU fallback failed
+            with contextlib.suppress(AttributeError):
+                exc.declined = declined  # type: ignore[attr-defined]
         raise
     for key in info.mutated:
         if isinstance(key, int):
