@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from reports import diff as diff_mod
 from reports import ops as ops_mod
 from reports.errors import StoreError, UsageError
+from reports.ids import unsafe_model_id
 from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
 from reports.models import model_table as model_table_query
 from reports.query import STAGES, StoreQuery
@@ -229,6 +230,9 @@ def create_app(
     # ---- one model -----------------------------------------------------------------------
 
     def detail_data(model_id: str, run: str | None) -> dict[str, Any]:
+        problem = unsafe_model_id(model_id)
+        if problem:  # ids never name files here, but a climbing one is refused all the same
+            raise UsageError(f"bad model id {model_id!r}: {problem}")
         run_id = run_param(run) if run is not None else None
         if run_id is None and not q.run_ids():
             raise NotFound(f"the store {q.store.uri!r} has no results yet")

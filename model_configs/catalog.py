@@ -2,7 +2,8 @@
 
 Two sources with the same columns: the bundled offline snapshot (`bundled`), and a fresh one
 built from the Hub with `refresh_catalog` (`hfsweep catalog refresh --top N`), which also caches
-each model's `config.json` / `model_index.json` (never weights) beside the catalog file.
+each model's config files (`config.json`; a diffusers pipeline's `model_index.json` and its
+components' configs; never weights or code) beside the catalog file, through `model_configs.hub`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from model_configs.spec import CatalogEntry
 from reports.errors import UsageError
 
 BUNDLED_NAME = "hub-top1000-2026-02-09.csv"
-CONFIG_FILES = ("config.json", "model_index.json")
 COLUMNS = (
     "rank",
     "model_id",
@@ -77,6 +77,7 @@ def entry_from_row(row: dict[str, str]) -> CatalogEntry:
     model_id = (row.get("model_id") or "").strip()
     if not model_id:
         raise ValueError("row without model_id")
+    tags = _split(row.get("tags"))
     return CatalogEntry(
         model_id=model_id,
         rank=_int(row.get("rank")),
@@ -86,9 +87,10 @@ def entry_from_row(row: dict[str, str]) -> CatalogEntry:
         library=(row.get("library_name") or row.get("library") or None),
         model_type_hint=(row.get("model_type_hint") or None),
         architectures_hint=_split(row.get("architectures_hint")),
-        custom_code=_bool(row.get("custom_code")),
+        # either says so: data can only add the refusal of remote code, never lift it
+        custom_code=_bool(row.get("custom_code")) or "custom_code" in tags,
         gated=_bool(row.get("gated")),
-        tags=_split(row.get("tags")),
+        tags=tags,
     )
 
 
@@ -167,82 +169,86 @@ def refresh_catalog(
     top: int,
     out: Path,
     *,
-    api: Any = None,
+    client: Any = None,
     fetch_configs: bool = True,
     token: str | None = None,
     progress: Any = None,
 ) -> Catalog:
     """Build a catalog of the `top` most downloaded models from the Hub and cache their configs.
 
-    Uses `HfApi.list_models(sort="downloads")`, then downloads only `config.json` or
-    `model_index.json` for each model that has one (never weights). A model whose config cannot
-    be fetched (gated, deleted since) stays in the catalog; the sweep records it as a skip.
+    Lists models with `HubClient.list_models`, then saves each model's config files (a
+    transformers `config.json`; a diffusers pipeline's `model_index.json` and every component's
+    config) beside the catalog, never weights or code, each with a record of the fetch. A model
+    whose configs cannot be read (gated, deleted since the listing) stays in the catalog with
+    that record, and the sweep gives it rows with the reason. A refresh that stops (the Hub kept
+    failing: HubError) keeps what it fetched; rerunning it with the same `out` goes on from there.
     """
-    from huggingface_hub import HfApi
+    from model_configs.hub import HubClient, model_folder, read_record
+    from model_configs.resolve import library_for
 
-    api = api or HfApi(token=token)
-    infos = api.list_models(
-        sort="downloads",
-        limit=top,
-        expand=[
-            "downloads",
-            "likes",
-            "pipeline_tag",
-            "library_name",
-            "tags",
-            "config",
-            "gated",
-            "siblings",
-        ],
-    )
-    entries: list[CatalogEntry] = []
+    client = client or HubClient(token=token)
     config_dir = out.with_suffix("")
+    meta_path = out.with_suffix(".json")
+    resume = _refresh_interrupted(meta_path)
+    started = dt.datetime.now(dt.timezone.utc).isoformat()
+    infos = client.list_models(top)
+    meta: dict[str, Any] = {
+        "source": "huggingface_hub list_models(sort='downloads')",
+        "status": "running",
+        "started_at": started,
+        "top": top,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    entries: list[CatalogEntry] = []
+    fetched: dict[str, int] = {}
     for rank, info in enumerate(infos, start=1):
-        tags = tuple(info.tags or ())
-        cfg = info.config or {}
-        archs = cfg.get("architectures") or ()
-        entry = CatalogEntry(
-            model_id=info.id,
-            rank=rank,
-            downloads=info.downloads,
-            likes=info.likes,
-            pipeline_tag=info.pipeline_tag,
-            library=info.library_name,
-            model_type_hint=cfg.get("model_type"),
-            architectures_hint=tuple(archs) if isinstance(archs, list) else (),
-            custom_code="custom_code" in tags,
-            gated=bool(info.gated),
-            tags=tags,
-        )
+        entry = _entry_from_info(info, rank)
         entries.append(entry)
-        if fetch_configs:
-            siblings = {s.rfilename for s in (info.siblings or ())}
-            for filename in CONFIG_FILES:
-                if filename in siblings:
-                    _fetch_config(api, info.id, filename, config_dir, token=token)
-                    break
+        library = library_for(entry)
+        if fetch_configs and library is not None:
+            folder = model_folder(config_dir, entry.model_id)
+            record = read_record(folder) if (resume and folder is not None) else None
+            if record is None:
+                record = client.save_configs(entry.model_id, config_dir, library=library)
+            fetched[record.status] = fetched.get(record.status, 0) + 1
         if progress is not None:
             progress(rank)
     write_catalog(entries, out, license_of=lambda e: _license(e.tags))
-    meta = {
-        "source": "huggingface_hub list_models(sort='downloads')",
-        "fetched_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "top": top,
-        "models": len(entries),
-    }
-    out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    meta.update(
+        status="finished",
+        fetched_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        models=len(entries),
+        configs=dict(sorted(fetched.items())),
+    )
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return load_catalog(str(out))
 
 
-def _fetch_config(api: Any, model_id: str, filename: str, config_dir: Path, *, token) -> None:
-    from huggingface_hub.errors import HfHubHTTPError
-
-    target = config_dir / model_id / filename
-    if target.is_file():
-        return
+def _refresh_interrupted(meta_path: Path) -> bool:
     try:
-        local = api.hf_hub_download(model_id, filename, token=token)
-    except (HfHubHTTPError, OSError):
-        return  # gated or removed: resolution will record why
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(Path(local).read_bytes())
+        return json.loads(meta_path.read_text()).get("status") == "running"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _entry_from_info(info: Any, rank: int) -> CatalogEntry:
+    tags = tuple(t for t in (info.tags or ()) if isinstance(t, str))
+    cfg = info.config if isinstance(info.config, dict) else {}
+    archs = cfg.get("architectures") or ()
+    model_type = cfg.get("model_type")
+    return CatalogEntry(
+        model_id=info.id,
+        rank=rank,
+        downloads=info.downloads if isinstance(info.downloads, int) else None,
+        likes=info.likes if isinstance(info.likes, int) else None,
+        pipeline_tag=info.pipeline_tag if isinstance(info.pipeline_tag, str) else None,
+        library=info.library_name if isinstance(info.library_name, str) else None,
+        model_type_hint=model_type if isinstance(model_type, str) else None,
+        architectures_hint=tuple(a for a in archs if isinstance(a, str))
+        if isinstance(archs, list)
+        else (),
+        custom_code="custom_code" in tags,
+        gated=bool(info.gated),
+        tags=tags,
+    )

@@ -1,8 +1,8 @@
 """Resolve a model's full-size config, always labelled with where it came from.
 
 Order for a catalog entry: refuse what must not run (remote code, other libraries); then the
-repo's own config file (cached by `hfsweep catalog refresh`, or fetched from the Hub when
-online); then, offline, the library's default config for the catalog's model type (transformers
+repo's own config file (cached by `hfsweep catalog refresh`, whose record may say the repo is
+gated or gone, or fetched from the Hub when online, both through `model_configs.hub`); then, the library's default config for the catalog's model type (transformers
 `AutoConfig.for_model`, or a diffusers pipeline's known components). Anything else raises
 ConfigError with a SkipReason, so the model still gets its rows.
 """
@@ -13,9 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from model_configs.hub import cached_configs
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports import settings
 from reports.errors import ConfigError
+from reports.ids import unsafe_model_id
 from reports.schema import ConfigSource, SkipReason
 
 # Hub library names -> the library that builds the model. Sentence-transformers repos are
@@ -40,7 +42,7 @@ def resolve_entry(
     *,
     config_dir: Path | None = None,
     offline: bool | None = None,
-    api: Any = None,
+    hub: Any = None,
 ) -> ResolvedConfig:
     offline = settings.hub_offline() if offline is None else offline
     library = library_for(entry)
@@ -57,53 +59,56 @@ def resolve_entry(
             reason=SkipReason.UNSUPPORTED_LIBRARY.value,
             model_id=entry.model_id,
         )
+    unsafe = unsafe_model_id(entry.model_id)
+    if unsafe:
+        raise ConfigError(
+            f"{unsafe}: not a model this tool can look up",
+            reason=SkipReason.NOT_FOUND.value,
+            model_id=entry.model_id,
+        )
     filenames = ("model_index.json", "config.json") if library == "diffusers" else ("config.json",)
     if config_dir is not None:
+        folder = cached_configs(config_dir, entry.model_id)  # a recorded gated / gone: a skip
         for filename in filenames:
-            path = config_dir / entry.model_id / filename
-            if path.is_file():
-                return _from_file(entry.model_id, library, path, ConfigSource.HUB.value)
+            if folder is not None and (folder / filename).is_file():
+                return _from_file(
+                    entry.model_id, library, folder / filename, ConfigSource.HUB.value
+                )
     if not offline:
-        fetched = _fetch_from_hub(entry, library, filenames, api=api)
+        fetched = _fetch_from_hub(entry, library, filenames, hub=hub)
         if fetched is not None:
             return fetched
     return _from_defaults(entry, library)
 
 
 def _fetch_from_hub(
-    entry: CatalogEntry, library: str, filenames: tuple[str, ...], *, api: Any
+    entry: CatalogEntry, library: str, filenames: tuple[str, ...], *, hub: Any
 ) -> ResolvedConfig | None:
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
-
-    api = api or HfApi(token=settings.hub_token())
+    """The repo's configs from the Hub (config files only). Gated or gone: a skip; no config
+    file: None (library defaults, labelled); the Hub failing after retries: HubError."""
+    fetch = (hub or default_hub()).fetch_configs(entry.model_id, library=library)
+    fetch.raise_for_skip()
+    if fetch.folder is None:
+        return None
     for filename in filenames:
-        try:
-            local = api.hf_hub_download(entry.model_id, filename, cache_dir=settings.cache_dir())
-        except GatedRepoError as exc:
-            raise ConfigError(
-                "the repo is gated: accept its licence on the Hub and set HF_TOKEN",
-                reason=SkipReason.GATED.value,
-                model_id=entry.model_id,
-            ) from exc
-        except RepositoryNotFoundError as exc:
-            raise ConfigError(
-                "the repo does not exist on the Hub (or is private)",
-                reason=SkipReason.NOT_FOUND.value,
-                model_id=entry.model_id,
-            ) from exc
-        except (EntryNotFoundError, LocalEntryNotFoundError):
-            continue
-        except HfHubHTTPError:
-            return None  # the Hub is unreachable or erroring: fall back to defaults, labelled
-        return _from_file(entry.model_id, library, Path(local), ConfigSource.HUB.value)
+        if filename in fetch.files:
+            return _from_file(
+                entry.model_id, library, fetch.folder / filename, ConfigSource.HUB.value
+            )
     return None
+
+
+_HUB: Any = None
+
+
+def default_hub() -> Any:
+    """One HubClient per process (its HTTP session is reused across models)."""
+    global _HUB
+    if _HUB is None:
+        from model_configs.hub import HubClient
+
+        _HUB = HubClient()
+    return _HUB
 
 
 def _from_defaults(entry: CatalogEntry, library: str) -> ResolvedConfig:

@@ -81,6 +81,9 @@ class TinySpec:
         None  # what the class does: "causal-lm", "seq2seq", "image-classification"...
     )
     changes: dict[str, list[Any]] = field(default_factory=dict)
+    # Where the config of what runs came from, when that is not the resolved config's `source`
+    # (a pipeline component built from class defaults: `diffusers_default`). A ConfigSource value.
+    config_source: str | None = None
 
     @property
     def hash(self) -> str:

@@ -76,6 +76,11 @@ class UnknownNameError(UsageError):
     """An unknown name in a registry, with the closest known ones."""
 
 
+class HubError(SweepError):
+    """The Hub cannot be reached, or keeps failing after retries (timeouts, 429, 5xx, malformed
+    answers): an environment problem, never a model's result. Stops the command with one error."""
+
+
 class DeviceError(SweepError):
     """The device cannot be set up (not installed, not available on this machine)."""
 

@@ -27,3 +27,29 @@ def hub_offline() -> bool:
 
 def hub_token() -> str | None:
     return os.environ.get("HF_TOKEN") or None
+
+
+def hub_timeout_s() -> float:
+    """Seconds any one Hub request may wait for the server (`HFSWEEP_HUB_TIMEOUT`, default 30)."""
+    return _positive_float("HFSWEEP_HUB_TIMEOUT", 30.0)
+
+
+def hub_retries() -> int:
+    """Retries of a Hub call that timed out, was rate-limited or hit a server error
+    (`HFSWEEP_HUB_RETRIES`, default 3)."""
+    return int(_positive_float("HFSWEEP_HUB_RETRIES", 3, allow_zero=True))
+
+
+def _positive_float(name: str, default: float, *, allow_zero: bool = False) -> float:
+    from reports.errors import UsageError
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a number") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"{name} must be {'0 or more' if allow_zero else 'above 0'}, not {raw}")
+    return value

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
+from reports.errors import ConfigError, HubError
 from reports.schema import Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 
@@ -65,6 +65,8 @@ def plan_entry(
         )
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
+    except HubError:  # the Hub kept failing: an environment problem, never this model's result
+        raise
     except Exception as exc:  # the shrinker failed: the model could not be loaded
         planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, str(exc))
     return planned

@@ -46,7 +46,8 @@ def model_rows(
         or (entry.model_type_hint or None),
         "architecture": (spec.architecture if spec else None)
         or (entry.architectures_hint[0] if entry.architectures_hint else None),
-        "config_source": resolved.source if resolved else ConfigSource.NONE.value,
+        "config_source": (spec.config_source if spec else None)
+        or (resolved.source if resolved else ConfigSource.NONE.value),
         "config_hash": resolved.hash if resolved else None,
         "shrunk_config_hash": spec.hash if spec else None,
         "shrink_changes": changes_json(spec),

@@ -29,7 +29,7 @@ from typing import Any
 
 from model_configs.spec import ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
-from reports.schema import SkipReason
+from reports.schema import ConfigSource, SkipReason
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 RULES_PATH = DATA_DIR / "diffusers_class_rules.json"
@@ -120,6 +120,13 @@ def select_model_config(
 ) -> tuple[str, dict[str, Any], dict[str, list[Any]]]:
     """(class name, full-size config, notes) of the model to run from a config or pipeline."""
     config = resolved.config
+    if isinstance(config, dict) and isinstance(config.get("_class_name"), list):
+        raise ConfigError(  # ["module_in_the_repo", "Class"]: a custom pipeline
+            f"the pipeline class {config['_class_name']!r} is code in the repo; "
+            "trust_remote_code stays off",
+            reason=SkipReason.REMOTE_CODE.value,
+            model_id=resolved.model_id,
+        )
     if not isinstance(config, dict) or not config.get("_class_name"):
         raise ConfigError(
             "diffusers config has no _class_name",
@@ -129,6 +136,18 @@ def select_model_config(
     if not is_pipeline_index(config):
         return str(config["_class_name"]), dict(config), {}
     found = pipeline_denoiser(config)
+    custom = sorted(
+        k
+        for k, v in config.items()
+        if not k.startswith("_") and (ref := _component_ref(v)) and ref[0] not in PIPELINE_LIBRARIES
+    )
+    if found is None and custom:
+        raise ConfigError(
+            f"pipeline {config['_class_name']}: its model components ({', '.join(custom)}) are "
+            "code in the repo; trust_remote_code stays off",
+            reason=SkipReason.REMOTE_CODE.value,
+            model_id=resolved.model_id,
+        )
     if found is None:
         raise ConfigError(
             f"pipeline {config['_class_name']} has no diffusers model component",
@@ -491,6 +510,10 @@ def shrink_diffusers(
         generative=False,
         task=entry.get("task") or _task(class_name),
         changes={**notes, **changes},
+        # a pipeline whose component config was missing built it from class defaults: say so
+        config_source=ConfigSource.DIFFUSERS_DEFAULT.value
+        if "pipeline.component_config" in notes
+        else None,
     )
 
 

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     refresh.add_argument(
         "--no-configs",
         action="store_true",
-        help="do not fetch config.json / model_index.json files",
+        help="do not fetch the models' config files",
     )
 
 
@@ -67,8 +67,12 @@ def run(args: argparse.Namespace) -> int:
         token=settings.hub_token(),
         progress=progress,
     )
+    import json
+
+    counts = json.loads(out.with_suffix(".json").read_text()).get("configs") or {}
+    summary = ", ".join(f"{status} {n}" for status, n in counts.items()) or "none fetched"
     print(
-        f"wrote {out} ({len(catalog.entries)} models; configs in {catalog.config_dir})",
+        f"wrote {out} ({len(catalog.entries)} models; configs in {catalog.config_dir}: {summary})",
         file=sys.stderr,
     )
     print(out)

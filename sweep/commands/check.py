@@ -84,20 +84,16 @@ def _with_architecture(entry: Any, args: argparse.Namespace) -> Any:
 
 
 def _entry_from_hub(model_id: str) -> Any:
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
-
+    from model_configs.hub import HubClient
     from model_configs.spec import CatalogEntry
-    from reports.errors import UsageError
+    from reports.errors import ConfigError, UsageError
 
     try:
-        info = HfApi(token=settings.hub_token()).model_info(
+        info = HubClient().model_info(
             model_id, expand=["downloads", "pipeline_tag", "library_name", "tags", "config"]
         )
-    except RepositoryNotFoundError:
-        raise UsageError(f"unknown model id {model_id!r}: no such repo on the Hub") from None
-    except HfHubHTTPError as exc:
-        raise UsageError(f"cannot reach the Hub for {model_id!r}: {exc}") from None
+    except ConfigError as exc:  # gated repos still have public info; this is not found
+        raise UsageError(f"unknown model id {model_id!r}: {exc.message}") from None
     tags = tuple(info.tags or ())
     cfg = info.config or {}
     return CatalogEntry(
@@ -169,7 +165,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     if entry.downloads is not None:
         print(f"         rank {entry.rank}, {entry.downloads:,} downloads (30 days)", file=out)
     if resolved is not None:
-        print(f"config:  {resolved.source} ({resolved.detail})", file=out)
+        print(f"config:  {first['config_source']} ({resolved.detail})", file=out)
     if spec is not None:
         params = f"{first['param_count']:,} params" if first["param_count"] else "params n/a"
         print(
