@@ -214,6 +214,12 @@ class CompileStage(StageRunner):
                 start = time.perf_counter()
                 step()
                 ctx.extra["step_s"] = time.perf_counter() - start
+        except dynamo.exc.BackendCompilerFailed as exc:
+            # the backend's own error (it names the op), not Dynamo's wrapper around it
+            inner = getattr(exc, "inner_exception", None)
+            if isinstance(inner, Exception):
+                raise inner from exc
+            raise
         finally:
             ctx.extra["recompile_count"] = watch.recompiles
         ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
@@ -234,6 +240,9 @@ class RecompileWatch:
         self.inner = lookup_backend(backend) if isinstance(backend, str) else backend
         self.frames: set[tuple[int, int]] = set()
         self.recompiles = 0
+
+    def __repr__(self) -> str:  # Dynamo names the backend in its messages
+        return getattr(self.inner, "__name__", type(self.inner).__name__)
 
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         compile_id = torch._guards.CompileContext.current_compile_id()

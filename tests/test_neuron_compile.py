@@ -286,6 +286,20 @@ def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
         assert rows["compile"]["status"] == "pass"
         assert rows["compile"]["compile_mode"] == mode
         assert rows["compile"]["recompile_count"] == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep", "check", str(config), "--device", "neuron"]
+        + ["--stages", "load,compile", "--profile", "torch-mlir", "--format", "json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = {r["stage"]: r for r in json.loads(done.stdout)["stages"]}
+    failed = rows["compile"]  # torch-mlir lacks new_ones, clone: raise mode fails naming one
+    assert failed["status"] == "fail" and failed["error_type"] == "UnlowerableOpError"
+    assert failed["failing_op"] in ("aten::new_ones", "aten::clone")
+    assert "cannot be lowered" in failed["error_message"]
 
 
 def test_emulator_refuses_another_torch() -> None:
