@@ -30,8 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MAX_PARAMS = 5_000_000
-MIN_GRAD_SHARE = 0.9
+from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402  (defined once)
+
 TIMEOUT_S = 60
 
 

@@ -1,7 +1,6 @@
-"""Build a tiny model from a TinySpec and make inputs for it, dispatching on the library.
+"""Build a tiny model from a TinySpec, feed it and train it, through the spec's library adapter.
 
-Each library module (`model_configs.transformers_models`, `model_configs.diffusers_models`)
-provides the same four functions:
+Every adapter (`model_configs.adapters`, one per Hub library) provides:
 
 - `build_model(spec) -> torch.nn.Module`: fp32, on the CPU, weights from a fixed seed, eval mode.
 - `make_inputs(spec, model, *, seed=0, purpose="train") -> dict[str, Any]`: CPU tensors for
@@ -9,39 +8,35 @@ provides the same four functions:
   purpose="generate" they are what `model.generate(**inputs)` takes.
 - `compute_loss(spec, model, outputs, inputs) -> torch.Tensor`: a scalar loss whose gradient
   reaches the model's parameters (the model's own loss when it returns one).
-- `iter_default_configs() -> Iterator[ResolvedConfig]`: the library's default config for every
-  model type / model class it has (used by bench/shrink_coverage.py and tests).
+- `save_and_load(spec, model, folder)`: the library's own save (safetensors) and load.
+- `iter_architectures() -> Iterator[ResolvedConfig]`: a default config for every architecture
+  the library offers (used by the coverage benches and tests).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
-from types import ModuleType
+from pathlib import Path
 from typing import Any
 
+from model_configs.adapters import get_adapter
 from model_configs.spec import TinySpec
-
-LIBRARY_MODULES = {
-    "transformers": "model_configs.transformers_models",
-    "diffusers": "model_configs.diffusers_models",
-}
-
-
-def library_module(library: str) -> ModuleType:
-    return importlib.import_module(LIBRARY_MODULES[library])
 
 
 def build_model(spec: TinySpec) -> Any:
-    return library_module(spec.library).build_model(spec)
+    return get_adapter(spec.library).build_model(spec)
 
 
 def make_inputs(spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train") -> dict:
-    return library_module(spec.library).make_inputs(spec, model, seed=seed, purpose=purpose)
+    return get_adapter(spec.library).make_inputs(spec, model, seed=seed, purpose=purpose)
 
 
 def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
-    return library_module(spec.library).compute_loss(spec, model, outputs, inputs)
+    return get_adapter(spec.library).compute_loss(spec, model, outputs, inputs)
+
+
+def save_and_load(spec: TinySpec, model: Any, folder: Path) -> Any:
+    return get_adapter(spec.library).save_and_load(spec, model, folder)
 
 
 def missing_package(exc: BaseException) -> str | None:

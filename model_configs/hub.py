@@ -51,10 +51,22 @@ NOT_FOUND = SkipReason.NOT_FOUND.value
 NO_CONFIG = SkipReason.NO_CONFIG.value
 
 # The only files ever fetched: configs, at the repo root or one component folder down.
-CONFIG_FILENAMES = frozenset({"config.json", "model_index.json", "scheduler_config.json"})
+CONFIG_FILENAMES = frozenset({"config.json", "model_index.json", "scheduler_config.json",
+                              "modules.json", "sentence_bert_config.json",
+                              "open_clip_config.json", "config.yaml"})  # fmt: skip
+# Per library adapter (model_configs/adapters/): the files its `from_files` reads.
 PATTERNS: dict[str, tuple[str, ...]] = {
     "transformers": ("config.json",),
     "diffusers": ("model_index.json", "config.json", "*/config.json", "*/scheduler_config.json"),
+    "sentence-transformers": (
+        "modules.json",
+        "config.json",
+        "sentence_bert_config.json",
+        "*/config.json",
+        "*/sentence_bert_config.json",
+    ),  # fmt: skip
+    "open_clip": ("open_clip_config.json",),
+    "pyannote-audio": ("config.yaml",),
 }
 # Never asked for, whatever a repo's tree lists: paths that climb (`..`) or are absolute
 # (huggingface_hub refuses those with an error that would stop the whole refresh), and anything

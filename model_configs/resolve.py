@@ -1,10 +1,13 @@
 """Resolve a model's full-size config, always labelled with where it came from.
 
-Order for a catalog entry: refuse what must not run (remote code, other libraries); then the
-repo's own config file (cached by `hfsweep catalog refresh`, whose record may say the repo is
-gated or gone, or fetched from the Hub when online, both through `model_configs.hub`); then, the library's default config for the catalog's model type (transformers
-`AutoConfig.for_model`, or a diffusers pipeline's known components). Anything else raises
-ConfigError with a SkipReason, so the model still gets its rows.
+Order for a catalog entry: refuse what must not run (remote code, libraries no adapter takes, an
+adapter whose package is not installed); then the files the Hub serves for the entry's library
+(cached by `hfsweep catalog refresh`, whose record may say the repo is gated or gone, or fetched
+from the Hub when online, both through `model_configs.hub`); then, offline, the adapter's
+defaults for the architecture the entry names (transformers `AutoConfig.for_model` for the
+catalog's model type, a diffusers pipeline's known components, timm's architecture from the
+repo name, ...). Anything else raises ConfigError with a SkipReason, so the model still gets its
+rows. The adapters live in `model_configs.adapters`, one per Hub library.
 """
 
 from __future__ import annotations
@@ -20,21 +23,12 @@ from reports.errors import ConfigError
 from reports.ids import unsafe_model_id
 from reports.schema import ConfigSource, SkipReason
 
-# Hub library names -> the library that builds the model. Sentence-transformers repos are
-# transformers models with a pooling head; peft adapters are not models of their own.
-LIBRARIES: dict[str, str] = {
-    "transformers": "transformers",
-    "sentence-transformers": "transformers",
-    "diffusers": "diffusers",
-}
-
 
 def library_for(entry: CatalogEntry) -> str | None:
-    """The library that would build this entry, or None if it is not one we run."""
-    if entry.library:
-        return LIBRARIES.get(entry.library)
-    # No library on the Hub: a transformers model_type in its tags still names a config.
-    return "transformers" if entry.model_type_hint else None
+    """The adapter (a Hub library name) that would build this entry, or None."""
+    from model_configs.adapters import library_for as adapter_library
+
+    return adapter_library(entry)
 
 
 def resolve_entry(
@@ -44,6 +38,8 @@ def resolve_entry(
     offline: bool | None = None,
     hub: Any = None,
 ) -> ResolvedConfig:
+    from model_configs.adapters import adapter_names, get_adapter
+
     offline = settings.hub_offline() if offline is None else offline
     library = library_for(entry)
     if entry.custom_code:
@@ -55,7 +51,7 @@ def resolve_entry(
     if library is None:
         raise ConfigError(
             f"library {entry.library or '(none)'!r} is not one this tool runs "
-            f"(supported: {', '.join(sorted(LIBRARIES))})",
+            f"(supported: {', '.join(adapter_names())})",
             reason=SkipReason.UNSUPPORTED_LIBRARY.value,
             model_id=entry.model_id,
         )
@@ -66,36 +62,30 @@ def resolve_entry(
             reason=SkipReason.NOT_FOUND.value,
             model_id=entry.model_id,
         )
-    filenames = ("model_index.json", "config.json") if library == "diffusers" else ("config.json",)
+    adapter = get_adapter(library)
+    adapter.require_package(entry.model_id)
     if config_dir is not None:
         folder = cached_configs(config_dir, entry.model_id)  # a recorded gated / gone: a skip
-        for filename in filenames:
-            if folder is not None and (folder / filename).is_file():
-                return _from_file(
-                    entry.model_id, library, folder / filename, ConfigSource.HUB.value
-                )
+        if folder is not None:
+            found = adapter.from_files(entry.model_id, folder, ConfigSource.HUB.value)
+            if found is not None:
+                return found
     if not offline:
-        fetched = _fetch_from_hub(entry, library, filenames, hub=hub)
+        fetched = _fetch_from_hub(entry, adapter, hub=hub)
         if fetched is not None:
             return fetched
-    return _from_defaults(entry, library)
+    return adapter.default_config(entry)
 
 
-def _fetch_from_hub(
-    entry: CatalogEntry, library: str, filenames: tuple[str, ...], *, hub: Any
-) -> ResolvedConfig | None:
-    """The repo's configs from the Hub (config files only). Gated or gone: a skip; no config
-    file: None (library defaults, labelled); the Hub failing after retries: HubError."""
-    fetch = (hub or default_hub()).fetch_configs(entry.model_id, library=library)
+def _fetch_from_hub(entry: CatalogEntry, adapter: Any, *, hub: Any) -> ResolvedConfig | None:
+    """The repo's configs from the Hub (the adapter's config files only). Gated or gone: a skip;
+    no config file: None (the adapter's defaults, labelled); the Hub failing after retries:
+    HubError."""
+    fetch = (hub or default_hub()).fetch_configs(entry.model_id, library=adapter.library)
     fetch.raise_for_skip()
     if fetch.folder is None:
         return None
-    for filename in filenames:
-        if filename in fetch.files:
-            return _from_file(
-                entry.model_id, library, fetch.folder / filename, ConfigSource.HUB.value
-            )
-    return None
+    return adapter.from_files(entry.model_id, fetch.folder, ConfigSource.HUB.value)
 
 
 _HUB: Any = None
@@ -111,67 +101,10 @@ def default_hub() -> Any:
     return _HUB
 
 
-def _from_defaults(entry: CatalogEntry, library: str) -> ResolvedConfig:
-    if library == "diffusers":
-        return _diffusers_default(entry)
-    candidates = [c for c in (entry.model_type_hint or "").split("|") if c]
-    if not candidates:
-        raise ConfigError(
-            "no config.json available and the catalog names no model_type",
-            reason=SkipReason.NO_CONFIG.value,
-            model_id=entry.model_id,
-        )
-    from transformers import CONFIG_MAPPING
-
-    for model_type in candidates:
-        if model_type in CONFIG_MAPPING:
-            config = transformers_default_config(model_type)
-            if entry.architectures_hint:
-                config["architectures"] = list(entry.architectures_hint)
-            return ResolvedConfig(
-                model_id=entry.model_id,
-                library="transformers",
-                config=config,
-                source=ConfigSource.TRANSFORMERS_DEFAULT.value,
-                detail=f"transformers defaults for model_type={model_type!r} (from the catalog)",
-            )
-    raise ConfigError(
-        f"transformers does not know model_type {' or '.join(map(repr, candidates))}",
-        reason=SkipReason.UNKNOWN_MODEL_TYPE.value,
-        model_id=entry.model_id,
-    )
-
-
 def transformers_default_config(model_type: str) -> dict[str, Any]:
-    from transformers import AutoConfig
+    from model_configs.adapters.transformers import default_config_dict
 
-    return AutoConfig.for_model(model_type).to_dict()
-
-
-def _diffusers_default(entry: CatalogEntry) -> ResolvedConfig:
-    pipelines = [t.split(":", 1)[1] for t in entry.tags if t.startswith("diffusers:")]
-    if pipelines:
-        try:
-            from model_configs.diffusers_models import default_config_for_pipeline
-        except ImportError:  # pragma: no cover - diffusers support not installed
-            default_config_for_pipeline = None  # type: ignore[assignment]
-        if default_config_for_pipeline is not None:
-            for pipeline in pipelines:
-                resolved = default_config_for_pipeline(pipeline)
-                if resolved is not None:
-                    return ResolvedConfig(
-                        model_id=entry.model_id,
-                        library="diffusers",
-                        config=resolved.config,
-                        source=ConfigSource.DIFFUSERS_DEFAULT.value,
-                        detail=f"known component configs of {pipeline} (from the repo's tags)",
-                        components=resolved.components,
-                    )
-    raise ConfigError(
-        "no model_index.json / config.json available offline, and no known pipeline in its tags",
-        reason=SkipReason.NO_CONFIG.value,
-        model_id=entry.model_id,
-    )
+    return default_config_dict(model_type)
 
 
 # ---- local files --------------------------------------------------------------------------
@@ -202,7 +135,7 @@ def resolve_local(path: str | Path) -> ResolvedConfig:
     library = (
         "diffusers" if "_class_name" in config or p.name == "model_index.json" else ("transformers")
     )
-    return _from_file(str(path), library, p, ConfigSource.LOCAL.value, config=config)
+    return from_file(str(path), library, p, ConfigSource.LOCAL.value, config=config)
 
 
 def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
@@ -237,7 +170,7 @@ def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
     return config
 
 
-def _from_file(
+def from_file(
     model_id: str,
     library: str,
     path: Path,

@@ -53,7 +53,7 @@ FAILED_STATUSES = frozenset(
 class SkipReason(str, enum.Enum):
     """Closed vocabulary of why a model (or one stage of it) was not attempted."""
 
-    UNSUPPORTED_LIBRARY = "unsupported_library"  # not transformers / diffusers
+    UNSUPPORTED_LIBRARY = "unsupported_library"  # no adapter for the repo's library
     REMOTE_CODE = "remote_code"  # needs trust_remote_code, which stays off
     NO_CONFIG = "no_config"  # no config.json / model_index.json could be found
     MALFORMED_CONFIG = "malformed_config"  # the config file is not a usable JSON object
@@ -76,6 +76,12 @@ class ConfigSource(str, enum.Enum):
     LOCAL = "local"  # a file or folder given by the user
     TRANSFORMERS_DEFAULT = "transformers_default"  # transformers' defaults for the model_type
     DIFFUSERS_DEFAULT = "diffusers_default"  # a diffusers class's default config
+    # the library's own defaults for the architecture the repo id names (timm, open_clip,
+    # Chronos, YOLO, pyannote, SpeechBrain: their bundled model configs)
+    LIBRARY_DEFAULT = "library_default"
+    # a repackaged single file (ComfyUI): mapped by the repo's name to the diffusers class whose
+    # single files diffusers itself loads, built from that class's defaults
+    NAME_MAPPED = "name_mapped"
     NONE = "none"  # nothing could be resolved (the row is a skip)
 
     def __str__(self) -> str:

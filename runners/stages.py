@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 import torch
 
 from model_configs import build
-from model_configs.grad_coverage import MIN_GRAD_SHARE, grad_coverage, watch_grad_mode
+from model_configs.grad_coverage import grad_coverage, watch_grad_mode
+from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
 from reports.schema import SkipReason, Stage, Status
 from runners.devices.base import Device, FallbackLog
@@ -96,7 +97,8 @@ def _cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
 
 
 class LoadStage(StageRunner):
-    """Build from the shrunk config, save with safetensors, load back, move to the device."""
+    """Build from the shrunk config through the spec's library adapter, save and load back the
+    way that library does (safetensors), move to the device."""
 
     name = Stage.LOAD
 
@@ -113,10 +115,7 @@ class LoadStage(StageRunner):
                 f"{ctx.spec.architecture} needs the {package} package, which is not installed",
             ) from exc
         with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
-            built.save_pretrained(tmp)
-            if not any(p.suffix == ".safetensors" for p in Path(tmp).rglob("*")):
-                raise RuntimeError("save_pretrained wrote no safetensors file")
-            loaded = type(built).from_pretrained(tmp)
+            loaded = build.save_and_load(ctx.spec, built, Path(tmp))
         del built
         loaded = loaded.to(ctx.dtype).eval()
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
@@ -162,11 +161,9 @@ class BackwardStage(StageRunner):
         ctx.device.synchronize()
         coverage = grad_coverage(ctx.model, watch)
         ctx.extra["grad_share"] = coverage.share
-        if coverage.share < MIN_GRAD_SHARE:
-            raise RuntimeError(
-                f"only {coverage.share:.0%} of trainable parameters received a finite gradient"
-                f" (none reached {', '.join(coverage.missed[:3])})"
-            )
+        failure = grad_failure(coverage.share)
+        if failure is not None:
+            raise RuntimeError(f"{failure} (none reached {', '.join(coverage.missed[:3])})")
         if ctx.compare:
             ctx.reference.zero_grad(set_to_none=True)
             ref_out = ctx.reference(**ctx.cpu_inputs)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Creates .venv and installs hfsweep into it (CPU build of torch, pinned: a bare `torch`
-# requirement would pull a multi-GB CUDA build). Usage: scripts/install.sh [extra]  (e.g. dev)
+# Creates .venv and installs hfsweep into it (torch pinned: a bare `torch` requirement would pull
+# whatever build the index serves). Usage: scripts/install.sh [extras]  (e.g. dev or all,dev);
+# default `all`: every library adapter's package except ultralytics (AGPL-3.0, opt in with
+# `scripts/install.sh all,ultralytics`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -12,9 +14,9 @@ fi
 # machine install the build you want into .venv first: an installed torch is kept.
 .venv/bin/python -c "import torch, torchvision" 2>/dev/null || \
   .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
-extra=${1:-}
-if [ -n "$extra" ]; then
-  .venv/bin/python -m pip install -q -e ".[$extra]"
-else
-  .venv/bin/python -m pip install -q -e .
-fi
+extra=${1:-all}
+# the adapters' packages must not move torch off the pin
+constraints=$(mktemp)
+.venv/bin/python -c "import torch, torchvision; print(f'torch=={torch.__version__.split(\"+\")[0]}\ntorchvision=={torchvision.__version__.split(\"+\")[0]}')" > "$constraints"
+.venv/bin/python -m pip install -q -c "$constraints" -e ".[$extra]"
+rm -f "$constraints"

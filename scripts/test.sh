@@ -3,12 +3,13 @@
 # check, run every test offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh dev
+bash scripts/install.sh all,ultralytics,dev
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing Debian chromium for the browser tests" >&2
   apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null
 fi
 export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
+export YOLO_OFFLINE=True YOLO_VERBOSE=False
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

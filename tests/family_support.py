@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GRAD_SHARE_MIN = 0.9
-MAX_PARAMS = 5_000_000
+from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE
+
+GRAD_SHARE_MIN = MIN_GRAD_SHARE  # the pass rule, defined once in model_configs/pass_rule.py
 
 
 @dataclass

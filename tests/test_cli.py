@@ -57,6 +57,24 @@ def test_check_a_catalog_model_in_text(tmp_path):
     assert "not_applicable" in proc.stdout  # generate does not apply to an encoder
 
 
+@pytest.mark.parametrize(
+    ("model_id", "library", "architecture"),
+    [
+        ("timm/mobilenetv3_small_100.lamb_in1k", "timm", "mobilenetv3_small_100"),
+        ("laion/CLIP-ViT-B-32-laion2B-s34B-b79K", "open_clip", "CLIP"),
+        ("autogluon/chronos-bolt-small", "chronos-forecasting", "ChronosBoltModelForForecasting"),
+    ],
+)
+def test_check_catalog_models_of_other_libraries_offline(model_id, library, architecture):
+    proc = hfsweep("check", model_id, "--stages", "load,forward,backward", "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)["stages"]
+    assert [r["status"] for r in rows] == ["pass"] * 3
+    assert {(r["library"], r["architecture"], r["config_source"]) for r in rows} == {
+        (library, architecture, "library_default")
+    }
+
+
 def test_check_a_remote_code_model_is_a_skip_exit_1():
     # rank of a custom_code entry in the bundled catalog
     from model_configs.catalog import load_catalog

@@ -527,3 +527,48 @@ def test_catalog_refresh_command(hub, tmp_path):
     assert r.stderr.startswith("error: the Hub kept failing to fetch the configs of acme/bert")
     assert "(HTTP 503; 2 tries)" in r.stderr  # HFSWEEP_HUB_RETRIES=1: one retry
     assert "Traceback" not in r.stderr and "hint:" in r.stderr
+
+
+def test_online_resolution_reads_each_adapters_own_files(hub, client):
+    """Non-transformers libraries: the files each adapter reads, fetched (and nothing else)."""
+    hub.add(
+        "acme/st",
+        {
+            "modules.json": [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ],
+            "config.json": BERT,
+            "sentence_bert_config.json": {"max_seq_length": 128},
+            "1_Pooling/config.json": {"word_embedding_dimension": 32, "pooling_mode_cls_token": True},
+            "model.safetensors": b"\0" * 64,
+        },
+        library_name="sentence-transformers",
+    )  # fmt: skip
+    hub.add(
+        "acme/clip",
+        {
+            "open_clip_config.json": {"model_cfg": {"embed_dim": 512, "vision_cfg": {
+                "image_size": 224, "layers": 12, "width": 768, "patch_size": 32},
+                "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 512,
+                             "heads": 8, "layers": 12}}},
+            "open_clip_pytorch_model.bin": b"\0" * 64,
+        },
+        library_name="open_clip",
+    )  # fmt: skip
+    hub.add(
+        "acme/vit",
+        {"config.json": {"architecture": "vit_tiny_patch16_224", "num_classes": 5},
+         "model.safetensors": b"\0" * 64},
+        library_name="timm",
+    )  # fmt: skip
+    st = resolve_entry(CatalogEntry("acme/st", library="sentence-transformers"), offline=False,
+                       hub=client)  # fmt: skip
+    assert st.source == "hub" and [m["type"] for m in st.config["modules"]] == [
+        "Transformer", "Pooling"]  # fmt: skip
+    assert st.config["modules"][1]["config"]["pooling_mode_cls_token"] is True
+    clip = resolve_entry(CatalogEntry("acme/clip", library="open_clip"), offline=False, hub=client)
+    assert clip.source == "hub" and clip.config["vision_cfg"]["patch_size"] == 32
+    vit = resolve_entry(CatalogEntry("acme/vit", library="timm"), offline=False, hub=client)
+    assert vit.source == "hub" and vit.config["num_classes"] == 5
+    assert all(is_config_file(p) for p in resolve_requests(hub))

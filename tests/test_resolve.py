@@ -41,7 +41,8 @@ def test_two_candidates_take_the_first_known():
     ("kw", "reason"),
     [
         ({"custom_code": True, "model_type_hint": "llama"}, "remote_code"),
-        ({"library": "timm"}, "unsupported_library"),
+        ({"library": "timm"}, "no_config"),  # timm: "m" names no timm architecture
+        ({"library": "not-a-library"}, "unsupported_library"),
         ({"library": "gguf", "model_type_hint": "llama"}, "unsupported_library"),
         ({"library": None}, "unsupported_library"),
         ({"model_type_hint": None}, "no_config"),

@@ -13,11 +13,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from model_configs.build import build_model, compute_loss, make_inputs  # noqa: E402
+from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402
 from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig  # noqa: E402
 from reports.schema import ConfigSource  # noqa: E402
 
-CAP = 5_000_000
+CAP = MAX_PARAMS
 
 # model type -> parameters before the fix (bench/shrink_coverage.py, default configs)
 ONCE_OVERSIZED = {
@@ -78,7 +79,9 @@ def test_once_oversized_family_trains(model_type):
     total = sum(p.numel() for p in params)
     reached = sum(p.numel() for p in params if p.grad is not None)
     assert torch.isfinite(loss)
-    assert reached / total >= 0.9, f"{model_type}: gradient reached {reached / total:.0%}"
+    assert reached / total >= MIN_GRAD_SHARE, (
+        f"{model_type}: gradient reached {reached / total:.0%}"
+    )
 
 
 def test_codec_stage_widths_follow_the_stride_count():

@@ -39,7 +39,7 @@ MODELS = [
         "model_type_hint": "llama",
         "custom_code": True,
     },
-    {"model_id": "org/timm", "library_name": "timm"},
+    {"model_id": "org/gguf", "library_name": "gguf"},
     {"model_id": "org/unknown", "library_name": "transformers", "model_type_hint": "nope_type"},
     {"model_id": "org/gpt2", "library_name": "transformers", "model_type_hint": "gpt2"},
 ]
@@ -66,7 +66,7 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
     )
     by_model = {r["model_id"]: r for r in rows if r["stage"] == "load"}
     assert by_model["org/remote"]["reason"] == "remote_code"
-    assert by_model["org/timm"]["reason"] == "unsupported_library"
+    assert by_model["org/gguf"]["reason"] == "unsupported_library"
     assert by_model["org/unknown"]["reason"] == "unknown_model_type"
     assert by_model["org/llama-b"]["dedup_of"] == "org/llama-a"
     assert by_model["org/llama-a"]["status"] == "pass"

@@ -165,6 +165,8 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     if entry.downloads is not None:
         print(f"         rank {entry.rank}, {entry.downloads:,} downloads (30 days)", file=out)
     if resolved is not None:
+        hub = entry.library or "(no library tag)"
+        print(f"library: {hub}, built by the {resolved.library} adapter", file=out)
         print(f"config:  {first['config_source']} ({resolved.detail})", file=out)
     if spec is not None:
         params = f"{first['param_count']:,} params" if first["param_count"] else "params n/a"

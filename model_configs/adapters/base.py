@@ -1,0 +1,147 @@
+"""The interface every library adapter implements.
+
+An adapter is one Hub library (keyed by the Hub's exact `library_name`). It resolves a model's
+full-size config offline (the library's bundled defaults for an architecture the repo names) or
+from the file the Hub serves for that library, shrinks it to a tiny representative config,
+builds the model with the library's own constructor (never code from the repo), makes inputs
+and a training loss, and saves / loads it the way the library does. It names the optional
+package it needs; without that package its models are a `missing_package` skip naming it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from reports.errors import ConfigError
+from reports.schema import SkipReason
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "libraries"
+
+
+class Adapter(ABC):
+    """One library: resolve -> shrink -> build -> inputs -> loss -> save/load."""
+
+    library: ClassVar[str]  # the Hub's library_name, exactly
+    package: ClassVar[str | None] = None  # import name of the optional package it needs
+    extra: ClassVar[str | None] = None  # the pyproject extra that installs it
+    config_files: ClassVar[tuple[str, ...]] = ("config.json",)  # what the Hub serves for it
+    install_note: ClassVar[str] = ""  # added to the missing-package message (licence, ...)
+
+    # ----- the optional package -----
+    def missing_packages(self) -> list[str]:
+        """Import names of the packages this adapter needs that are not installed."""
+        names = [self.package] if self.package else []
+        return [n for n in names if importlib.util.find_spec(n) is None]
+
+    def require_package(self, model_id: str | None = None) -> None:
+        """Raise a `missing_package` ConfigError naming the package (and how to get it)."""
+        missing = self.missing_packages()
+        if not missing:
+            return
+        how = f"pip install 'hfsweep[{self.extra}]'" if self.extra else f"pip install {missing[0]}"
+        note = f" ({self.install_note})" if self.install_note else ""
+        raise ConfigError(
+            f"{self.library} models need the {', '.join(missing)} package, which is not "
+            f"installed{note}",
+            reason=SkipReason.MISSING_PACKAGE.value,
+            model_id=model_id,
+            hint=how,
+        )
+
+    # ----- which catalog entries it takes -----
+    def claims_untagged(self, entry: CatalogEntry) -> bool:
+        """An entry with no library on the Hub that is nonetheless this library's model."""
+        return False
+
+    # ----- resolve -----
+    @abstractmethod
+    def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
+        """Offline: the library's own defaults for the architecture the entry names, labelled
+        with where they came from. Raises ConfigError (no_config, ...) when it cannot tell."""
+
+    def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
+        """The config from files the Hub serves for this library, cached in `folder`, or None."""
+        for name in self.config_files:
+            path = folder / name
+            if path.is_file():
+                return ResolvedConfig(
+                    model_id=model_id,
+                    library=self.library,
+                    config=read_json(path, model_id=model_id),
+                    source=source,
+                    detail=str(path),
+                )
+        return None
+
+    # ----- shrink, build, feed, train -----
+    @abstractmethod
+    def shrink(
+        self,
+        resolved: ResolvedConfig,
+        *,
+        architecture_hint: str | None = None,
+        pipeline_tag: str | None = None,
+    ) -> TinySpec:
+        """The tiny spec (raises ConfigError for a skip, ShrinkError for a shrinker failure)."""
+
+    @abstractmethod
+    def build_model(self, spec: TinySpec) -> Any:
+        """fp32, on the CPU, weights from a fixed seed, eval mode."""
+
+    @abstractmethod
+    def make_inputs(
+        self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
+    ) -> dict[str, Any]:
+        """CPU tensors for `model(**inputs)` (purpose "generate": for `model.generate`)."""
+
+    @abstractmethod
+    def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
+        """A scalar whose gradient reaches the model's parameters."""
+
+    def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
+        """Save with safetensors and load back into a model built from the same spec."""
+        from safetensors.torch import load_file, save_file
+
+        path = folder / "model.safetensors"
+        # every entry its own tensor (buffers two modules share, tied weights)
+        state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(path))
+        fresh = self.build_model(spec)
+        fresh.load_state_dict(load_file(str(path)), strict=True)
+        return fresh.eval()
+
+    # ----- coverage -----
+    def iter_architectures(self) -> Iterator[ResolvedConfig]:
+        """One default config per architecture the library offers (for the coverage bench)."""
+        return iter(())
+
+    def known_failures(self) -> dict[str, dict[str, Any]]:
+        """Architectures that do not pass, each with a reason and a kind of cause."""
+        path = DATA_DIR / f"{self.library}.json"
+        if not path.is_file():
+            return {}
+        table = json.loads(path.read_text()).get("known_failures", {})
+        return {k: v for k, v in table.items() if not k.startswith("_")}
+
+
+def read_json(path: Path, *, model_id: str) -> dict[str, Any]:
+    from model_configs.resolve import read_config_file
+
+    return read_config_file(path, model_id=model_id)
+
+
+def library_data(library: str) -> dict[str, Any]:
+    """The adapter's data file (`model_configs/data/libraries/<library>.json`)."""
+    path = DATA_DIR / f"{library}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def repo_name(model_id: str) -> str:
+    """`org/name` -> `name`."""
+    return model_id.rsplit("/", 1)[-1]

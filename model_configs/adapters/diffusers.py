@@ -1,0 +1,93 @@
+"""diffusers: a model class's config, or a pipeline's denoiser; `save_pretrained`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from model_configs.adapters.base import Adapter
+from model_configs.adapters.transformers import save_pretrained_round_trip
+from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from reports.errors import ConfigError
+from reports.schema import ConfigSource, SkipReason
+
+
+class DiffusersAdapter(Adapter):
+    library = "diffusers"
+    package = "diffusers"
+    config_files = ("model_index.json", "config.json")
+
+    def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
+        from model_configs.diffusers_models import default_config_for_pipeline
+
+        pipelines = [t.split(":", 1)[1] for t in entry.tags if t.startswith("diffusers:")]
+        for pipeline in pipelines:
+            resolved = default_config_for_pipeline(pipeline)
+            if resolved is not None:
+                return ResolvedConfig(
+                    model_id=entry.model_id,
+                    library=self.library,
+                    config=resolved.config,
+                    source=ConfigSource.DIFFUSERS_DEFAULT.value,
+                    detail=f"known component configs of {pipeline} (from the repo's tags)",
+                    components=resolved.components,
+                )
+        raise ConfigError(
+            "no model_index.json / config.json available offline, and no known pipeline in its "
+            "tags",
+            reason=SkipReason.NO_CONFIG.value,
+            model_id=entry.model_id,
+        )
+
+    def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
+        from model_configs.resolve import from_file
+
+        for name in self.config_files:
+            if (folder / name).is_file():
+                return from_file(model_id, self.library, folder / name, source)
+        return None
+
+    def shrink(
+        self,
+        resolved: ResolvedConfig,
+        *,
+        architecture_hint: str | None = None,
+        pipeline_tag: str | None = None,
+    ) -> TinySpec:
+        from model_configs.shrink.diffusers import shrink_diffusers
+
+        return shrink_diffusers(
+            resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
+        )
+
+    def build_model(self, spec: TinySpec) -> Any:
+        from model_configs import diffusers_models
+
+        return diffusers_models.build_model(spec)
+
+    def make_inputs(
+        self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
+    ) -> dict[str, Any]:
+        from model_configs import diffusers_models
+
+        return diffusers_models.make_inputs(spec, model, seed=seed, purpose=purpose)
+
+    def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
+        from model_configs import diffusers_models
+
+        return diffusers_models.compute_loss(spec, model, outputs, inputs)
+
+    def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
+        return save_pretrained_round_trip(model, folder)
+
+    def iter_architectures(self) -> Iterator[ResolvedConfig]:
+        from model_configs import diffusers_models
+
+        return diffusers_models.iter_default_configs()
+
+    def known_failures(self) -> dict[str, dict[str, Any]]:
+        from model_configs.shrink.diffusers import load_rules
+
+        table = load_rules().get("known_failures", {})
+        return {k: v for k, v in table.items() if not k.startswith("_")}

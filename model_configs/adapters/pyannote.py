@@ -1,0 +1,291 @@
+"""pyannote-audio: segmentation and speaker-embedding models, and the models inside pipelines.
+
+pyannote.audio 4 runs here: it needs torchaudio, and PyPI's torchaudio 2.11 (built on
+PyTorch's stable ABI, `torch>=2.11`) loads beside torch 2.14; pyannote's models are plain
+PyTorch modules (SincNet, LSTMs, ResNets over kaldi fbanks from torchaudio's pure-PyTorch
+`compliance.kaldi`). torchcodec, which pyannote imports for audio files, is never called:
+inputs are waveform tensors made here.
+
+A model repo's `config.yaml` names a `model._target_` class with its arguments; the
+adapter takes only classes from `pyannote.audio.models` (never a path the repo names
+elsewhere). A pipeline repo (speaker diarization, VAD) runs the models its pipeline loads;
+they are built side by side and both fed. Offline, catalog repos map to their classes through
+`model_configs/data/libraries/pyannote-audio.json`. A model class builds its output layer from
+its task's specifications; the adapter sets those (powerset or multilabel frame
+classification for segmentation) and calls `build()`, as pyannote does when it loads a
+checkpoint. Loss: cross-entropy over frames (powerset), BCE (multilabel), an in-batch
+contrastive loss for embeddings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+from model_configs.adapters.base import Adapter, library_data
+from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from reports.errors import ConfigError, ShrinkError
+from reports.schema import ConfigSource, SkipReason
+
+BATCH = 2
+SAMPLES = 16_000  # one second at 16 kHz
+# Family rules: the constructor arguments each class shrinks by, and their tiny values.
+SHRINK: dict[str, dict[str, Any]] = {
+    "PyanNet": {"lstm": {"hidden_size": 16, "num_layers": 2}, "linear": {"hidden_size": 16}},
+    "XVectorSincNet": {"dimension": 32},
+    "XVectorMFCC": {"dimension": 32},
+    "SSeRiouSS": {"lstm": {"hidden_size": 16, "num_layers": 2}, "linear": {"hidden_size": 16}},
+}
+# WeSpeaker ResNets fix their widths and depth inside the class; the tiny model keeps the class
+# and rebuilds its `resnet` trunk through pyannote's own ResNet constructor, narrower and with
+# one block per stage (the rows record it).
+WESPEAKER = {"num_blocks": [1, 1, 1, 1], "m_channels": 8, "embed_dim": 32, "num_mel_bins": 40}
+# Classes whose constructor downloads pretrained weights.
+DOWNLOADS = {"SSeRiouSS": "loads torchaudio's pretrained WavLM"}
+MODEL_MODULES = ("pyannote.audio.models.segmentation", "pyannote.audio.models.embedding",
+                 "pyannote.audio.models.separation")  # fmt: skip
+
+
+class PyannoteAdapter(Adapter):
+    library = "pyannote-audio"
+    package = "pyannote.audio"
+    extra = "audio"
+    config_files = ("config.yaml",)
+
+    def missing_packages(self) -> list[str]:
+        import importlib.util
+
+        names = ["pyannote", "torchaudio"]
+        missing = [n for n in names if importlib.util.find_spec(n) is None]
+        if not missing and importlib.util.find_spec("pyannote.audio") is None:
+            missing = ["pyannote.audio"]
+        return missing
+
+    def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
+        repos = library_data(self.library)["repos"]
+        mapped = repos.get(entry.model_id)
+        if mapped is None:
+            raise ConfigError(
+                "no config.yaml available offline, and the adapter's table does not know this "
+                "repo's model class",
+                reason=SkipReason.NO_CONFIG.value,
+                model_id=entry.model_id,
+            )
+        models = {
+            part: copy.deepcopy(library_data(self.library)["models"][name])
+            for part, name in mapped["models"].items()
+        }
+        return ResolvedConfig(
+            model_id=entry.model_id,
+            library=self.library,
+            config={"models": models},
+            source=ConfigSource.LIBRARY_DEFAULT.value,
+            detail=f"pyannote.audio classes from the adapter's table ({mapped['reason']})",
+        )
+
+    def from_files(self, model_id: str, folder: Any, source: str) -> ResolvedConfig | None:
+        path = folder / "config.yaml"
+        if not path.is_file():
+            return None
+        import yaml
+
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(
+                f"{path}: not readable YAML: {exc}",
+                reason=SkipReason.MALFORMED_CONFIG.value,
+                model_id=model_id,
+            ) from exc
+        model = (data or {}).get("model") if isinstance(data, dict) else None
+        if not isinstance(model, dict) or "_target_" not in model:
+            raise ConfigError(
+                f"{path}: a pipeline or a config without model._target_; pipelines resolve "
+                "offline through the adapter's table only",
+                reason=SkipReason.NO_CONFIG.value,
+                model_id=model_id,
+            )
+        target = str(model.pop("_target_"))
+        name = target.rsplit(".", 1)[-1]
+        entry = {"class": name, "args": model, "specifications": _default_specs(name)}
+        return ResolvedConfig(
+            model_id=model_id, library=self.library, config={"models": {"model": entry}},
+            source=source, detail=str(path),
+        )  # fmt: skip
+
+    def shrink(
+        self,
+        resolved: ResolvedConfig,
+        *,
+        architecture_hint: str | None = None,
+        pipeline_tag: str | None = None,
+    ) -> TinySpec:
+        models = resolved.config.get("models")
+        if not isinstance(models, dict) or not models:
+            raise ConfigError(
+                "pyannote config names no model",
+                reason=SkipReason.MALFORMED_CONFIG.value,
+                model_id=resolved.model_id,
+            )
+        tiny: dict[str, Any] = {}
+        changes: dict[str, list[Any]] = {}
+        for part, m in models.items():
+            cls_name = str(m["class"])
+            _model_class(cls_name, resolved.model_id)  # refuse anything outside pyannote's models
+            if cls_name in DOWNLOADS:
+                raise ShrinkError(
+                    f"{cls_name} {DOWNLOADS[cls_name]} when it is built (a download; no weights "
+                    "are ever loaded here)",
+                    model_id=resolved.model_id,
+                    stage="load",
+                )
+            args = copy.deepcopy(m.get("args") or {})
+            for key, value in SHRINK.get(cls_name, {}).items():
+                if isinstance(value, dict):
+                    old = dict(args.get(key) or {})
+                    args[key] = {**old, **value}
+                    changes[f"{part}.{key}"] = [old, args[key]]
+                else:
+                    changes[f"{part}.{key}"] = [args.get(key), value]
+                    args[key] = value
+            entry = {"class": cls_name, "args": args, "specifications": m.get("specifications")}
+            if cls_name.startswith("WeSpeakerResNet"):
+                entry["resnet"] = dict(WESPEAKER)
+                changes[f"{part}.resnet"] = ["the class's own ResNet", dict(WESPEAKER)]
+                args["num_mel_bins"] = WESPEAKER["num_mel_bins"]
+            tiny[part] = entry
+        arch = "PipelineModels" if len(tiny) > 1 else str(next(iter(tiny.values()))["class"])
+        return TinySpec(
+            library=self.library,
+            model_type=arch if len(tiny) == 1 else "+".join(m["class"] for m in tiny.values()),
+            architecture=arch,
+            config={"models": tiny},
+            generative=False,
+            task="voice-activity-detection" if "segmentation" in tiny else "speaker-embedding",
+            changes=changes,
+        )
+
+    def build_model(self, spec: TinySpec) -> Any:
+        import torch
+
+        torch.manual_seed(0)
+        parts = {name: _build_part(m) for name, m in spec.config["models"].items()}
+        if len(parts) == 1:
+            return next(iter(parts.values())).eval()
+        return PipelineModels(parts).eval()
+
+    def make_inputs(
+        self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
+    ) -> dict[str, Any]:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        return {"waveforms": torch.randn(BATCH, 1, SAMPLES, generator=gen) * 0.1}
+
+    def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
+        models = spec.config["models"]
+        if len(models) == 1:
+            return _part_loss(next(iter(models.values())), outputs)
+        return sum(_part_loss(models[name], out) for name, out in outputs.items())
+
+    def iter_architectures(self) -> Iterator[ResolvedConfig]:
+        """Every model class pyannote.audio offers, with the adapter's default arguments."""
+        table = library_data(self.library)["models"]
+        for name, m in table.items():
+            yield ResolvedConfig(
+                model_id=f"pyannote/{name}",
+                library=self.library,
+                config={"models": {"model": copy.deepcopy(m)}},
+                source=ConfigSource.LIBRARY_DEFAULT.value,
+            )
+
+
+def _model_class(name: str, model_id: str | None = None) -> Any:
+    import importlib
+
+    for module_name in MODEL_MODULES:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise ConfigError(
+        f"{name!r} is not a model class of pyannote.audio.models",
+        reason=SkipReason.NO_MODEL_CLASS.value,
+        model_id=model_id,
+    )
+
+
+def _default_specs(name: str) -> dict[str, Any] | None:
+    for m in library_data("pyannote-audio")["models"].values():
+        if m["class"] == name:
+            return copy.deepcopy(m.get("specifications"))
+    return None
+
+
+def _specifications(spec: dict[str, Any]) -> Any:
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    return Specifications(
+        problem=Problem[spec["problem"]],
+        resolution=Resolution[spec["resolution"]],
+        duration=float(spec.get("duration", 1.0)),
+        classes=list(spec["classes"]),
+        powerset_max_classes=spec.get("powerset_max_classes"),
+        permutation_invariant=bool(spec.get("permutation_invariant", False)),
+    )
+
+
+def _build_part(m: dict[str, Any]) -> Any:
+    cls = _model_class(m["class"])
+    model = cls(**copy.deepcopy(m["args"]))
+    if "resnet" in m:
+        from pyannote.audio.models.embedding.wespeaker.resnet import BasicBlock, ResNet
+
+        r = m["resnet"]
+        model.resnet = ResNet(BasicBlock, list(r["num_blocks"]), m_channels=int(r["m_channels"]),
+                              feat_dim=int(r["num_mel_bins"]), embed_dim=int(r["embed_dim"]),
+                              pooling_func="TSTP", two_emb_layer=False)  # fmt: skip
+    if m.get("specifications"):
+        model.specifications = _specifications(m["specifications"])
+        model.build()
+    return model.float()
+
+
+def _part_loss(m: dict[str, Any], out: Any) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    out = out.float()
+    spec = m.get("specifications") or {}
+    if spec.get("resolution") == "FRAME":
+        if spec.get("powerset_max_classes"):
+            # log-softmax over powerset classes: targets are frame-wise class ids
+            target = torch.arange(out.shape[1], device=out.device) % out.shape[-1]
+            return F.nll_loss(out.reshape(-1, out.shape[-1]), target.repeat(out.shape[0]))
+        target = torch.zeros_like(out)
+        target[..., 0] = 1.0
+        return F.binary_cross_entropy(out.clamp(1e-6, 1 - 1e-6), target)
+    emb = F.normalize(out.reshape(out.shape[0], -1), dim=-1)
+    scores = emb @ emb.roll(1, 0).T * 10.0  # each embedding against the batch
+    return F.cross_entropy(scores, torch.arange(out.shape[0], device=out.device))
+
+
+def _pipeline_models_class() -> Any:
+    import torch
+
+    class _PipelineModels(torch.nn.Module):
+        """The models a pyannote pipeline loads, each fed the same waveforms."""
+
+        def __init__(self, parts: dict[str, Any]):
+            super().__init__()
+            self.parts = torch.nn.ModuleDict(parts)
+
+        def forward(self, waveforms: Any) -> dict[str, Any]:
+            return {name: part(waveforms) for name, part in self.parts.items()}
+
+    return _PipelineModels
+
+
+def PipelineModels(parts: dict[str, Any]) -> Any:  # noqa: N802  (a class made lazily)
+    return _pipeline_models_class()(parts)

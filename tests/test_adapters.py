@@ -1,0 +1,347 @@
+"""The library adapters: one registry keyed by the Hub's library_name, and each adapter on real
+configs of sampled architectures (shrunk, built, saved and loaded the library's way, fed,
+trained once, and held to the pass rule)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from model_configs.adapters import ADAPTERS, adapter_names, get_adapter, library_for
+from model_configs.pass_rule import MAX_PARAMS, failure
+from model_configs.spec import CatalogEntry, ResolvedConfig
+from reports.errors import ConfigError, UnknownNameError
+
+
+def train_once(library: str, resolved: ResolvedConfig, **shrink_kw) -> dict:
+    """Shrink, build, save + load, feed, one backward: what the load..backward stages do."""
+    import torch
+
+    from model_configs.grad_coverage import grad_coverage, watch_grad_mode
+
+    adapter = get_adapter(library)
+    spec = adapter.shrink(resolved, **shrink_kw)
+    assert spec.library == library
+    torch.manual_seed(0)
+    model = adapter.build_model(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = adapter.save_and_load(spec, model, Path(tmp))
+    inputs = adapter.make_inputs(spec, model)
+    with watch_grad_mode(model) as watch:
+        outputs = model(**inputs)
+    loss = adapter.compute_loss(spec, model, outputs, inputs)
+    loss.backward()
+    params = sum(p.numel() for p in model.parameters())
+    share = grad_coverage(model, watch).share
+    why = failure(params=params, grad_share=share, loss=float(loss.detach()))
+    assert why is None, f"{resolved.model_id}: {why}"
+    return {"spec": spec, "model": model, "params": params, "inputs": inputs}
+
+
+def entry(model_id: str, library: str | None, **kw) -> CatalogEntry:
+    return CatalogEntry(model_id=model_id, library=library, **kw)
+
+
+# ----- the registry -----
+
+
+def test_registry_is_keyed_by_the_hub_library_name():
+    assert set(adapter_names()) == set(ADAPTERS)
+    for name in adapter_names():
+        assert get_adapter(name).library == name
+    with pytest.raises(UnknownNameError, match="Did you mean 'timm'"):
+        get_adapter("tim")
+
+
+def test_untagged_entries():
+    bolt = entry("autogluon/chronos-bolt-small", None, model_type_hint="t5",
+                 pipeline_tag="time-series-forecasting", tags=("t5", "time series"))  # fmt: skip
+    assert library_for(bolt) == "chronos-forecasting"
+    assert library_for(entry("org/m", None, model_type_hint="llama")) == "transformers"
+    assert library_for(entry("org/m", None)) is None
+    assert library_for(entry("org/m", "gguf")) is None
+
+
+def test_a_missing_package_is_a_skip_naming_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "timm" else real(name, *a)
+    )
+    with pytest.raises(ConfigError) as info:
+        get_adapter("timm").require_package("timm/resnet50.a1_in1k")
+    assert info.value.reason == "missing_package"
+    assert "timm" in info.value.message and "hfsweep[timm]" in (info.value.hint or "")
+
+
+def test_ultralytics_names_its_licence(monkeypatch):
+    adapter = get_adapter("ultralytics")
+    monkeypatch.setattr(type(adapter), "missing_packages", lambda self: ["ultralytics"])
+    with pytest.raises(ConfigError, match="AGPL-3.0"):
+        adapter.require_package("Bingsu/adetailer")
+
+
+# ----- timm -----
+
+TIMM_SAMPLE = [
+    "resnet50", "vit_small_patch16_224", "efficientnet_b0", "convnext_tiny",
+    "mobilenetv3_small_100", "swin_tiny_patch4_window7_224", "maxvit_tiny_tf_224",
+    "cspresnet50", "vitamin_small_224",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", TIMM_SAMPLE)
+def test_timm_architectures_shrink_by_their_constructor(arch):
+    resolved = get_adapter("timm").default_config(entry(f"timm/{arch}.some_tag", "timm"))
+    assert resolved.source == "library_default" and resolved.config == {"architecture": arch}
+    run = train_once("timm", resolved)
+    assert run["spec"].changes, "the shrink changed nothing"
+    assert run["params"] <= MAX_PARAMS
+
+
+def test_timm_config_json_and_unknown_architectures(tmp_path):
+    adapter = get_adapter("timm")
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architecture": "resnet18", "num_classes": 0, "pretrained_cfg": {}})
+    )
+    resolved = adapter.from_files("org/feat", tmp_path, "hub")
+    run = train_once("timm", resolved)
+    assert run["spec"].task == "image-feature-extraction"
+    with pytest.raises(ConfigError) as info:
+        adapter.default_config(entry("prov-gigapath/prov-gigapath", "timm"))
+    assert info.value.reason == "no_config"
+
+
+def test_timm_build_checks_the_spec_it_was_shrunk_to():
+    from dataclasses import replace
+
+    from reports.errors import ShrinkError
+
+    adapter = get_adapter("timm")
+    spec = adapter.shrink(adapter.default_config(entry("timm/resnet18.a1_in1k", "timm")))
+    tampered = replace(spec, config={**spec.config, "args": {"layers": [9, 9, 9, 9]}})
+    with pytest.raises(ShrinkError, match="differently"):
+        adapter.build_model(tampered)
+
+
+# ----- open_clip -----
+
+
+@pytest.mark.parametrize(
+    ("repo", "name", "cls"),
+    [
+        ("laion/CLIP-ViT-B-32-laion2B-s34B-b79K", "ViT-B-32", "CLIP"),
+        ("laion/CLIP-convnext_base_w-laion2B-s13B-b82K-augreg", "convnext_base_w", "CLIP"),
+        ("timm/ViT-B-16-SigLIP-i18n-256", "ViT-B-16-SigLIP-i18n-256", "CustomTextCLIP"),
+        ("openai/RN50", "RN50", "CLIP"),
+    ],
+)
+def test_open_clip_shrinks_both_towers(repo, name, cls):
+    resolved = get_adapter("open_clip").default_config(entry(repo, "open_clip"))
+    assert resolved.config["model_name"] == name
+    run = train_once("open_clip", resolved)
+    assert run["spec"].architecture == cls
+    assert any(k.startswith("vision_cfg") for k in run["spec"].changes)
+    assert any(k.startswith("text_cfg") for k in run["spec"].changes)
+
+
+def test_open_clip_hf_text_towers_need_the_hub():
+    adapter = get_adapter("open_clip")
+    resolved = adapter.default_config(entry("org/xlm-roberta-base-ViT-B-32-x", "open_clip"))
+    with pytest.raises(ConfigError) as info:
+        adapter.shrink(resolved)
+    assert info.value.reason == "no_config" and "xlm-roberta-base" in info.value.message
+
+
+# ----- chronos -----
+
+
+@pytest.mark.parametrize(
+    ("repo", "arch"),
+    [
+        ("amazon/chronos-t5-small", "T5ForConditionalGeneration"),
+        ("amazon/chronos-bolt-base", "ChronosBoltModelForForecasting"),
+        ("amazon/chronos-2", "Chronos2Model"),
+    ],
+)
+def test_chronos_kinds(repo, arch):
+    resolved = get_adapter("chronos-forecasting").default_config(entry(repo, "chronos-forecasting"))
+    run = train_once("chronos-forecasting", resolved)
+    assert run["spec"].architecture == arch
+    if arch == "T5ForConditionalGeneration":  # token ids from Chronos' own mean-scaling bins
+        ids = run["inputs"]["input_ids"]
+        assert int(ids.max()) < run["spec"].config["chronos_config"]["n_tokens"]
+        assert run["spec"].generative
+
+
+# ----- sentence-transformers -----
+
+
+def test_sentence_transformers_default_stack():
+    resolved = get_adapter("sentence-transformers").default_config(
+        entry(
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "sentence-transformers",
+            model_type_hint="bert",
+        )  # fmt: skip
+    )
+    assert [m["type"] for m in resolved.config["modules"]] == ["Transformer", "Pooling",
+                                                               "Normalize"]  # fmt: skip
+    run = train_once("sentence-transformers", resolved)
+    out = run["model"](**run["inputs"])
+    emb = out["sentence_embedding"]
+    assert emb.shape[0] == 4
+    assert abs(float(emb.norm(dim=-1).mean()) - 1.0) < 1e-4  # the Normalize module ran
+
+
+def _st_repo(tmp_path: Path, dense: bool = True, module: str = "Dense") -> Path:
+    """A sentence-transformers repo's config files (all-MiniLM-L6-v2's layout, plus a head)."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]  # fmt: skip
+    if dense:
+        modules.append(
+            {"idx": 2, "name": "2", "path": "2_Dense", "type": f"sentence_transformers.models.{module}"}
+        )  # fmt: skip
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "bert", "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522,
+    }))  # fmt: skip
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 384, "pooling_mode_cls_token": True,
+        "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+    }))  # fmt: skip
+    (tmp_path / "2_Dense").mkdir()
+    (tmp_path / "2_Dense" / "config.json").write_text(json.dumps({
+        "in_features": 384, "out_features": 768, "bias": True,
+        "activation_function": "torch.nn.modules.activation.Tanh",
+    }))  # fmt: skip
+    return tmp_path
+
+
+def test_sentence_transformers_modules_json_with_a_dense_head(tmp_path):
+    adapter = get_adapter("sentence-transformers")
+    resolved = adapter.from_files("org/st", _st_repo(tmp_path), "hub")
+    run = train_once("sentence-transformers", resolved)
+    kinds = [type(m).__name__ for m in run["model"]]
+    assert kinds == ["Transformer", "Pooling", "Dense"]
+    assert run["model"](**run["inputs"])["sentence_embedding"].shape[-1] == 32
+
+
+def test_sentence_transformers_refuses_module_types_outside_the_library(tmp_path):
+    adapter = get_adapter("sentence-transformers")
+    resolved = adapter.from_files("org/st", _st_repo(tmp_path, module="MyCustomHead"), "hub")
+    with pytest.raises(ConfigError) as info:
+        adapter.shrink(resolved)
+    assert info.value.reason == "no_model_class"
+
+
+# ----- ultralytics -----
+
+
+@pytest.mark.parametrize(
+    ("yaml", "cls"),
+    [
+        ("yolov8", "DetectionModel"),
+        ("yolo11-seg", "SegmentationModel"),
+        ("yolo11-pose", "PoseModel"),
+        ("yolov8-obb", "OBBModel"),
+        ("yolo11-cls", "ClassificationModel"),
+    ],
+)
+def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
+    adapter = get_adapter("ultralytics")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id == f"ultralytics/{yaml}")
+    run = train_once("ultralytics", resolved)
+    assert run["spec"].architecture == cls
+
+
+def test_ultralytics_catalog_repo_maps_to_its_yaml():
+    resolved = get_adapter("ultralytics").default_config(entry("Bingsu/adetailer", "ultralytics"))
+    assert resolved.config["yaml_file"] == "yolov8n.yaml" and "YOLOv8" in resolved.detail
+
+
+# ----- pyannote-audio, speechbrain -----
+
+
+@pytest.mark.parametrize(
+    "repo",
+    ["pyannote/segmentation-3.0", "pyannote/wespeaker-voxceleb-resnet34-LM",
+     "pyannote/speaker-diarization-3.1"],
+)  # fmt: skip
+def test_pyannote_models_and_pipelines(repo):
+    resolved = get_adapter("pyannote-audio").default_config(entry(repo, "pyannote-audio"))
+    run = train_once("pyannote-audio", resolved)
+    if repo.endswith("3.1"):  # the pipeline's two models, both fed
+        out = run["model"](**run["inputs"])
+        assert set(out) == {"segmentation", "embedding"}
+
+
+@pytest.mark.parametrize(
+    "repo",
+    ["speechbrain/spkrec-ecapa-voxceleb", "speechbrain/lang-id-voxlingua107-ecapa",
+     "speechbrain/spkrec-xvect-voxceleb", "speechbrain/vad-crdnn-libriparty"],
+)  # fmt: skip
+def test_speechbrain_interfaces(repo):
+    resolved = get_adapter("speechbrain").default_config(entry(repo, "speechbrain"))
+    train_once("speechbrain", resolved)
+
+
+def test_speechbrain_never_reads_hyperparams_and_says_why():
+    adapter = get_adapter("speechbrain")
+    assert adapter.config_files == ()
+    with pytest.raises(ConfigError) as info:
+        adapter.default_config(entry("speechbrain/emotion-recognition-wav2vec2-IEMOCAP",
+                                     "speechbrain"))  # fmt: skip
+    assert info.value.reason == "no_config" and "downloads" in info.value.message
+
+
+# ----- diffusion-single-file -----
+
+
+@pytest.mark.parametrize(
+    ("repo", "cls"),
+    [
+        ("Comfy-Org/Wan_2.1_ComfyUI_repackaged", "WanTransformer3DModel"),
+        ("Comfy-Org/flux1-dev", "FluxTransformer2DModel"),
+        ("Comfy-Org/z_image_turbo", "ZImageTransformer2DModel"),
+    ],
+)
+def test_single_files_map_by_name_where_diffusers_loads_them(repo, cls):
+    resolved = get_adapter("diffusion-single-file").default_config(
+        entry(repo, "diffusion-single-file")
+    )
+    assert resolved.source == "name_mapped" and "mapped by name" in resolved.detail
+    run = train_once("diffusion-single-file", resolved)
+    assert run["spec"].architecture == cls
+
+
+def test_single_files_diffusers_cannot_load_stay_a_skip():
+    adapter = get_adapter("diffusion-single-file")
+    with pytest.raises(ConfigError) as info:
+        adapter.default_config(entry("Comfy-Org/HunyuanVideo_1.5_repackaged", "x"))
+    assert info.value.reason == "unsupported_library"
+    assert "cannot load this architecture's single files" in info.value.message
+
+
+# ----- through the sweep's own path -----
+
+
+def test_the_load_stage_saves_and_loads_through_the_adapter():
+    from model_configs.catalog import load_catalog
+    from runners.run_model import run_model
+    from sweep.plan import plan_entry
+
+    found = load_catalog("bundled").get("timm/resnet18.a1_in1k")
+    planned = plan_entry(found, [])
+    assert planned.spec is not None and planned.spec.library == "timm"
+    outcome = run_model(planned.spec, device="cpu", stages=["load", "forward", "backward"])
+    assert [r.status for r in outcome.stages] == ["pass", "pass", "pass"], outcome.stages
