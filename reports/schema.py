@@ -195,6 +195,8 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("compile_s", pa.float64()),  # compile + first step
         pa.field("step_s", pa.float64()),  # steady-state step time
         pa.field("peak_memory_bytes", pa.int64()),
+        pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
+        pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         pa.field("attempt", pa.int16()),
         pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid

@@ -159,7 +159,9 @@ def run_sweep(
     start = time.monotonic()
     stream = open_catalog(config.catalog)
     device = get_device(config.device, **config.device_options)  # unknown name: UsageError
-    # Device checks that must pass before any model runs go here (one clear error, no rows).
+    from runners.devices.preflight import check_device
+
+    check_device(config.device, config.device_options)  # a broken device: one DeviceError
     store = Store(config.store)
     run_id = check_run_id(config.run_id) if config.run_id else new_run_id()
     previous = store.run(run_id)
