@@ -121,9 +121,7 @@ class OpSweepQuery:
 
     def runs(self) -> list[dict[str, Any]]:
         """One dict per op-sweep run (its latest state), newest first."""
-        files = self.store.part_files("op_runs")
-        infos = self.store.fs.get_file_info(files) if files else []
-        fp = tuple((i.path, i.mtime_ns or 0, i.size or 0) for i in infos)
+        fp = tuple(self.store.part_infos("op_runs"))  # one listing, no request per part
         if self._runs_cache is not None and self._runs_cache[0] == fp:
             return [dict(r) for r in self._runs_cache[1]]
         rows = self.store.read("op_runs").to_pylist()
@@ -166,11 +164,7 @@ class OpSweepQuery:
     # ---- loading -------------------------------------------------------------------------
 
     def fingerprint(self, run_id: str) -> tuple[Any, ...]:
-        files = self.store.part_files("ops", run_id)
-        if not files:
-            return ()
-        infos = self.store.fs.get_file_info(files)
-        return tuple((i.path, i.mtime_ns or 0, i.size or 0) for i in infos)
+        return tuple(self.store.part_infos("ops", run_id))
 
     def _ensure(self, run_id: str) -> tuple[Any, ...]:
         fp = self.fingerprint(run_id)
