@@ -294,4 +294,6 @@ def test_lowering_declarations_by_device() -> None:
     neuron = get_device("neuron")
     lowering = lowering_of(neuron)
     assert lowering("aten::add.Tensor") is True  # in every bundled profile
-    assert lowering("aten::histc") is False
+    assert lowering("aten::kthvalue") is False  # no registration in TorchNeuron's snapshot
+    assert lowering("aten::histc") is True  # registered there (the torch-mlir list lacks it)
+    assert lowering_of(get_device("neuron", profile="torch-mlir"))("aten::histc") is False
