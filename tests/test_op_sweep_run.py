@@ -19,7 +19,7 @@ from reports.schema import OP_SKIP_PYTORCH, OpSkipReason
 from reports.store import Store
 from tests.conftest import HFSWEEP
 
-FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put"
+FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put,kthvalue"
 
 
 def _ops(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
