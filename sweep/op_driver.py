@@ -265,9 +265,9 @@ def _ray_task(units: list[Any], opts: Any) -> tuple[list[dict[str, Any]], str]:
 def _execute_ray(
     groups: list[list[Any]], opts: Any, config: OpSweepConfig
 ) -> Iterator[tuple[list[Any], list[dict[str, Any]], str]]:
-    from sweep.driver import RunConfig, init_ray
+    from sweep.executors import init_ray
 
-    ray = init_ray(RunConfig(store=config.store, address=config.address, num_cpus=config.num_cpus))
+    ray = init_ray(config.address, config.num_cpus)
     from ray.exceptions import NodeDiedError, OutOfMemoryError, RayTaskError, WorkerCrashedError
 
     remote = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
