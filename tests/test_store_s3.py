@@ -176,6 +176,11 @@ def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
     p = hfsweep("report", "--store", uri, "--format", "json", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "ops-s3" in p.stdout
+    client = TestClient(create_app(uri, refresh_s=0, warm=False))
+    page = client.get("/api/ops/aten::add")
+    assert page.status_code == 200, page.text[:500]
+    assert page.json()["op_run_id"] == "ops-s3"
+    assert client.get("/op-sweep").status_code == 200
 
 
 def test_unreachable_bucket_is_one_clear_error(s3_env) -> None:
