@@ -11,7 +11,7 @@ part of a sample's life:
   move          copying samples to the device and results back
 
     .venv/bin/python bench/op_sweep_profile.py [--device neuron] [--dtypes fp32]
-        [--ops add,mul,...]  (default: 24 common OpInfos)
+        [--ops add,mul,... | --ops all]  (default: 24 common OpInfos; all: the whole op_db)
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def main() -> None:
     from runners.op_sweep.isolation import SweepOptions, Unit
     from runners.op_sweep.run import sweep_units
 
-    keys = opdb.select_opinfos([n for n in args.ops.split(",") if n])
+    names = None if args.ops == "all" else [n for n in args.ops.split(",") if n]
+    keys = opdb.select_opinfos(names)
     dtypes = tuple(opdb.parse_dtypes(args.dtypes))
     units = [
         Unit(k, opdb.get_opinfo(k).name, opdb.get_opinfo(k).variant_test_name or None, dtypes)
