@@ -26,7 +26,12 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.schema import FALLBACKS_SCHEMA, RESULTS_SCHEMA, STAGE_ORDER  # noqa: E402
+from reports.schema import (  # noqa: E402
+    CONFIGS_SCHEMA,
+    FALLBACKS_SCHEMA,
+    RESULTS_SCHEMA,
+    STAGE_ORDER,
+)
 from reports.store import Store  # noqa: E402
 
 STAGES = [s.value for s in STAGE_ORDER]
@@ -343,10 +348,12 @@ def write_run(
     flip = rng.random(n) < 0.02  # a few models change outcome from night to night
     fail_stage = np.where(flip, rng.choice([-1, 3], size=n), models["fail_stage"])
     n_results = n_fallbacks = 0
+    pairs_seen: set[tuple[str, str]] = set()  # configs rows: once per run and config pair
     for lo in range(0, n, chunk):
         hi = min(lo + chunk, n)
         cols: dict[str, list] = {name: [] for name in RESULTS_SCHEMA.names}
         fb: dict[str, list] = {name: [] for name in FALLBACKS_SCHEMA.names}
+        cf: dict[str, list] = {name: [] for name in CONFIGS_SCHEMA.names}
         for i in range(lo, hi):
             mt, arch, lib, tag, generative = FAMILIES[fam[i]]
             skip = models["skip"][i]
@@ -432,8 +439,14 @@ def write_run(
                 }
                 for k in RESULTS_SCHEMA.names:  # columns added to the schema later stay null
                     cols[k].append(row.get(k))
+                pair = (row["config_hash"], row["shrunk_config_hash"])
+                if row["shrunk_config_hash"] and pair not in pairs_seen:
+                    pairs_seen.add(pair)
+                    for k in CONFIGS_SCHEMA.names:
+                        cf[k].append(row.get(k))
         name = f"part-{time.time_ns():020d}-{run_index:04d}{lo:09d}.parquet"
         _write(store, "fallbacks", run_id, name, pa.table(fb, schema=FALLBACKS_SCHEMA))
+        _write(store, "configs", run_id, name, pa.table(cf, schema=CONFIGS_SCHEMA))
         _write(store, "results", run_id, name, pa.table(cols, schema=RESULTS_SCHEMA))
         n_results += hi - lo
         n_fallbacks += len(fb["op"])

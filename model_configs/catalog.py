@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -94,11 +94,7 @@ def entry_from_row(row: dict[str, str]) -> CatalogEntry:
     )
 
 
-def load_catalog(source: str = "bundled") -> Catalog:
-    """Read a catalog: "bundled" or a path to a CSV with (at least) a `model_id` column.
-
-    Rows are ordered by rank (then file order); rows without a rank get one by position.
-    """
+def _catalog_path(source: str) -> tuple[Path, str]:
     if source == "bundled":
         path, name = _bundled_path(), f"bundled:{BUNDLED_NAME}"
     else:
@@ -108,17 +104,67 @@ def load_catalog(source: str = "bundled") -> Catalog:
             f"catalog file not found: {path}",
             hint="use --catalog bundled, or a CSV written by 'hfsweep catalog refresh'",
         )
+    return path, name
+
+
+def _rows(path: Path) -> Iterator[CatalogEntry]:
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or "model_id" not in reader.fieldnames:
                 raise UsageError(f"catalog {path} has no 'model_id' column")
-            entries = [entry_from_row(row) for row in reader]
+            for row in reader:
+                yield entry_from_row(row)
     except (UnicodeDecodeError, csv.Error, ValueError) as exc:
         raise UsageError(f"catalog {path} is not a readable CSV: {exc}") from exc
-    entries = _ranked(entries)
+
+
+def load_catalog(source: str = "bundled") -> Catalog:
+    """Read a catalog: "bundled" or a path to a CSV with (at least) a `model_id` column.
+
+    Rows are ordered by rank (then file order); rows without a rank get one by position.
+    """
+    path, name = _catalog_path(source)
+    entries = _ranked(list(_rows(path)))
     config_dir = path.with_suffix("")  # refresh writes configs to <catalog>/ beside <catalog>.csv
     return Catalog(name=name, entries=tuple(entries), config_dir=config_dir)
+
+
+@dataclass(frozen=True)
+class CatalogStream:
+    """A catalog read as a stream, for sweeps of any length: `entries()` yields the ranked
+    entries without holding them (a file in rank order, as `refresh` writes and the bundled
+    snapshot is, streams; any other order is sorted in memory first)."""
+
+    name: str
+    path: Path
+    config_dir: Path
+    size: int
+    in_rank_order: bool
+
+    def entries(self) -> Iterator[CatalogEntry]:
+        if not self.in_rank_order:
+            yield from _ranked(list(_rows(self.path)))
+            return
+        from dataclasses import replace
+
+        for position, entry in enumerate(_rows(self.path), start=1):
+            yield entry if entry.rank is not None else replace(entry, rank=position)
+
+
+def open_catalog(source: str = "bundled") -> CatalogStream:
+    """One pass over the file to count it and check its order; no entry is kept."""
+    path, name = _catalog_path(source)
+    size, in_order, last, unranked = 0, True, 0, False
+    for entry in _rows(path):
+        size += 1
+        if entry.rank is None:
+            unranked = True  # rows without a rank rank after every ranked one, by position
+        elif unranked or entry.rank < last:
+            in_order = False
+        else:
+            last = entry.rank
+    return CatalogStream(name, path, path.with_suffix(""), size, in_order)
 
 
 def _ranked(entries: list[CatalogEntry]) -> list[CatalogEntry]:

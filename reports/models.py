@@ -10,7 +10,7 @@ from typing import Any
 
 from reports.coverage import device_label
 from reports.errors import UsageError
-from reports.query import OUTCOMES, STAGES, StoreQuery
+from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.schema import RESULTS_SCHEMA, Status
 
 SORT_COLUMNS = {
@@ -203,9 +203,10 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     files = q.files(run_id)
     result_files = [part] if part in files.results else list(files.results)
     stages = q.fetch(
-        # union_by_name: part files written before a column was added to the schema lack it
-        "SELECT * FROM read_parquet($files, union_by_name = true) WHERE model_id = $model",
-        {"files": result_files, "model": model_id},
+        # part files written before a column was added to the schema read it as null
+        "SELECT * FROM results_parts WHERE model_id = $model",
+        {"model": model_id},
+        scans={"results_parts": Scan("results", result_files)},
     )
     for row in stages:
         for name in RESULTS_SCHEMA.names:
@@ -226,11 +227,17 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
         fallbacks = q.fetch(
             """
             SELECT stage, op, count, source, bytes_h2d, bytes_d2h
-            FROM read_parquet($files, union_by_name = true) WHERE model_id = $model
+            FROM fallback_parts WHERE model_id = $model
             ORDER BY list_position($stages, stage), count DESC, op
             """,
-            {"files": fb_files, "model": model_id, "stages": list(STAGES)},
+            {"model": model_id, "stages": list(STAGES)},
+            scans={"fallback_parts": Scan("fallbacks", fb_files)},
         )
+    # parts written before the configs table carried the shrink on every row: still shown
+    legacy = [{k: r.pop(k, None) for k in _LEGACY_SHRINK} for r in stages]
+    shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
+        legacy[0] if legacy else {}
+    )
     first = stages[0] if stages else {}
     run = q.run_info(run_id) or {}
     for h in history:
@@ -262,13 +269,10 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
             first.get("device_emulated") or run.get("device_emulated"),
         ),
         "dtype": first.get("dtype"),
-        "stages": [
-            {k: v for k, v in r.items() if k not in ("shrink_changes", "shrunk_config")}
-            for r in stages
-        ],
+        "stages": stages,
         "fallbacks": fallbacks,
-        "shrink_changes": _json(first.get("shrink_changes")),
-        "shrunk_config": _json(first.get("shrunk_config")),
+        "shrink_changes": _json(shrink.get("shrink_changes")),
+        "shrunk_config": _json(shrink.get("shrunk_config")),
         "versions": {
             k: run.get(k)
             for k in (
@@ -289,6 +293,47 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
         "reproduce": reproduce_command(model_id, first.get("device") or run.get("device")),
         "history": history,
     }
+
+
+_LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
+
+
+def _shrink_of(q: StoreQuery, run_id: str, files: RunFiles, row: dict[str, Any]) -> dict[str, Any]:
+    """What the shrink made of this model: stored once per run and (original, shrunk) config
+    pair in the configs table, in the part of the model that first met the pair."""
+    shrunk = row.get("shrunk_config_hash")
+    if not shrunk or not files.configs:
+        return {}
+    index = q.memo("config_index", run_id, lambda: _config_index(q, files))
+    part = index.get((row.get("config_hash"), shrunk))
+    if part is None:
+        return {}
+    found = q.fetch(
+        """
+        SELECT shrink_changes, shrunk_config FROM config_parts
+        WHERE shrunk_config_hash = $shrunk AND config_hash IS NOT DISTINCT FROM $original
+        LIMIT 1
+        """,
+        {"shrunk": shrunk, "original": row.get("config_hash")},
+        scans={"config_parts": Scan("configs", [part])},
+    )
+    return found[0] if found else {}
+
+
+def _config_index(q: StoreQuery, files: RunFiles) -> dict[tuple[str | None, str], str]:
+    """(original hash, shrunk hash) -> the configs part that holds the pair (hashes only)."""
+    rows = q.fetch(
+        "SELECT config_hash, shrunk_config_hash, filename FROM config_parts",
+        scans={
+            "config_parts": Scan(
+                "configs", files.configs, ("config_hash", "shrunk_config_hash"), filename=True
+            )
+        },
+    )
+    index: dict[tuple[str | None, str], str] = {}
+    for r in rows:
+        index.setdefault((r["config_hash"], r["shrunk_config_hash"]), r["filename"])
+    return index
 
 
 def reproduce_command(model_id: str, device: str | None) -> str:

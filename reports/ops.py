@@ -7,7 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from reports.coverage import share
-from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, StoreQuery
+from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, Scan, StoreQuery
+
+
+def _fallback_scan(files: tuple[str, ...]) -> Scan:
+    return Scan("fallbacks", files, ("model_id", "stage", "op", "count", "source"), filename=True)
 
 
 def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
@@ -44,7 +48,7 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
                 f"""
                 WITH f AS (
                   SELECT f.model_id, f.stage, f.op, f.count, f.source
-                  FROM read_parquet($files, filename = true, union_by_name = true) f
+                  FROM fallback_parts f
                   JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
                     AND s.part_no = list_position($parts, parse_filename(f.filename))
                 ),
@@ -67,15 +71,12 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
                 FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
                 GROUP BY o.op
                 """,
-                {
-                    "files": list(files.fallbacks),
-                    "run": run_id,
-                    "parts": q.summary_part_names(run_id),
-                },
+                {"run": run_id, "parts": q.summary_part_names(run_id)},
+                scans={"fallback_parts": _fallback_scan(files.fallbacks)},
             )
         union = (
             "UNION SELECT DISTINCT f.op, f.model_id "
-            "FROM read_parquet($files, filename = true, union_by_name = true) f "
+            "FROM fallback_parts f "
             "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
             "AND s.part_no = list_position($parts, parse_filename(f.filename))"
             if files.fallbacks
@@ -93,10 +94,11 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
             GROUP BY t.op
         """
         params: dict[str, Any] = {"run": run_id}
+        scans = {}
         if files.fallbacks:
-            params["files"] = list(files.fallbacks)
             params["parts"] = q.summary_part_names(run_id)
-        blocked = {r["op"]: r for r in q.fetch(blocked_sql, params)}
+            scans["fallback_parts"] = _fallback_scan(files.fallbacks)
+        blocked = {r["op"]: r for r in q.fetch(blocked_sql, params, scans=scans)}
         by_op = {r["op"]: r for r in fell_back}
         for r in fell_back:
             r.update(failing_models=0, failing_downloads=0)

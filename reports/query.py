@@ -4,6 +4,8 @@ Every aggregation in `reports/` goes through `StoreQuery`: it lists part files w
 `Store.part_files` (so uncommitted fallback parts stay invisible), keys its caches by the files of
 each run and their modification times, and summarises each run once into an in-memory table
 `model_runs` (one row per run x model) that the model table, the funnel and the diff query.
+Part files are never read by path: a query names `Scan`s, which the store turns into pyarrow
+datasets over its filesystem (local or an object store) and DuckDB reads as tables.
 Queries are parameterised; identifiers never come from users.
 """
 
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import duckdb
-import pyarrow.fs as pafs
 
 from reports.errors import StoreError
 from reports.schema import FAILED_STATUSES, STAGE_ORDER, SkipReason, Status
@@ -39,12 +40,34 @@ _STAGE_IDX_SQL = "CASE stage " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enu
 _STAGE_IDX_SQL += " ELSE 99 END"
 _NA = SkipReason.NOT_APPLICABLE.value
 
-_RESULT_COLUMNS = (
-    "run_id, model_id, rank, downloads, library, pipeline_tag, model_type, architecture, "
-    "config_source, shrunk_config_hash, device, device_emulated, dtype, stage, status, reason, "
-    "error_type, error_message, error_signature, failing_op, duration_s, fallback_op_count, "
-    "fallback_call_count, attempt, finished_at"
+_RESULT_COLUMN_NAMES = (
+    "run_id",
+    "model_id",
+    "rank",
+    "downloads",
+    "library",
+    "pipeline_tag",
+    "model_type",
+    "architecture",
+    "config_source",
+    "shrunk_config_hash",
+    "device",
+    "device_emulated",
+    "dtype",
+    "stage",
+    "status",
+    "reason",
+    "error_type",
+    "error_message",
+    "error_signature",
+    "failing_op",
+    "duration_s",
+    "fallback_op_count",
+    "fallback_call_count",
+    "attempt",
+    "finished_at",
 )
+_RESULT_COLUMNS = ", ".join(_RESULT_COLUMN_NAMES)
 
 _STAGE_STATUS_SQL = ",\n".join(
     f"  max(status) FILTER (WHERE stage = '{s}') AS s_{s},\n"
@@ -63,7 +86,7 @@ SUMMARY_SQL = f"""
 WITH raw AS (
   SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx,
     list_position($files, filename) + $offset AS part_no
-  FROM read_parquet($files, filename = true, union_by_name = true)
+  FROM results_parts
 ),
 r AS (
   SELECT * FROM raw{{dedup}}
@@ -111,7 +134,7 @@ SUMMARY_WITH_FALLBACKS_SQL = f"""
 WITH s AS ({SUMMARY_SQL}),
 fb AS (
   SELECT model_id, count(DISTINCT op) AS n_ops
-  FROM read_parquet($fallback_files, union_by_name = true) GROUP BY model_id
+  FROM fallback_parts GROUP BY model_id
 )
 SELECT s.* REPLACE (greatest(coalesce(fb.n_ops, 0), s.fallback_ops) AS fallback_ops)
 FROM s LEFT JOIN fb USING (model_id)
@@ -132,12 +155,24 @@ CREATE TABLE IF NOT EXISTS model_runs (
 
 
 @dataclass(frozen=True)
+class Scan:
+    """Part files of one table, queried as a table named in the SQL (`filename`: with each
+    row's part path in a `filename` column; `columns`: only those, which `filename` needs)."""
+
+    table: str
+    files: Sequence[str]
+    columns: Sequence[str] | None = None
+    filename: bool = False
+
+
+@dataclass(frozen=True)
 class RunFiles:
     """The committed part files of one run, with a fingerprint that changes when they do."""
 
     results: tuple[str, ...]
     fallbacks: tuple[str, ...]
     fingerprint: tuple[tuple[str, int, int], ...]
+    configs: tuple[str, ...] = ()
 
 
 class StoreQuery:
@@ -175,18 +210,27 @@ class StoreQuery:
             now = time.monotonic()
             if not force and self._listed_at >= 0 and now - self._listed_at < self.refresh_s:
                 return
-            results = self.store.part_files("results")
-            fallbacks = self.store.part_files("fallbacks")
-            runs = self.store.part_files("runs")
-            stats = _stats(self.store.fs, [*results, *fallbacks, *runs])
-            by_run: dict[str, tuple[list[str], list[str]]] = {}
-            for path in results:
-                by_run.setdefault(_run_of(path), ([], []))[0].append(path)
-            for path in fallbacks:
-                by_run.setdefault(_run_of(path), ([], []))[1].append(path)
+            listed = {
+                t: self.store.part_infos(t) for t in ("results", "fallbacks", "configs", "runs")
+            }
+            stats = {p: (mtime, size) for infos in listed.values() for p, mtime, size in infos}
+            results, fallbacks, configs, runs = (
+                [p for p, _, _ in listed[t]] for t in ("results", "fallbacks", "configs", "runs")
+            )
+            by_run: dict[str, tuple[list[str], list[str], list[str]]] = {}
+            for i, paths in enumerate((results, fallbacks, configs)):
+                for path in paths:
+                    by_run.setdefault(_run_of(path), ([], [], []))[i].append(path)
+            # configs parts are written with their results part: results fingerprint them
             self._files = {
-                run: RunFiles(tuple(res), tuple(fb), tuple((p, *stats[p]) for p in (*res, *fb)))
-                for run, (res, fb) in by_run.items()
+                run: RunFiles(
+                    tuple(res),
+                    tuple(fb),
+                    tuple((p, *stats[p]) for p in (*res, *fb)),
+                    tuple(cf),
+                )
+                for run, (res, fb, cf) in by_run.items()
+                if res
             }
             runs_fp = tuple((p, *stats[p]) for p in runs)
             if runs_fp != self._runs_fp:
@@ -296,25 +340,28 @@ class StoreQuery:
         cur = self._con.cursor()
         try:
             params: dict[str, Any] = {"files": parts, "offset": offset}
+            scans = {"results_parts": Scan("results", parts, _RESULT_COLUMN_NAMES, filename=True)}
             sql = SUMMARY_SQL
             if fallbacks:
                 sql = SUMMARY_WITH_FALLBACKS_SQL
-                params["fallback_files"] = fallbacks
+                scans["fallback_parts"] = Scan("fallbacks", fallbacks)
             # The window that keeps the latest attempt costs more than the rest of the summary:
             # use it only when some (model, stage) has several rows.
-            dedup = bool(parts) and bool(
-                cur.execute(
-                    "SELECT count(*) > count(DISTINCT (model_id, stage)) "
-                    "FROM read_parquet($files, union_by_name = true)",
-                    {"files": parts},
-                ).fetchall()[0][0]
-            )
+            dedup = False
+            if parts:
+                self._register(cur, {"results_all": Scan("results", parts)})
+                dedup = bool(
+                    cur.execute(
+                        "SELECT count(*) > count(DISTINCT (model_id, stage)) FROM results_all"
+                    ).fetchall()[0][0]
+                )
             sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
             cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
             try:
                 if replace_run:
                     cur.execute("DELETE FROM model_runs WHERE run_id = $run", {"run": run_id})
                 if parts:
+                    self._register(cur, scans)
                     cur.execute(f"CREATE OR REPLACE TEMP TABLE fresh AS {sql}", params)
                     if not replace_run:
                         cur.execute(
@@ -373,10 +420,28 @@ class StoreQuery:
 
     # ---- queries -------------------------------------------------------------------------
 
-    def fetch(self, sql: str, params: dict[str, Any] | Sequence[Any] | None = None) -> list[dict]:
-        """Run one parameterised query; rows as dicts."""
+    def _register(self, cur: Any, scans: dict[str, Scan] | None) -> None:
+        """Make each scan a table of this cursor (its own connection: others never see it)."""
+        for name, scan in (scans or {}).items():
+            self.store.register(
+                cur,
+                name,
+                scan.table,
+                list(scan.files),
+                list(scan.columns) if scan.columns else None,
+                filename=scan.filename,
+            )
+
+    def fetch(
+        self,
+        sql: str,
+        params: dict[str, Any] | Sequence[Any] | None = None,
+        scans: dict[str, Scan] | None = None,
+    ) -> list[dict]:
+        """Run one parameterised query over `model_runs` and the named scans; rows as dicts."""
         cur = self._con.cursor()
         try:
+            self._register(cur, scans)
             cur.execute(sql, params or {})
             names = [d[0] for d in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
@@ -413,16 +478,6 @@ def _run_of(path: str) -> str:
     return path.rsplit("/", 2)[-2].removeprefix("run_id=")
 
 
-def _stats(fs: pafs.FileSystem, paths: list[str]) -> dict[str, tuple[int, int]]:
-    if not paths:
-        return {}
-    out = {}
-    for info in fs.get_file_info(paths):
-        mtime = info.mtime_ns if info.mtime_ns is not None else 0
-        out[info.path] = (int(mtime), int(info.size or 0))
-    return out
-
-
 def placeholders(values: Sequence[Any], prefix: str, params: dict[str, Any]) -> str:
     """`$p0, $p1, ...` for an IN list, adding the values to `params`."""
     names = []
@@ -437,6 +492,7 @@ __all__ = [
     "OUTCOMES",
     "STAGES",
     "RunFiles",
+    "Scan",
     "Status",
     "StoreQuery",
     "placeholders",

@@ -114,8 +114,6 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("config_source", pa.string(), nullable=False),
         pa.field("config_hash", pa.string()),
         pa.field("shrunk_config_hash", pa.string()),
-        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
-        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
         pa.field("param_count", pa.int64()),
         pa.field("device", pa.string(), nullable=False),
         pa.field("device_emulated", pa.bool_(), nullable=False),
@@ -165,10 +163,26 @@ FALLBACKS_SCHEMA = pa.schema(
     ]
 )
 
+# What a dedup group shares, stored once per run and (original, shrunk) config pair instead of
+# on every stage row of every member; readers join it back on both hashes.
+CONFIGS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string()),  # the original (full-size) config
+        pa.field("shrunk_config_hash", pa.string(), nullable=False),
+        pa.field("library", pa.string()),
+        pa.field("architecture", pa.string()),
+        pa.field("shrink_changes", pa.string()),  # JSON: {"dotted.key": [original, shrunk]}
+        pa.field("shrunk_config", pa.string()),  # JSON of the config the model was built from
+    ]
+)
+
 RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # running | finished | interrupted
+        # running | finished | interrupted (stopped early) | incomplete (models the environment
+        # kept from running have no rows yet: the same command runs them)
+        pa.field("status", pa.string(), nullable=False),
         pa.field("started_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("device", pa.string()),
@@ -177,7 +191,12 @@ RUNS_SCHEMA = pa.schema(
         pa.field("device_profile_hash", pa.string()),
         pa.field("dtype", pa.string()),
         pa.field("stages", pa.string()),  # comma-separated Stage values
+        pa.field("strict", pa.bool_()),  # a CPU fallback is an error
+        pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
+        pa.field("timeout_s", pa.float64()),  # per model
+        pa.field("memory_limit_bytes", pa.int64()),  # per model (0: no cap)
         pa.field("catalog", pa.string()),  # "bundled:<name>" or a path / "hub"
+        pa.field("catalog_hash", pa.string()),  # of the catalog file: a resume must match it
         pa.field("catalog_size", pa.int64()),  # models in the catalog
         pa.field("models_requested", pa.int64()),  # models this run was asked for
         pa.field("torch_version", pa.string()),
@@ -196,8 +215,21 @@ RUNS_SCHEMA = pa.schema(
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
+    "configs": CONFIGS_SCHEMA,
     "runs": RUNS_SCHEMA,
 }
+
+
+# Free text and JSON: nothing filters on them, and Parquet's min/max statistics of long strings
+# would sit in every part file's footer (measured: a third of a small configs part).
+FREE_TEXT_COLUMNS = frozenset(
+    {"error_message", "error_signature", "shrink_changes", "shrunk_config", "command", "worker"}
+)
+
+
+def statistics_columns(table: str) -> list[str]:
+    """The columns whose Parquet statistics are written (what filters are pushed down on)."""
+    return [n for n in TABLES[table].names if n not in FREE_TEXT_COLUMNS]
 
 
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:

@@ -53,6 +53,9 @@ class ModelOutcome:
     stages: list[StageResult]
     param_count: int | None = None
     worker: str | None = None
+    # where the time went outside the stages (seconds): the child process from start to join
+    # (`child_s`), its set-up before the first stage (`setup_s`), the stages' own (`stages_s`)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def ordered(stages: list[Stage] | list[str]) -> list[Stage]:

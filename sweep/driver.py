@@ -1,4 +1,9 @@
-"""The sweep driver: plan, run one task per unique tiny model (Ray or local), write rows.
+"""The sweep driver: settings, store and run row, then the run loop over the streamed catalog.
+
+The parts, one module each: `sweep.loop` (the run loop: planning that streams, dedup, rows),
+`sweep.executors` (Ray or local: where plan and model tasks run, retries of system failures),
+`sweep.writer` (buffered rows flushed as atomic parts), `sweep.ledger` (what the run remembers
+about every dedup group, on disk), `sweep.plan` and `sweep.rows` (what a task and a row are).
 
 Guarantees:
 - every model asked for gets one row per requested stage (skips included);
@@ -6,32 +11,47 @@ Guarantees:
   driver loses at most the models in flight and those finished in the last flush interval
   (`flush_s`, 2 s by default), and the same command with the same `--run-id` resumes without
   duplicates;
-- a model that hangs gets `timeout`, one that kills its process `crash` / `oom`, and the sweep
-  goes on; system failures of Ray (a lost worker or node) are retried, a model's failures never.
+- a model that hangs gets `timeout`, one that kills its process `crash`, one that runs out of
+  its memory budget (or is killed by the OOM killer) `oom`, and the sweep goes on;
+- what is not the model's doing (system faults: the environment failing in the child, a lost
+  worker, node or object, a SIGKILL from outside) is retried and never recorded: a model it
+  keeps hitting has no rows (a rerun runs it) and the run ends with one error (exit 3);
+- a device that fails its check before any model runs (`runners.devices.preflight`) stops the
+  run with one error (exit 3) before anything is written;
+- one driver per run id (`reports.locks`); a resume must match every setting that changes a
+  row (`RESULT_SETTINGS`); damaged part files are put aside and their models run again.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import itertools
 import platform
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_configs.catalog import Catalog, load_catalog
+import pyarrow as pa
+
+from model_configs.catalog import CatalogStream, open_catalog
 from model_configs.spec import CatalogEntry
-from reports.errors import UsageError
-from reports.schema import Stage, Status
+from reports.errors import SystemFaultError, UsageError
+from reports.locks import RunLock
+from reports.schema import Stage
 from reports.store import Store, check_run_id, new_run_id, utcnow
-from runners.outcome import ModelOutcome, failed_before
-from sweep.plan import Planned, Task, group_tasks, plan_entries
+from runners import containment
+from runners.containment import DEFAULT_MEMORY_LIMIT
+from sweep.executors import PlanFn, RunFn, TaskSettings, make_executor
+from sweep.ledger import Ledger
+from sweep.loop import PLAN_BATCH, RunLoop
 from sweep.progress import SweepProgress
-from sweep.rows import RunContext, model_rows
+from sweep.rows import RunContext
+from sweep.writer import RowWriter
 
 
 @dataclass
@@ -52,9 +72,11 @@ class RunConfig:
     num_cpus: int | None = None  # local Ray size (default: the machine's cores)
     timeout_s: float = 300.0
     compile_backend: str | None = None  # default: the device's own backend
-    retries: int = 1  # for system failures only
+    retries: int = 2  # for system failures only (never a model's own failure)
+    memory_limit: int | None = DEFAULT_MEMORY_LIMIT  # bytes per model (None: no cap)
     dedup: bool = True
     flush_s: float = 2.0
+    plan_batch: int = PLAN_BATCH  # catalog entries per plan task
     progress: bool | None = None  # None: on when stderr is a terminal
     command: str = ""
 
@@ -68,28 +90,11 @@ class RunSummary:
     tasks: int
     models_run: int
     seconds: float
-
-
-class _Writer:
-    """Buffers finished models' rows and flushes them as one part per table."""
-
-    def __init__(self, store: Store, run_id: str, flush_s: float):
-        self.store, self.run_id, self.flush_s = store, run_id, flush_s
-        self.results: list[dict[str, Any]] = []
-        self.fallbacks: list[dict[str, Any]] = []
-        self.last = time.monotonic()
-
-    def add(self, results: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> None:
-        self.results += results
-        self.fallbacks += fallbacks
-        if time.monotonic() - self.last >= self.flush_s or len(self.results) >= 2000:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.results:
-            self.store.write_model_rows(self.run_id, self.results, self.fallbacks)
-        self.results, self.fallbacks = [], []
-        self.last = time.monotonic()
+    timings: dict[str, float] = field(default_factory=dict)  # summed over model tasks
+    startup_s: float = 0.0  # from the start to the executor being ready (Ray started)
+    abandoned: list[str] = field(default_factory=list)  # no rows: the environment kept failing
+    causes: dict[str, str] = field(default_factory=dict)  # what stopped them -> first model
+    damaged_parts: int = 0  # part files found damaged at the start and put aside
 
 
 def software_versions(device: Any = None) -> dict[str, str | None]:
@@ -130,34 +135,102 @@ def _git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def select_entries(catalog: Catalog, config: RunConfig) -> list[CatalogEntry]:
+def select_entries(stream: CatalogStream, config: RunConfig) -> Iterator[CatalogEntry]:
+    """The entries this run is asked for, in rank order (or in `--models` order), streamed;
+    each model once, however often the catalog or `--models` names it."""
+    return _once(_selected(stream, config))
+
+
+def _once(entries: Iterator[CatalogEntry]) -> Iterator[CatalogEntry]:
+    seen: set[str] = set()  # model ids only: about 100 bytes a model
+    for entry in entries:
+        if entry.model_id not in seen:
+            seen.add(entry.model_id)
+            yield entry
+
+
+def _selected(stream: CatalogStream, config: RunConfig) -> Iterator[CatalogEntry]:
     if config.models:
-        missing = [m for m in config.models if catalog.get(m) is None]
+        wanted = set(config.models)
+        found = {e.model_id: e for e in stream.entries() if e.model_id in wanted}
+        missing = [m for m in config.models if m not in found]
         if missing:
             raise UsageError(
-                f"not in catalog {catalog.name}: {', '.join(missing)}",
+                f"not in catalog {stream.name}: {', '.join(missing)}",
                 hint="use 'hfsweep check MODEL' for a model outside the catalog",
             )
-        return [e for m in config.models if (e := catalog.get(m)) is not None]
-    return catalog.top(config.top)
+        return iter([found[m] for m in dict.fromkeys(config.models)])
+    entries = stream.entries()
+    return entries if config.top is None else itertools.islice(entries, config.top)
 
 
-def run_sweep(config: RunConfig) -> RunSummary:
-    """Run (or resume) a sweep; returns what was done. Raises UsageError for bad settings."""
+def _not_done(entries: Iterator[CatalogEntry], done: pa.Array) -> Iterator[CatalogEntry]:
+    """Entries without rows in the run yet (`done`: model ids, as one compact Arrow array)."""
+    import pyarrow.compute as pc
+
+    while chunk := list(itertools.islice(entries, 1024)):
+        if len(done) == 0:
+            yield from chunk
+            continue
+        have = pc.is_in(pa.array([e.model_id for e in chunk]), value_set=done).to_pylist()
+        yield from (e for e, seen in zip(chunk, have, strict=True) if not seen)
+
+
+def run_sweep(
+    config: RunConfig,
+    *,
+    plan_fn: PlanFn | None = None,
+    run_fn: RunFn | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Run (or resume) a sweep; returns what was done. Raises UsageError for bad settings (a
+    resume with other settings, a run another driver holds), DeviceCheckError when the device
+    fails its check before any model runs, SystemFaultError when the environment keeps failing
+    task after task.
+
+    `plan_fn` / `run_fn` replace the bodies of plan and model tasks (benches of the driver);
+    `warn` gets one line per problem found in the store (default: stderr)."""
     from runners.devices import get_device
 
     start = time.monotonic()
-    catalog = load_catalog(config.catalog)
-    entries = select_entries(catalog, config)
+    stream = open_catalog(config.catalog)
     device = get_device(config.device, **config.device_options)  # unknown name: UsageError
-    from runners.devices.preflight import check_device
+    # The device checks that must pass before any model runs (one clear error, no rows); a
+    # `run_fn` stand-in runs no model on the device, so it has nothing to check.
+    if run_fn is None:
+        from runners.devices.preflight import check_device
 
-    check_device(config.device, config.device_options)  # a broken device: one DeviceError
+        check_device(config.device, config.device_options)  # broken: DeviceCheckError, exit 3
     store = Store(config.store)
     run_id = check_run_id(config.run_id) if config.run_id else new_run_id()
+    with RunLock(store, run_id):  # a second driver on this run is refused here
+        return _run_locked(
+            config, stream, device, store, run_id, start, plan_fn, run_fn, warn or _stderr
+        )
+
+
+def _run_locked(
+    config: RunConfig,
+    stream: CatalogStream,
+    device: Any,
+    store: Store,
+    run_id: str,
+    start: float,
+    plan_fn: PlanFn | None,
+    run_fn: RunFn | None,
+    warn: Callable[[str], None],
+) -> RunSummary:
+    damaged = store.damaged_parts(run_id)
+    for table, path, why in damaged:  # never read as data: put aside, their models run again
+        store.quarantine(path)
+        warn(
+            f"warning: {table} part {path.rsplit('/', 1)[-1]} of run {run_id} is damaged "
+            f"({why}); put aside as .damaged-*, its models run again"
+        )
     previous = store.run(run_id)
+    settings_row = result_settings(config, device, stream)
     if previous is not None:
-        _check_same_settings(previous, config)
+        check_same_settings(previous, settings_row)
     profile, profile_hash = device.profile_info()
     run_ctx = RunContext(
         run_id=run_id,
@@ -167,234 +240,173 @@ def run_sweep(config: RunConfig) -> RunSummary:
         device_profile_hash=profile_hash,
         dtype=config.dtype,
     )
+    done = store.read("results", run_id, columns=["model_id"]).column("model_id").unique()
+    done = done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
+    # two counting passes over the catalog: nothing is kept
+    requested = sum(1 for _ in select_entries(stream, config))
+    already = requested - sum(1 for _ in _not_done(select_entries(stream, config), done))
     run_row = {
         "run_id": run_id,
         "status": "running",
         "started_at": previous["started_at"] if previous else utcnow(),
-        "device": device.name,
-        "device_emulated": device.emulated,
-        "device_profile": profile,
-        "device_profile_hash": profile_hash,
-        "dtype": config.dtype,
-        "stages": ",".join(s.value for s in config.stages),
-        "catalog": catalog.name,
-        "catalog_size": len(catalog.entries),
-        "models_requested": len(entries),
+        "catalog_size": stream.size,
+        "models_requested": requested,
         "command": config.command,
         **software_versions(device),
+        **settings_row,
     }
     store.write_run(run_row)
-    done = store.completed_models(run_id)
-    todo = [e for e in entries if e.model_id not in done]
-    writer = _Writer(store, run_id, config.flush_s)
-    tasks: list[Task] = []
-    skipped = 0
-    interrupted = True
+    settings = TaskSettings(
+        device=config.device,
+        device_options=config.device_options,
+        dtype=config.dtype,
+        stages=config.stages,
+        timeout_s=config.timeout_s,
+        compile_backend=config.compile_backend,
+        retries=config.retries,
+        config_dir=str(stream.config_dir) if stream.config_dir.is_dir() else None,
+        memory_limit=config.memory_limit,
+    )
+    status = "interrupted"
+    loop: RunLoop | None = None
+    ready = start
+    writer = RowWriter(store, run_id, config.flush_s)
     try:
-        with SweepProgress(len(todo), description="plan", enabled=config.progress) as bar:
-
-            def planned_one(p: Planned) -> None:
-                bar.advance("skip" if p.outcome else "ready")
-
-            planned = plan_entries(
-                todo, config.stages, config_dir=catalog.config_dir, on_planned=planned_one
+        with (
+            writer,
+            Ledger(dedup=config.dedup) as ledger,
+            SweepProgress(
+                requested - already, description=f"run {run_id}", enabled=config.progress
+            ) as bar,
+        ):
+            if already:
+                ledger.resume(store, run_id)  # groups that ran before the kill stay done
+            todo = _not_done(select_entries(stream, config), done)
+            executor = make_executor(
+                config.executor,
+                settings,
+                address=config.address,
+                num_cpus=config.num_cpus,
+                plan_fn=plan_fn,
+                run_fn=run_fn,
             )
-        with SweepProgress(len(todo), description=f"run {run_id}", enabled=config.progress) as bar:
-            for p in planned:
-                if p.outcome is not None:
-                    writer.add(*model_rows(run_ctx, p, p.outcome))
-                    skipped += 1
-                    bar.advance(_headline(p.outcome))
-            writer.flush()
-            if config.dedup:
-                tasks = group_tasks(planned)
-            else:
-                tasks = [Task(spec=p.spec, members=[p]) for p in planned if p.spec is not None]
-            for task, outcome, attempt in _execute(tasks, config, device):
-                for i, member in enumerate(task.members):
-                    dedup_of = task.lead.entry.model_id if i else None
-                    writer.add(
-                        *model_rows(run_ctx, member, outcome, attempt=attempt, dedup_of=dedup_of)
-                    )
-                bar.advance(_headline(outcome), n=len(task.members))
-            writer.flush()
-        interrupted = False
+            ready = time.monotonic()
+            try:
+                loop = RunLoop(
+                    executor,
+                    ledger,
+                    writer,
+                    run_ctx,
+                    plan_batch=config.plan_batch,
+                    on_model=lambda outcome, n: bar.advance(outcome, n=n),
+                )
+                loop.run_entries(todo)
+            finally:
+                executor.close()
+                containment.sweep_orphans()  # children of workers that died on this node
+        status = "incomplete" if loop.abandoned else "finished"
     finally:
-        writer.flush()
-        store.write_run({**run_row, "status": "interrupted" if interrupted else "finished"})
+        writer.close()
+        store.write_run({**run_row, "status": status})
     return RunSummary(
         run_id=run_id,
-        requested=len(entries),
-        already_done=len(entries) - len(todo),
-        skipped=skipped,
-        tasks=len(tasks),
-        models_run=sum(len(t.members) for t in tasks),
+        requested=requested,
+        already_done=already,
+        skipped=loop.skipped,
+        tasks=ledger.unique,
+        models_run=loop.models_run,
         seconds=time.monotonic() - start,
+        timings=loop.timings,
+        startup_s=ready - start,
+        abandoned=loop.abandoned,
+        causes=loop.causes,
+        damaged_parts=len(damaged),
     )
 
 
-def _headline(outcome: ModelOutcome) -> str:
-    statuses = {s.status for s in outcome.stages}
-    if statuses <= {Status.SKIP.value}:
-        return "skip"
-    if statuses <= {Status.PASS.value, Status.SKIP.value}:
-        return "pass"
-    return "fail"
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
-def _check_same_settings(previous: dict[str, Any], config: RunConfig) -> None:
-    stages = ",".join(s.value for s in config.stages)
-    for key, want in (
-        ("device", config.device.split(":")[0]),
-        ("dtype", config.dtype),
-        ("stages", stages),
-    ):
-        have = previous.get(key)
-        if have and want and have != want and not (key == "device" and have.startswith(want)):
-            raise UsageError(
-                f"run {previous['run_id']} was started with {key}={have}, not {want}",
-                hint="resume with the same settings, or start a new run without --run-id",
-            )
+def abandoned_error(summary: RunSummary) -> SystemFaultError:
+    """The one error for models the environment kept from running (they have no rows)."""
+    n = len(summary.abandoned)
+    causes = "; ".join(f"{cause} (first: {model})" for cause, model in summary.causes.items())
+    return SystemFaultError(
+        f"{n} model{'s' if n != 1 else ''} of run {summary.run_id} got no rows: the environment "
+        f"kept failing after retries: {causes}",
+        hint=f"rerun the same command (--run-id {summary.run_id}): only those models run again",
+    )
 
 
-# ---- executors ----------------------------------------------------------------------------
+def _file_hash(path: Path) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()[:16]
 
 
-def _execute(
-    tasks: list[Task], config: RunConfig, device: Any
-) -> Iterator[tuple[Task, ModelOutcome, int]]:
-    if not tasks:
-        return iter(())
-    if config.executor == "local":
-        return _execute_local(tasks, config)
-    if config.executor == "ray":
-        return _execute_ray(tasks, config)
-    raise UsageError(f"unknown executor {config.executor!r} (use ray or local)")
+# Columns of the run row that decide what a row says: a resume must match every one of them.
+RESULT_SETTINGS = (
+    "device",
+    "device_emulated",
+    "device_profile",
+    "device_profile_hash",
+    "strict",
+    "dtype",
+    "stages",
+    "catalog",
+    "catalog_hash",
+    "compile_backend",
+    "timeout_s",
+    "memory_limit_bytes",
+    "torch_version",
+    "transformers_version",
+    "diffusers_version",
+    "device_package_version",
+    "project_version",
+)
 
 
-def _task_kwargs(config: RunConfig) -> dict[str, Any]:
+def result_settings(config: RunConfig, device: Any, stream: CatalogStream) -> dict[str, Any]:
+    """Every setting of this run that changes what a row says (stored in the run row)."""
+    profile, profile_hash = device.profile_info()
+    versions = software_versions(device)
     return {
-        "device": config.device,
-        "device_options": config.device_options,
+        "device": device.name,
+        "device_emulated": bool(device.emulated),
+        "device_profile": profile,
+        "device_profile_hash": profile_hash,
+        "strict": bool(config.device_options.get("strict", False)),
         "dtype": config.dtype,
-        "stages": [s.value for s in config.stages],
-        "timeout_s": config.timeout_s,
-        "compile_backend": config.compile_backend,
+        "stages": ",".join(s.value for s in config.stages),
+        "catalog": stream.name,
+        "catalog_hash": _file_hash(stream.path),
+        "compile_backend": config.compile_backend or getattr(device, "compile_backend", None),
+        "timeout_s": float(config.timeout_s),
+        "memory_limit_bytes": config.memory_limit or 0,
+        **{k: versions.get(k) for k in RESULT_SETTINGS if k.endswith("_version")},
     }
 
 
-def _execute_local(
-    tasks: list[Task], config: RunConfig
-) -> Iterator[tuple[Task, ModelOutcome, int]]:
-    from runners.isolation import run_isolated
-
-    for task in tasks:
-        outcome = run_isolated(task.spec, **_task_kwargs(config))
-        outcome.worker = f"{socket.gethostname()}:{os.getpid()}"
-        yield task, outcome, 1
-
-
-def run_task(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
-    """The body of one Ray task: import the heavy libraries once per worker, then fork."""
-    import ray
-
-    import runners.stages  # noqa: F401  (torch + model libraries, before the fork)
-    from runners.isolation import run_isolated
-
-    outcome = run_isolated(spec, **kwargs)
-    node = ray.get_runtime_context().get_node_id()
-    outcome.worker = f"ray:{node[:12]}:{os.getpid()}"
-    return outcome
-
-
-def init_ray(config: RunConfig) -> Any:
-    import logging
-
-    import ray
-
-    if ray.is_initialized():
-        return ray
-    if config.address:
-        ray.init(address=config.address, logging_level=logging.WARNING, log_to_driver=False)
-    else:
-        ray.init(
-            num_cpus=config.num_cpus or os.cpu_count() or 1,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
+def check_same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> None:
+    """A resume must be the same run: refuse one whose settings would change its rows."""
+    differ = []
+    for key in RESULT_SETTINGS:
+        have, want = previous.get(key), settings.get(key)
+        if have is None or want is None:  # a run row from before the column existed
+            continue
+        if have != want:
+            differ.append(f"{key}={have} (now {want})")
+    if differ:
+        raise UsageError(
+            f"run {previous['run_id']} was started with other settings: {', '.join(differ)}",
+            hint="resume with the same command and software, or start a new run without --run-id",
         )
-    return ray
-
-
-def _execute_ray(tasks: list[Task], config: RunConfig) -> Iterator[tuple[Task, ModelOutcome, int]]:
-    ray = init_ray(config)
-    from ray.exceptions import (
-        GetTimeoutError,
-        NodeDiedError,
-        OutOfMemoryError,
-        RayTaskError,
-        TaskCancelledError,
-        WorkerCrashedError,
-    )
-
-    remote = ray.remote(num_cpus=1, max_retries=0, max_calls=25)(run_task)
-    slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    kwargs = _task_kwargs(config)
-    # A task normally returns within its model timeout (the worker enforces it); this guard
-    # catches a worker that never returns at all (a lost node, a wedged process).
-    guard_s = config.timeout_s * 1.5 + 120
-    queue = list(reversed(tasks))
-    inflight: dict[Any, tuple[Task, int, float]] = {}
-
-    def submit(task: Task, attempt: int) -> None:
-        ref = remote.remote(task.spec, kwargs)
-        inflight[ref] = (task, attempt, time.monotonic())
-
-    stages = config.stages
-    while queue or inflight:
-        while queue and len(inflight) < slots:
-            submit(queue.pop(), 1)
-        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-        now = time.monotonic()
-        for ref in list(inflight):
-            task, attempt, started = inflight[ref]
-            if ref not in ready and now - started > guard_s:
-                ray.cancel(ref, force=True)
-                del inflight[ref]
-                yield (
-                    task,
-                    failed_before(
-                        stages,
-                        Status.TIMEOUT,
-                        "Timeout",
-                        f"the Ray task did not return within {guard_s:g} s",
-                    ),
-                    attempt,
-                )
-        for ref in ready:
-            if ref not in inflight:
-                continue
-            task, attempt, started = inflight.pop(ref)
-            try:
-                outcome = ray.get(ref, timeout=60)
-            except (WorkerCrashedError, NodeDiedError) as exc:
-                if attempt <= config.retries:
-                    submit(task, attempt + 1)
-                    continue
-                outcome = failed_before(stages, Status.CRASH, type(exc).__name__, _first_line(exc))
-            except OutOfMemoryError as exc:
-                if attempt <= config.retries:
-                    submit(task, attempt + 1)
-                    continue
-                outcome = failed_before(stages, Status.OOM, type(exc).__name__, _first_line(exc))
-            except (RayTaskError, TaskCancelledError, GetTimeoutError) as exc:
-                outcome = failed_before(stages, Status.CRASH, type(exc).__name__, _first_line(exc))
-            yield task, outcome, attempt
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def stage_list(text: str | None) -> list[Stage]:

@@ -1,15 +1,13 @@
-"""Turn one model's outcome into store rows (results + per-op fallbacks)."""
+"""Turn one model's outcome into store rows (results + per-op fallbacks + its config pair)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from reports.schema import ConfigSource
 from reports.store import utcnow
 from runners.outcome import ModelOutcome
-from sweep.plan import Planned, changes_json
+from sweep.plan import Planned, changes_json, config_json
 
 
 @dataclass(frozen=True)
@@ -32,26 +30,23 @@ def model_rows(
     attempt: int = 1,
     dedup_of: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    entry, resolved, spec = planned.entry, planned.resolved, planned.spec
+    entry, spec = planned.entry, planned.spec
     finished = utcnow()
     base = {
         "run_id": run.run_id,
         "model_id": entry.model_id,
         "rank": entry.rank,
         "downloads": entry.downloads,
-        "library": entry.library or (resolved.library if resolved else None),
+        "library": entry.library or planned.library,
         "pipeline_tag": entry.pipeline_tag,
         "model_type": (spec.model_type if spec else None)
-        or (resolved.model_type if resolved else None)
+        or planned.model_type
         or (entry.model_type_hint or None),
         "architecture": (spec.architecture if spec else None)
         or (entry.architectures_hint[0] if entry.architectures_hint else None),
-        "config_source": (spec.config_source if spec else None)
-        or (resolved.source if resolved else ConfigSource.NONE.value),
-        "config_hash": resolved.hash if resolved else None,
+        "config_source": (spec.config_source if spec else None) or planned.config_source,
+        "config_hash": planned.config_hash,
         "shrunk_config_hash": spec.hash if spec else None,
-        "shrink_changes": changes_json(spec),
-        "shrunk_config": json.dumps(spec.config, sort_keys=True, default=str) if spec else None,
         "param_count": outcome.param_count,
         "device": run.device,
         "device_emulated": run.device_emulated,
@@ -78,3 +73,20 @@ def model_rows(
                 }
             )
     return results, fallbacks
+
+
+def config_row(run: RunContext, planned: Planned) -> dict[str, Any] | None:
+    """The configs row of a model's (original, shrunk) config pair: what its dedup group shares,
+    written once per run instead of on every stage row (None for a model never shrunk)."""
+    spec = planned.spec
+    if spec is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "config_hash": planned.config_hash,
+        "shrunk_config_hash": spec.hash,
+        "library": spec.library,
+        "architecture": spec.architecture,
+        "shrink_changes": changes_json(spec),
+        "shrunk_config": config_json(spec),
+    }

@@ -125,8 +125,6 @@ def rows_for(
             "config_source": "none" if status == "skip" and reason != "not_applicable" else "hub",
             "config_hash": "c0ffee",
             "shrunk_config_hash": f"s-{meta['architecture']}",
-            "shrink_changes": json.dumps({"hidden_size": [4096, 64], "num_hidden_layers": [32, 2]}),
-            "shrunk_config": json.dumps({"model_type": meta["model_type"], "hidden_size": 64}),
             "device": "neuron",
             "device_emulated": True,
             "dtype": "float32",
@@ -304,10 +302,26 @@ def _encoder(run_id: str, model_id: str) -> tuple[list, list]:
     return rows_for(run_id, model_id, ENCODER_PASS, reason="not_applicable")
 
 
+def configs_for(results: list[dict]) -> list[dict]:
+    """The configs rows of models' results: one per (original, shrunk) config pair."""
+    pairs = {(r["config_hash"], r["shrunk_config_hash"]): r for r in results}
+    return [
+        {
+            "run_id": r["run_id"],
+            "config_hash": original,
+            "shrunk_config_hash": shrunk,
+            "architecture": r.get("architecture"),
+            "shrink_changes": json.dumps({"hidden_size": [4096, 64], "num_hidden_layers": [32, 2]}),
+            "shrunk_config": json.dumps({"model_type": r["model_type"], "hidden_size": 64}),
+        }
+        for (original, shrunk), r in pairs.items()
+    ]
+
+
 def _write(store: Store, run_id: str, batch: list[tuple[list, list]]) -> None:
     results = [r for res, _ in batch for r in res]
     fallbacks = [f for _, fb in batch for f in fb]
-    store.write_model_rows(run_id, results, fallbacks)
+    store.write_model_rows(run_id, results, fallbacks, configs_for(results))
 
 
 def _run(

@@ -1,5 +1,7 @@
 """A real two-node Ray cluster on loopback (token auth, as Ray 2.60 sets it up), joined with
-`hfsweep run --address`: the sweep's tasks run on both nodes and every row lands."""
+`hfsweep run --address` and a store on S3 (a local S3-compatible server, reached through the AWS
+variables), as the README's cluster section runs it: plan and model tasks run on both nodes,
+every row lands in the object store, and the report at the end of the run reads it back."""
 
 from __future__ import annotations
 
@@ -14,14 +16,15 @@ import pytest
 
 from reports.store import Store
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.s3_support import BUCKET, local_s3
 
 pytestmark = pytest.mark.slow
 
 PORT = "6391"
 
 
-@pytest.fixture
-def two_node_cluster(tmp_path):
+@pytest.fixture(scope="module")
+def two_node_cluster():
     ray_bin = Path(HFSWEEP[0]).with_name("ray")
     if not ray_bin.exists():
         ray_bin = Path(shutil.which("ray") or "ray")
@@ -63,34 +66,56 @@ def test_sweep_on_an_existing_two_node_cluster(tmp_path, two_node_cluster):
         for i, t in enumerate(["llama", "gpt2", "bert", "opt"])
     ]
     catalog = write_catalog(tmp_path / "catalog.csv", models)
-    store = tmp_path / "store"
-    proc = subprocess.run(
-        [
-            *HFSWEEP,
-            "run",
-            "--address",
-            f"127.0.0.1:{PORT}",
-            "--catalog",
-            str(catalog),
-            "--top",
-            "4",
-            "--store",
-            str(store),
-            "--run-id",
-            "cluster",
-            "--stages",
-            "load,forward,backward",
-            "--no-report",
-        ],
-        cwd=ROOT,
-        env={**two_node_cluster, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = Store(store).read("results", "cluster").to_pylist()
+    with local_s3() as aws:
+        store = f"s3://{BUCKET}/hfsweep"
+        proc = subprocess.run(
+            [
+                *HFSWEEP,
+                "run",
+                "--address",
+                f"127.0.0.1:{PORT}",
+                "--catalog",
+                str(catalog),
+                "--top",
+                "4",
+                "--device",
+                "neuron",
+                "--store",
+                store,
+                "--run-id",
+                "cluster",
+                "--stages",
+                "load,forward,backward",
+            ],
+            cwd=ROOT,
+            env={**two_node_cluster, **aws, "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "4 models" in proc.stdout and "EMULATED" in proc.stdout.upper()
+        rows = Store(store).read("results", "cluster").to_pylist()
     assert Counter(r["status"] for r in rows) == Counter({"pass": 12})
     assert len({(r["model_id"], r["stage"]) for r in rows}) == 12
+    assert all(r["device"] == "neuron" and r["device_emulated"] for r in rows)
     nodes = {r["worker"].split(":")[1] for r in rows}
     assert len(nodes) == 2, f"tasks ran on {nodes}, expected both nodes"
+
+
+def test_a_driver_without_token_mode_is_refused(two_node_cluster):
+    env = {
+        k: v for k, v in two_node_cluster.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+    }
+    proc = subprocess.run(
+        [*HFSWEEP, "run", "--address", f"127.0.0.1:{PORT}", "--top", "1", "--no-report"],
+        cwd=ROOT,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "InvalidAuthToken" in proc.stderr or "AuthenticationError" in proc.stderr, proc.stderr[
+        -2000:
+    ]

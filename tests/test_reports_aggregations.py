@@ -322,3 +322,24 @@ def test_funnel_attempted_is_passed_plus_failed(q: StoreQuery) -> None:
     assert [
         lines[s]["attempted"] for s in ("load", "forward", "backward", "compile", "generate")
     ] == [6, 5, 4, 4, 2]
+
+
+def test_parts_from_before_the_configs_table_keep_their_shrink(tmp_path) -> None:
+    """An older writer put shrink_changes and shrunk_config on every results row."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from reports.schema import to_table
+
+    store = build_hand_store(tmp_path / "s")
+    res, _ = rows_for("r9", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")
+    old = to_table("results", res)
+    old = old.append_column("shrink_changes", pa.array([json.dumps({"n_layer": [12, 2]})] * 5))
+    folder = tmp_path / "s" / "results" / "run_id=r9"
+    folder.mkdir(parents=True)
+    pq.write_table(old, folder / "part-00000000000000000001-old.parquet")
+    m = model_detail(StoreQuery(store), "org/old", "r9")
+    assert m["shrink_changes"] == {"n_layer": [12, 2]}
+    assert "shrink_changes" not in m["stages"][0]

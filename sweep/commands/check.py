@@ -111,7 +111,7 @@ def _entry_from_hub(model_id: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from runners.devices import get_device
     from sweep.driver import stage_list
-    from sweep.rows import RunContext, model_rows
+    from sweep.rows import RunContext, config_row, model_rows
 
     stages = stage_list(args.stages)
     options = device_options(args)
@@ -147,7 +147,13 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(
             json.dumps(
-                {"model_id": args.model, "ok": ok, "stages": rows, "fallbacks": fallbacks},
+                {
+                    "model_id": args.model,
+                    "ok": ok,
+                    "stages": rows,
+                    "fallbacks": fallbacks,
+                    "config": config_row(ctx, planned),
+                },
                 default=str,
                 indent=2,
             )
@@ -159,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: Any) -> None:
     out = sys.stdout
-    entry, resolved, spec = planned.entry, planned.resolved, planned.spec
+    entry, resolved, spec = planned.entry, planned.resolved, planned.spec  # check keeps resolved
     first = rows[0]
     print(f"model:   {entry.model_id}", file=out)
     if entry.downloads is not None:

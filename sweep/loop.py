@@ -1,0 +1,188 @@
+"""The run loop: catalog entries stream into plan tasks, plans into model tasks, outcomes into rows.
+
+One loop, one thread. Each turn it
+1. plans ahead: submits the next batch of catalog entries as a plan task while fewer than two
+   model tasks per slot are queued (one plan always when the queue runs low, more only on idle
+   cores), so that planning happens on the workers while models run and no core waits on it;
+2. keeps the executor's capacity of model tasks submitted (a few more than the slots, so a
+   worker that finishes a model starts the next one without waiting for the driver);
+3. takes what finished: plans are admitted in catalog order (the dedup lead of a group is its
+   best-ranked member, as if planned serially), outcomes become rows for every member of the
+   task, and the writer gets its chance to flush.
+The loop holds the open tasks and their members, one batch of entries per plan in flight, and
+the writer's buffer: all bounded by the number of slots, not by the catalog. What the run must
+remember about every group lives in the `Ledger`, on disk.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from model_configs.spec import CatalogEntry
+from reports.errors import SystemFaultError
+from reports.schema import Status
+from runners.outcome import ModelOutcome
+from sweep.executors import Abandoned, Executor, PlanDone, RunDone
+from sweep.ledger import Finished, Ledger
+from sweep.plan import Planned, Task
+from sweep.rows import RunContext, config_row, model_rows
+from sweep.writer import RowWriter
+
+PLAN_BATCH = 16  # catalog entries per plan task (about 0.3 s of resolve + shrink on one core)
+WAIT_S = 1.0  # the longest the loop sleeps between turns
+GIVE_UP_AFTER = 3  # tasks of one kind given up in a row (each after its retries): stop the run
+
+
+class RunLoop:
+    def __init__(
+        self,
+        executor: Executor,
+        ledger: Ledger,
+        writer: RowWriter,
+        run: RunContext,
+        *,
+        plan_batch: int = PLAN_BATCH,
+        on_model: Callable[[str, int], None] | None = None,
+    ):
+        self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
+        self.plan_batch = plan_batch
+        self.on_model = on_model or (lambda outcome, n: None)
+        self.queue: deque[Task] = deque()
+        self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
+        self.skipped = 0  # decided at planning (skip, shrink failure)
+        self.models_run = 0  # models whose rows came from a model task (dedup members too)
+        self.max_open = 0  # the most tasks open at once (the loop's own state)
+        self.abandoned: list[str] = []  # models the environment kept from running (no rows)
+        self.causes: dict[str, str] = {}  # what stopped them -> the first model it hit
+        self._streak = {"run": 0, "plan": 0}  # tasks given up in a row, per kind
+        # seconds summed over tasks: model tasks as the driver saw them (`task_s`: submission
+        # to result, queueing included), their time on the worker (`worker_s`) and the parts
+        # the child measured; plan tasks' time on their workers (`plan_s`)
+        self.timings: dict[str, float] = {}
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def run_entries(self, entries: Iterator[CatalogEntry]) -> None:
+        ex = self.executor
+        batches = _batched(entries, self.plan_batch)
+        next_key = admit_key = 0
+        arrived: dict[int, PlanDone] = {}
+        exhausted = False
+        while True:
+            while not exhausted and self._plan_ahead():
+                batch = next(batches, None)
+                if batch is None:
+                    exhausted = True
+                    break
+                ex.submit_plan(next_key, batch)
+                next_key += 1
+            while self.queue and ex.running() < ex.capacity:
+                ex.submit_run(self.queue.popleft())
+            if exhausted and not self.queue and not ex.running() and not ex.planning():
+                break
+            for event in ex.wait(WAIT_S):
+                if isinstance(event, PlanDone):
+                    self._add_time("plan_s", event.seconds)
+                    arrived[event.key] = event
+                    while admit_key in arrived:
+                        self._admit(arrived.pop(admit_key).planned)
+                        admit_key += 1
+                    self._streak["plan"] = 0 if event.planned else self._streak["plan"]
+                elif isinstance(event, Abandoned):
+                    self._abandon(event)
+                else:
+                    self._streak["run"] = 0
+                    self._ran(event)
+            self.max_open = max(self.max_open, len(self.ledger.open))
+            self.writer.tick()
+
+    def _abandon(self, event: Abandoned) -> None:
+        """The environment kept failing this task: no rows (a rerun retries its models); the
+        run stops with one error when it keeps happening to task after task."""
+        if event.task is not None:
+            self.ledger.abandon(event.task)
+        self.abandoned += event.models
+        self.causes.setdefault(event.cause, event.models[0] if event.models else "")
+        self.on_model("system_fault", len(event.models))
+        self._streak[event.kind] += 1
+        if self._streak[event.kind] >= GIVE_UP_AFTER:
+            raise SystemFaultError(
+                f"the environment keeps failing: {self._streak[event.kind]} "
+                f"{'model' if event.kind == 'run' else 'plan'} tasks in a row could not run "
+                f"after {event.attempts} attempts each (last: {event.cause})",
+                hint="fix the machine (device, packages, Ray, store), then rerun the same "
+                "command with the same --run-id: the models without rows run then",
+            )
+
+    def _plan_ahead(self) -> bool:
+        ex = self.executor
+        if len(self.queue) >= 2 * ex.slots:
+            return False
+        if ex.planning() == 0:
+            return True
+        return ex.planning() + ex.running() < ex.slots  # an idle core: plan on it
+
+    # ---- plans ---------------------------------------------------------------------------
+
+    def _admit(self, planned: list[Planned]) -> None:
+        for p in planned:
+            if p.outcome is not None:
+                self.writer.add(*model_rows(self.run, p, p.outcome))
+                self.skipped += 1
+                self.on_model(headline(p.outcome), 1)
+                continue
+            if self.ledger.first_pair(p):
+                row = config_row(self.run, p)
+                if row is not None:
+                    self._configs[p.entry.model_id] = row
+            admitted = self.ledger.admit(p)
+            if isinstance(admitted, Task):
+                self.queue.append(admitted)
+            elif isinstance(admitted, Finished):  # its group already ran: share the outcome
+                self._write_member(p, admitted.outcome, admitted.attempt, admitted.lead)
+                self.models_run += 1
+                self.on_model(headline(admitted.outcome), 1)
+
+    # ---- outcomes ------------------------------------------------------------------------
+
+    def _ran(self, done: RunDone) -> None:
+        task, outcome = done.task, done.outcome
+        for name, value in (("task_s", done.elapsed_s), *outcome.timings.items()):
+            self._add_time(name, value)
+        lead = task.lead.entry.model_id
+        for i, member in enumerate(task.members):
+            self._write_member(member, outcome, done.attempt, lead if i else None)
+        self.ledger.finish(task, outcome, done.attempt)
+        self.models_run += len(task.members)
+        self.on_model(headline(outcome), len(task.members))
+
+    def _add_time(self, name: str, value: float | None) -> None:
+        if value is not None:
+            self.timings[name] = self.timings.get(name, 0.0) + value
+
+    def _write_member(
+        self, member: Planned, outcome: ModelOutcome, attempt: int, dedup_of: str | None
+    ) -> None:
+        results, fallbacks = model_rows(
+            self.run, member, outcome, attempt=attempt, dedup_of=dedup_of
+        )
+        pair = self._configs.pop(member.entry.model_id, None)
+        self.writer.add(results, fallbacks, [pair] if pair else None)
+
+
+def headline(outcome: ModelOutcome) -> str:
+    statuses = {s.status for s in outcome.stages}
+    if statuses <= {Status.SKIP.value}:
+        return "skip"
+    if statuses <= {Status.PASS.value, Status.SKIP.value}:
+        return "pass"
+    return "fail"
+
+
+def _batched(entries: Iterator[CatalogEntry], n: int) -> Iterator[list[CatalogEntry]]:
+    it = iter(entries)
+    while batch := list(itertools.islice(it, n)):
+        yield batch
