@@ -402,3 +402,38 @@ def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
             first = held._read_lease()["heartbeat"]
             time.sleep(1.0)
             assert held._read_lease()["heartbeat"] > first
+
+
+# ---- the figures the README gives -----------------------------------------------------------
+
+
+def test_the_defaults_the_readme_promises():
+    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB, a lease renewed every
+    5 s and stale after 30 s. A change to any of them must change the README too."""
+    import argparse
+
+    from reports import locks
+    from sweep.commands import run as run_command
+
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.retries, args.memory_limit) == (2, 4.0)
+    defaults = RunConfig(store="s", catalog="c", top=1, stages=stage_list(STAGES))
+    assert defaults.flush_s == 2.0 and defaults.retries == 2
+    assert defaults.memory_limit == 4 << 30
+    assert locks.HEARTBEAT_S == 5.0
+
+
+def test_a_lease_goes_stale_after_30_s_without_a_heartbeat(tmp_path):
+    lock = RunLock(Store(tmp_path / "store"), "r")
+    now = time.time()
+    elsewhere = {"host": "elsewhere", "pid": 1}
+    assert not lock._stale({**elsewhere, "heartbeat": now - 25})
+    assert lock._stale({**elsewhere, "heartbeat": now - 35})
+    # on this host a lease whose driver is gone is stale at once; a live driver's is not
+    here = {"host": lock.holder["host"], "heartbeat": now}
+    assert not lock._stale({**here, "pid": os.getpid()})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert lock._stale({**here, "pid": dead.pid})

@@ -6,6 +6,7 @@ a plan batch that fails is planned again one entry at a time."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
@@ -187,3 +188,19 @@ def test_a_task_that_never_returns_is_cancelled_and_retried(make, monkeypatch):
     events = ex.wait(0)
     assert events == [] and fake.cancelled  # cancelled, retry queued
     assert ex.running() == 1
+
+
+def test_retries_back_off_1_s_2_s_4_s_at_most_30_s():
+    assert [executors.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert executors.backoff_s(20) == 30.0
+
+
+def test_a_retry_waits_for_its_backoff(make, monkeypatch):
+    ex, fake = make({"m": [rex.WorkerCrashedError()]})
+    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.5)
+    ex.submit_run(task("m"))
+    assert ex.wait(0) == [] and fake.calls == ["m"]  # the fault: a retry is queued
+    assert ex.wait(0) == [] and fake.calls == ["m"]  # not before its backoff
+    time.sleep(0.6)
+    (done,) = ex.wait(0)
+    assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]

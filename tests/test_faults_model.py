@@ -233,3 +233,22 @@ def test_out_of_memory_is_read_from_the_exception():
         RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
     )
     assert not containment.out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_what_counts_as_the_environment():
+    """A missing core package, a full disk or a broken device are the machine's problem (a
+    retry, never a row); a missing optional package, a missing file or any other exception may
+    be the model's own (its row says so)."""
+    import errno
+
+    from reports.errors import DeviceError, is_environment_error
+
+    assert is_environment_error(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    assert is_environment_error(ModuleNotFoundError("x", name="transformers"))
+    assert not is_environment_error(ModuleNotFoundError("No module named 'timm'", name="timm"))
+    assert is_environment_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert not is_environment_error(FileNotFoundError(errno.ENOENT, "gone"))
+    assert not is_environment_error(OSError(errno.EINVAL, "invalid"))
+    assert is_environment_error(DeviceError("the device did not set up"))
+    assert is_environment_error(EnvironmentFault("killed from outside"))
+    assert not is_environment_error(ValueError("shape mismatch"))
