@@ -193,6 +193,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("stages", pa.string()),  # comma-separated Stage values
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
+        pa.field("compile_mode", pa.string()),  # neuron: an unlowerable graph op raises / eager
         pa.field("timeout_s", pa.float64()),  # per model
         pa.field("memory_limit_bytes", pa.int64()),  # per model (0: no cap)
         pa.field("catalog", pa.string()),  # "bundled:<name>" or a path / "hub"

@@ -362,6 +362,7 @@ RESULT_SETTINGS = (
     "catalog",
     "catalog_hash",
     "compile_backend",
+    "compile_mode",
     "timeout_s",
     "memory_limit_bytes",
     "torch_version",
@@ -387,6 +388,7 @@ def result_settings(config: RunConfig, device: Any, stream: CatalogStream) -> di
         "catalog": stream.name,
         "catalog_hash": _file_hash(stream.path),
         "compile_backend": config.compile_backend or getattr(device, "compile_backend", None),
+        "compile_mode": getattr(device, "compile_mode", None),  # None where the device has none
         "timeout_s": float(config.timeout_s),
         "memory_limit_bytes": config.memory_limit or 0,
         **{k: versions.get(k) for k in RESULT_SETTINGS if k.endswith("_version")},

@@ -91,3 +91,19 @@ def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
     assert compiled.status == "fail", _statuses(outcome)
     assert compiled.error_type == "UnlowerableOpError"
     assert compiled.failing_op and "cannot be lowered" in compiled.error_message
+
+
+def test_a_resume_with_another_compile_mode_is_refused(tmp_path):
+    """The neuron compile mode (raise / eager) changes every compile row: a resume must match."""
+    from reports.errors import UsageError
+    from sweep.driver import run_sweep
+    from tests.conftest import write_catalog
+    from tests.test_driver_faults import MODELS, config, passing
+
+    catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, top=2, device="neuron"), run_fn=passing)
+    eager = config(store, catalog, top=4, device="neuron", device_options={"compile_mode": "eager"})
+    with pytest.raises(UsageError, match=r"other settings: .*\bcompile_mode=raise \(now eager\)"):
+        run_sweep(eager, run_fn=passing)
+    run_sweep(config(store, catalog, top=4, device="neuron"), run_fn=passing)  # the same: goes on
