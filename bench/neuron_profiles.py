@@ -213,6 +213,12 @@ def cause(row: dict[str, Any]) -> tuple[str, bool]:
         return f"strict: {op} fell back", True
     if error in ("UnlowerableOpError", "BackendCompilerFailed") and "cannot be lowered" in message:
         return f"compile: {op} has no lowering (raise mode, TorchNeuron's default)", True
+    if error == "NoHostKernelError":
+        return (
+            f"{op} falls back (not registered) and PyTorch has no CPU kernel for it: "
+            "TorchNeuron's CPU fallback fails the same way",
+            True,
+        )
     if "TorchNeuron's _grouped_mm precondition" in message:
         return f"conditional op: {op} rows/offsets not aligned to 128 (ValueError)", True
     if op and status == "fail":

@@ -19,11 +19,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from model_configs import guards
 from model_configs.adapters import get_adapter
 from model_configs.spec import TinySpec
 
 
 def build_model(spec: TinySpec) -> Any:
+    """Build the tiny model (refused first, with no memory spent, over the build budget)."""
+    guards.check_budget(spec)
     return get_adapter(spec.library).build_model(spec)
 
 

@@ -139,7 +139,16 @@ def resolve_local(path: str | Path) -> ResolvedConfig:
 
 
 def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
+    from model_configs import guards
+
     try:
+        size = path.stat().st_size
+        if size > guards.MAX_FILE_BYTES:
+            raise ConfigError(
+                f"{path}: {size:,} bytes, more than a config file has ({guards.MAX_FILE_BYTES:,})",
+                reason=SkipReason.MALFORMED_CONFIG.value,
+                model_id=model_id,
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
@@ -161,12 +170,19 @@ def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
             reason=SkipReason.MALFORMED_CONFIG.value,
             model_id=model_id,
         ) from exc
+    except RecursionError:  # nested deeper than the JSON parser goes
+        raise ConfigError(
+            f"{path}: nested too deep to parse",
+            reason=SkipReason.MALFORMED_CONFIG.value,
+            model_id=model_id,
+        ) from None
     if not isinstance(config, dict):
         raise ConfigError(
             f"{path}: expected a JSON object, got {type(config).__name__}",
             reason=SkipReason.MALFORMED_CONFIG.value,
             model_id=model_id,
         )
+    guards.check_shape(config, model_id=model_id)
     return config
 
 

@@ -7,11 +7,16 @@ the runner), and formatted once by `format_error`.
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+from typing import Any, ClassVar
 
 
 class SweepError(Exception):
-    """Base class. `hint` is the next step for the user."""
+    """Base class. `hint` is the next step for the user. `environment`: the machine, not the
+    model, failed (see `is_environment_error`); such errors never become a model's row."""
+
+    environment: ClassVar[bool] = False
+    exit_code: ClassVar[int] = 2
 
     def __init__(
         self,
@@ -80,9 +85,64 @@ class HubError(SweepError):
     """The Hub cannot be reached, or keeps failing after retries (timeouts, 429, 5xx, malformed
     answers): an environment problem, never a model's result. Stops the command with one error."""
 
+    environment = True
+
 
 class DeviceError(SweepError):
-    """The device cannot be set up (not installed, not available on this machine)."""
+    """The device cannot be set up (not installed, not available on this machine). Subclasses
+    that are a model's own result (strict mode's refused fallback) set `environment = False`."""
+
+    environment = True
+
+
+class EnvironmentFault(SweepError):
+    """A model task could not run because of its environment, not the model: the device failed
+    to set up in the child, a core package is missing, the child was killed from outside (not
+    for memory), Ray lost the worker, node or object. Retried; never a row."""
+
+    environment = True
+
+
+class SystemFaultError(SweepError):
+    """The environment kept failing after retries: the models it hit have no rows (a rerun with
+    the same run id retries them). Exit code 3."""
+
+    environment = True
+    exit_code = 3
+
+
+# Packages without which nothing runs: their absence is the machine's problem, not a model's
+# (a model needing an optional package, such as timm, is a `missing_package` skip instead).
+CORE_PACKAGES = frozenset(
+    {"torch", "transformers", "diffusers", "huggingface_hub", "safetensors", "numpy", "pyarrow"}
+)
+# OS errors that say the machine is short of something (disk, files, a writable store).
+_ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EMFILE, errno.ENFILE, errno.EIO}
+)
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    """True when `exc` is the environment failing (retry the task; never record it as the
+    model's result), False when it may be the model's own failure."""
+    if isinstance(exc, SweepError):
+        return exc.environment
+    if isinstance(exc, ModuleNotFoundError):
+        return (exc.name or "") in CORE_PACKAGES
+    if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError)):
+        return exc.errno in _ENVIRONMENT_ERRNOS
+    return False
+
+
+def safe_text(exc: BaseException) -> str:
+    """`str(exc)` that never raises (a hostile exception's `__str__` may)."""
+    try:
+        return str(exc)
+    except Exception:
+        try:
+            return repr(exc)
+        except Exception:
+            return f"<{type(exc).__name__} whose message cannot be read>"
 
 
 def format_error(exc: BaseException) -> str:

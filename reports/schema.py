@@ -236,7 +236,9 @@ CONFIGS_SCHEMA = pa.schema(
 RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # running | finished | interrupted
+        # running | finished | interrupted (stopped early) | incomplete (models the environment
+        # kept from running have no rows yet: the same command runs them)
+        pa.field("status", pa.string(), nullable=False),
         pa.field("started_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("device", pa.string()),
@@ -245,7 +247,13 @@ RUNS_SCHEMA = pa.schema(
         pa.field("device_profile_hash", pa.string()),
         pa.field("dtype", pa.string()),
         pa.field("stages", pa.string()),  # comma-separated Stage values
+        pa.field("strict", pa.bool_()),  # a CPU fallback is an error
+        pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
+        pa.field("compile_mode", pa.string()),  # neuron: an unlowerable graph op raises / eager
+        pa.field("timeout_s", pa.float64()),  # per model
+        pa.field("memory_limit_bytes", pa.int64()),  # per model (0: no cap)
         pa.field("catalog", pa.string()),  # "bundled:<name>" or a path / "hub"
+        pa.field("catalog_hash", pa.string()),  # of the catalog file: a resume must match it
         pa.field("catalog_size", pa.int64()),  # models in the catalog
         pa.field("models_requested", pa.int64()),  # models this run was asked for
         pa.field("torch_version", pa.string()),

@@ -140,8 +140,12 @@ class Store:
             stats = statistics_columns(table)
             if self.local:
                 tmp = f"{folder}/.{name}.tmp"
-                pq.write_table(data, tmp, filesystem=self.fs, write_statistics=stats)
-                self.fs.move(tmp, final)  # a rename: the part is complete or absent
+                with open(tmp, "wb") as fh:
+                    pq.write_table(data, fh, write_statistics=stats)
+                    fh.flush()
+                    os.fsync(fh.fileno())  # on disk before it gets its name (power loss)
+                os.replace(tmp, final)  # a rename: the part is complete or absent
+                _fsync_dir(folder)
             else:  # an object PUT is atomic
                 pq.write_table(data, final, filesystem=self.fs, write_statistics=stats)
         return final
@@ -263,9 +267,54 @@ class Store:
         with self._io("read"):
             return self.dataset(table, files).to_table(columns=columns)
 
+    # ---- damaged parts ---------------------------------------------------------------------
+
+    def check_part(self, table: str, path: str) -> str | None:
+        """Why the part file at `path` cannot be read as `table` rows (None: it reads whole)."""
+        try:
+            with self._io("read"):
+                self.dataset(table, [path]).to_table()
+        except (pa.ArrowException, StoreError, ValueError, OSError) as exc:
+            return _first_line(exc)
+        return None
+
+    def damaged_parts(self, run_id: str) -> list[tuple[str, str, str]]:
+        """(table, path, why) of every part of `run_id` that does not read whole: truncated,
+        corrupted, or not this table's rows. A damaged fallbacks or configs part takes its
+        results part with it (their models' rows would be incomplete)."""
+        bad: list[tuple[str, str, str]] = []
+        for table in ("results", "fallbacks", "configs", "runs"):
+            for path in self.part_files(table, run_id):
+                why = self.check_part(table, path)
+                if why is not None:
+                    bad.append((table, path, why))
+        results = {_part_key(p): p for p in self.part_files("results", run_id)}
+        named = {p for _, p, _ in bad}
+        for table, path, _ in list(bad):
+            twin = results.get(_part_key(path))
+            if table in COMMITTED_BY_RESULTS and twin and twin not in named:
+                bad.append(("results", twin, f"its {table} part is damaged"))
+                named.add(twin)
+        return bad
+
+    def quarantine(self, path: str) -> str:
+        """Rename a damaged part to a hidden name (kept for inspection, invisible to readers)."""
+        folder, name = path.rsplit("/", 1)
+        target = f"{folder}/.damaged-{name}"
+        with self._io("write to"):
+            self.fs.move(path, target)
+        return target
+
     def runs(self) -> list[dict[str, Any]]:
-        """One dict per run (the latest state of each), newest first."""
-        rows = self.read("runs").to_pylist()
+        """One dict per run (the latest state of each), newest first. A damaged runs part is
+        left out (the driver that resumes its run puts it aside and writes a new one)."""
+        try:
+            rows = self.read("runs").to_pylist()
+        except (pa.ArrowException, StoreError, ValueError):
+            rows = []
+            for path in self.part_files("runs"):
+                if self.check_part("runs", path) is None:
+                    rows += self.dataset("runs", [path]).to_table().to_pylist()
         latest: dict[str, dict[str, Any]] = {}
         for row in rows:
             seen = latest.get(row["run_id"])
@@ -298,6 +347,19 @@ class Store:
         run = dict(run)
         run["updated_at"] = utcnow()
         self.write("runs", run["run_id"], [run])
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 _DUCKDB_TYPES = {

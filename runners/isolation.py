@@ -2,8 +2,12 @@
 
 The child streams each stage's result to the parent as soon as it is known. If the child runs
 past its deadline, the parent kills it and the stage in progress is `timeout`; if it dies (a
-segfault, the OOM killer), that stage is `crash` (or `oom` for an out-of-memory kill). Later
-stages are `not_run`. The parent process never runs model code itself.
+segfault), that stage is `crash`, or `oom` when the kernel's OOM killer killed it; an
+allocation past the model's memory budget fails inside the stage, which is `oom` too. Later
+stages are `not_run`. The parent process never runs model code itself. What is not the
+model's doing (the device failing to set up in the child, a SIGKILL from outside) raises
+`EnvironmentFault`: the task is retried and no row is written. The child cannot outlive its
+parent (`runners.containment`).
 
 On Linux the child is forked from a parent that imported torch and the model libraries but ran
 no op, so a child starts in milliseconds; elsewhere it is spawned. It is spawned on Linux too
@@ -18,17 +22,15 @@ import contextlib
 import importlib
 import multiprocessing as mp
 import os
-import signal
 import sys
 import time
 from typing import Any
 
 from model_configs.spec import TinySpec
+from reports.errors import EnvironmentFault, is_environment_error, safe_text
 from reports.schema import Stage, Status
+from runners import containment, faults
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered
-
-_SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and "_" not in n}
-
 
 _WARM = False  # whether this process has warmed itself for its forks
 
@@ -88,6 +90,8 @@ _COMPILE_IMPORTS = (
 
 
 def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
+    containment.enter_child(kwargs.pop("parent_pid"), kwargs.pop("memory_limit", None))
+    kind = "env"  # until the device is set up, any failure is the environment's
     try:
         started = time.perf_counter()
         import faulthandler
@@ -101,8 +105,10 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
 
         options = kwargs.pop("device_options", {}) or {}
         device = get_device(kwargs.pop("device"), **options)
+        faults.inject_spec("setup", spec)
         device.setup()
         setup_s = time.perf_counter() - started
+        kind = "error"
         outcome = run_model(  # the process exits next: nothing to release
             spec,
             device=device,
@@ -112,8 +118,10 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
         )
         conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows
+        if is_environment_error(exc):
+            kind = "env"
         with contextlib.suppress(Exception):
-            conn.send(("error", (type(exc).__name__, str(exc))))
+            conn.send((kind, (type(exc).__name__, safe_text(exc))))
     finally:
         conn.close()
         os._exit(0)
@@ -146,12 +154,15 @@ def run_isolated(
     threads: int = 1,
     seed: int = 0,
     compile_backend: str | None = None,
+    memory_limit: int | None = containment.DEFAULT_MEMORY_LIMIT,
 ) -> ModelOutcome:
-    """Run `spec` in a child process; always returns one StageResult per requested stage."""
+    """Run `spec` in a child process; returns one StageResult per requested stage, or raises
+    `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
+    `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap)."""
     order = ordered(stages or list(Stage))
+    warm_parent()
+    containment.sweep_orphans()  # groups left by a worker that died on this node
     ctx = _context_for(device, device_options)
-    if ctx.get_start_method() == "fork":
-        warm_parent()
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
         "device": device,
@@ -161,16 +172,21 @@ def run_isolated(
         "threads": threads,
         "seed": seed,
         "compile_backend": compile_backend,
+        "parent_pid": os.getpid(),
+        "memory_limit": memory_limit,
     }
     proc = ctx.Process(target=_child, args=(child_conn, spec, kwargs), daemon=True)
+    oom_before = containment.oom_kills()
     start = time.monotonic()
     proc.start()
+    containment.register(proc.pid)
     child_conn.close()
     results: list[StageResult] = []
     param_count: int | None = None
     setup_s: float | None = None
     finished = False
     child_error: tuple[str, str] | None = None
+    environment = False
     timed_out = False
     deadline = start + timeout_s
     try:
@@ -196,13 +212,16 @@ def run_isolated(
             elif kind == "done":
                 (param_count, setup_s), finished = payload, True
                 break
-            elif kind == "error":
+            elif kind in ("error", "env"):
                 child_error = payload
+                environment = kind == "env"
                 break
     finally:
         if proc.is_alive():
             proc.kill()
         proc.join(5)
+        containment.kill_group(proc.pid)  # whatever the model started goes with it
+        containment.unregister(proc.pid)
         parent_conn.close()
     elapsed = time.monotonic() - start
     timings = {"child_s": elapsed, "stages_s": sum(r.duration_s or 0.0 for r in results)}
@@ -219,16 +238,18 @@ def run_isolated(
             f"{rest[0].value} did not finish within {timeout_s:g} s (model timeout)",
             duration_s=elapsed,
         )
+    elif child_error is not None and environment:
+        raise EnvironmentFault(
+            f"the model's process could not run {rest[0].value}: {child_error[0]}: "
+            f"{child_error[1]}",
+            stage=rest[0].value,
+            cause_type=child_error[0],
+        )
     elif child_error is not None:
         tail = failed_before(rest, Status.FAIL, child_error[0], child_error[1], duration_s=elapsed)
     else:
-        code = proc.exitcode
-        if code is not None and code < 0:
-            name = _SIGNAL_NAMES.get(-code, f"signal {-code}")
-            status = Status.OOM if -code == signal.SIGKILL else Status.CRASH
-            hint = " (killed: most likely out of memory)" if status is Status.OOM else ""
-            message = f"the process running {rest[0].value} died with {name}{hint}"
-        else:
-            status, message = Status.CRASH, f"the process running {rest[0].value} exited ({code})"
-        tail = failed_before(rest, status, "WorkerCrashed", message, duration_s=elapsed)
+        death = containment.death_of(proc.exitcode, rest[0].value, oom_before)
+        if death.status is None:
+            raise EnvironmentFault(death.message, stage=rest[0].value)
+        tail = failed_before(rest, death.status, "WorkerCrashed", death.message, duration_s=elapsed)
     return ModelOutcome(stages=results + tail.stages, param_count=param_count, timings=timings)

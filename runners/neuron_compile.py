@@ -126,6 +126,8 @@ class UnlowerableOpError(DeviceError):
     """A compiled graph holds an op the neuron compiler cannot lower (mode `raise`, or strict).
     `op` names the first; `ops` all of that graph's."""
 
+    environment = False  # the model's own result (a compile `fail` naming the op)
+
     def __init__(self, message: str | None = None, *, op: str, ops: tuple[str, ...] = (), **kw):
         ops = tuple(ops) or (op,)
         others = f" (and {', '.join(ops[1:4])}{' ...' if len(ops) > 4 else ''})" if ops[1:] else ""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from model_configs.spec import TinySpec
+from reports.errors import is_environment_error, safe_text
 from reports.schema import SkipReason, Stage, Status
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered, skipped
 
@@ -99,10 +100,16 @@ def run_model(
         for result in run_stages(ctx, order, on_stage=on_stage):
             results.append(result)
     except Exception as exc:  # a bug outside any stage: still rows, never an exception
+        if is_environment_error(exc):
+            raise  # the machine failed, not the model (the caller retries the task)
         done = {r.stage for r in results}
         rest = [s for s in order if s.value not in done]
         tail = failed_before(
-            rest, Status.FAIL, type(exc).__name__, str(exc), duration_s=time.perf_counter() - start
+            rest,
+            Status.FAIL,
+            type(exc).__name__,
+            safe_text(exc),
+            duration_s=time.perf_counter() - start,
         ).stages
         for r in tail:
             if on_stage:

@@ -25,7 +25,10 @@ from model_configs import build
 from model_configs.grad_coverage import grad_coverage, watch_grad_mode
 from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
+from reports.errors import is_environment_error, safe_text
 from reports.schema import SkipReason, Stage, Status
+from runners import faults
+from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult
 from runners.signature import error_signature, op_in_message, short_message
@@ -308,17 +311,21 @@ def failing_op(exc: BaseException) -> str | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        op = getattr(current, "op", None)
+        try:  # a hostile exception's attributes may raise
+            op = getattr(current, "op", None)
+            inner = getattr(current, "inner_exception", None)
+        except Exception:
+            return None
         if isinstance(op, str) and op:
             return op
-        current = getattr(current, "inner_exception", None) or current.__cause__
+        current = (inner if isinstance(inner, BaseException) else None) or current.__cause__
     return None
 
 
 def _classify(exc: BaseException) -> Status:
     if isinstance(exc, AccuracyError):
         return Status.FAIL_ACCURACY
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+    if out_of_memory(exc):  # the model's memory budget, or the device's memory, ran out
         return Status.OOM
     return Status.FAIL
 
@@ -411,6 +418,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
     error: BaseException | None = None
     with ctx.device.record_fallbacks() as log:
         try:
+            faults.inject_spec(f"stage:{runner.name.value}", ctx.spec)
             runner.run(ctx)
         except StageSkipped as exc:
             return StageResult(
@@ -420,6 +428,8 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
                 error_message=str(exc),
             )
         except Exception as exc:  # a model's failure is data, never an exception
+            if is_environment_error(exc):
+                raise  # the machine failed, not the model: the task is retried, no row
             error = exc
     duration = time.perf_counter() - start
     if error is None:
@@ -438,7 +448,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
         **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
     )
     if error is not None:
-        message = str(error) or repr(error)
+        message = safe_text(error) or type(error).__name__
         result.status = _classify(error).value
         result.error_type = type(error).__name__
         result.error_message = short_message(message)

@@ -5,7 +5,9 @@ Each sub-command lives in `sweep/commands/<name>.py` with `add_arguments(parser)
 importing `sweep` never imports torch or Ray. Errors are caught here, once: a one-line message
 (and a hint) on stderr, the traceback only with `--debug`. Data goes to stdout.
 
-Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input.
+Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input,
+3 the environment kept failing, or the device failed its check before any model ran (the
+models it hit have no rows; rerun to retry them).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(format_error(exc), file=sys.stderr)
-        return 2 if isinstance(exc, UsageError) or getattr(exc, "exit_code", 2) == 2 else 1
+        return 2 if isinstance(exc, UsageError) else exc.exit_code
     except Exception as exc:  # the boundary: never a bare traceback for users
         if debug:
             traceback.print_exc()

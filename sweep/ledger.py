@@ -81,6 +81,11 @@ class Ledger:
         self.unique += 1
         return task
 
+    def abandon(self, task: Task) -> None:
+        """The task was given up (system faults): its group is neither open nor finished, so a
+        member that arrives later opens it again."""
+        self.open.pop(task.key, None)
+
     def finish(self, task: Task, outcome: ModelOutcome, attempt: int) -> None:
         """The task ran: members that arrive later take this outcome from here."""
         self.open.pop(task.key, None)

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from model_configs.spec import CatalogEntry
+from reports.errors import SystemFaultError
 from reports.schema import Status
 from runners.outcome import ModelOutcome
-from sweep.executors import Executor, PlanDone, RunDone
+from sweep.executors import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.rows import RunContext, config_row, model_rows
@@ -32,6 +33,7 @@ from sweep.writer import RowWriter
 
 PLAN_BATCH = 16  # catalog entries per plan task (about 0.3 s of resolve + shrink on one core)
 WAIT_S = 1.0  # the longest the loop sleeps between turns
+GIVE_UP_AFTER = 3  # tasks of one kind given up in a row (each after its retries): stop the run
 
 
 class RunLoop:
@@ -53,6 +55,9 @@ class RunLoop:
         self.skipped = 0  # decided at planning (skip, shrink failure)
         self.models_run = 0  # models whose rows came from a model task (dedup members too)
         self.max_open = 0  # the most tasks open at once (the loop's own state)
+        self.abandoned: list[str] = []  # models the environment kept from running (no rows)
+        self.causes: dict[str, str] = {}  # what stopped them -> the first model it hit
+        self._streak = {"run": 0, "plan": 0}  # tasks given up in a row, per kind
         # seconds summed over tasks: model tasks as the driver saw them (`task_s`: submission
         # to result, queueing included), their time on the worker (`worker_s`) and the parts
         # the child measured; plan tasks' time on their workers (`plan_s`)
@@ -85,10 +90,32 @@ class RunLoop:
                     while admit_key in arrived:
                         self._admit(arrived.pop(admit_key).planned)
                         admit_key += 1
+                    self._streak["plan"] = 0 if event.planned else self._streak["plan"]
+                elif isinstance(event, Abandoned):
+                    self._abandon(event)
                 else:
+                    self._streak["run"] = 0
                     self._ran(event)
             self.max_open = max(self.max_open, len(self.ledger.open))
             self.writer.tick()
+
+    def _abandon(self, event: Abandoned) -> None:
+        """The environment kept failing this task: no rows (a rerun retries its models); the
+        run stops with one error when it keeps happening to task after task."""
+        if event.task is not None:
+            self.ledger.abandon(event.task)
+        self.abandoned += event.models
+        self.causes.setdefault(event.cause, event.models[0] if event.models else "")
+        self.on_model("system_fault", len(event.models))
+        self._streak[event.kind] += 1
+        if self._streak[event.kind] >= GIVE_UP_AFTER:
+            raise SystemFaultError(
+                f"the environment keeps failing: {self._streak[event.kind]} "
+                f"{'model' if event.kind == 'run' else 'plan'} tasks in a row could not run "
+                f"after {event.attempts} attempts each (last: {event.cause})",
+                hint="fix the machine (device, packages, Ray, store), then rerun the same "
+                "command with the same --run-id: the models without rows run then",
+            )
 
     def _plan_ahead(self) -> bool:
         ex = self.executor

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError, HubError
+from reports.errors import ConfigError, is_environment_error, safe_text
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 
@@ -72,13 +72,18 @@ def plan_entry(
     resolved: ResolvedConfig | None = None,
 ) -> Planned:
     """Resolve and shrink one entry; never raises for the model's own problems."""
+    from model_configs import guards
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
+    from runners import faults
 
     planned = Planned(entry=entry, resolved=resolved)
     try:
+        faults.inject("plan", entry.model_id, entry.model_type_hint)
         if planned.resolved is None:
             planned.resolved = resolve_entry(entry, config_dir=config_dir)
+        for config in (planned.resolved.config, *planned.resolved.components.values()):
+            guards.check_shape(config, model_id=entry.model_id)  # whatever read it
         _describe(planned, planned.resolved)
         arch = entry.architectures_hint[0] if entry.architectures_hint else None
         planned.spec = shrink(
@@ -86,10 +91,10 @@ def plan_entry(
         )
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
-    except HubError:  # the Hub kept failing: an environment problem, never this model's result
-        raise
     except Exception as exc:  # the shrinker failed: the model could not be loaded
-        planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, str(exc))
+        if is_environment_error(exc):  # the Hub kept failing, a core package is missing, the
+            raise  # disk is full...: the machine's problem, never this model's result
+        planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, safe_text(exc))
     return planned
 
 

@@ -2,12 +2,15 @@
 
 A flush writes every buffered model at once (fallbacks and configs parts first, then the results
 part of the same name that makes them count), so a model's stages are always in one part file.
-The run loop calls `add` for each finished model and `tick` at least once a second, so rows reach
-the store within `flush_s` of finishing even while nothing else finishes.
+Flushes happen on a timer: a thread of the writer's own wakes up several times per `flush_s`
+and writes what has waited `flush_s`, whatever the run loop is doing (blocked on a model run by
+`--local`, waiting on a slow task at the tail of a sweep). So a finished model's rows reach the
+store within `flush_s` (plus the time of one write) of being handed to the writer.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -22,8 +25,36 @@ class RowWriter:
         self.results: list[dict[str, Any]] = []
         self.fallbacks: list[dict[str, Any]] = []
         self.configs: list[dict[str, Any]] = []
-        self.last = time.monotonic()
+        self.oldest: float | None = None  # when the oldest buffered row arrived
         self.parts = 0
+        self.error: BaseException | None = None  # a failed timed flush, raised to the loop
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    def __enter__(self) -> RowWriter:
+        self._timer = threading.Thread(target=self._run_timer, daemon=True, name="row-flush")
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._timer = None
+        self.flush()
+
+    def _run_timer(self) -> None:
+        step = max(0.05, self.flush_s / 4)
+        while not self._stop.wait(step):
+            try:
+                self.tick()
+            except BaseException as exc:  # the store failed: the loop raises it next turn
+                self.error = exc
+                return
 
     def add(
         self,
@@ -31,23 +62,32 @@ class RowWriter:
         fallbacks: list[dict[str, Any]],
         configs: list[dict[str, Any]] | None = None,
     ) -> None:
-        self.results += results
-        self.fallbacks += fallbacks
-        if configs:
-            self.configs += configs
-        if len(self.results) >= MAX_BUFFERED_ROWS:
+        with self._lock:
+            if self.oldest is None:
+                self.oldest = time.monotonic()
+            self.results += results
+            self.fallbacks += fallbacks
+            if configs:
+                self.configs += configs
+            full = len(self.results) >= MAX_BUFFERED_ROWS
+        if full:
             self.flush()
         else:
             self.tick()
 
     def tick(self) -> None:
-        """Flush when the oldest buffered row has waited `flush_s`."""
-        if time.monotonic() - self.last >= self.flush_s:
+        """Flush when the oldest buffered row has waited `flush_s`; raise a timed flush's error."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        oldest = self.oldest
+        if oldest is not None and time.monotonic() - oldest >= self.flush_s:
             self.flush()
 
     def flush(self) -> None:
-        if self.results:
-            self.store.write_model_rows(self.run_id, self.results, self.fallbacks, self.configs)
-            self.parts += 1
-        self.results, self.fallbacks, self.configs = [], [], []
-        self.last = time.monotonic()
+        with self._lock:
+            if self.results:
+                self.store.write_model_rows(self.run_id, self.results, self.fallbacks, self.configs)
+                self.parts += 1
+            self.results, self.fallbacks, self.configs = [], [], []
+            self.oldest = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from reports.errors import DeviceError, UnknownNameError
+from reports.errors import DeviceError, UnknownNameError, is_environment_error
 from runners.devices import DEVICES, get_device
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice
@@ -183,12 +183,12 @@ def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
 
 def test_device_check_before_a_sweep(tmp_path) -> None:
     """One check in a fresh interpreter: the device set up, one op and its backward."""
-    from runners.devices.preflight import check_device
+    from runners.devices.preflight import DeviceCheckError, check_device
 
     report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
     assert report.device == "neuron" and report.emulated
     assert report.profile == "torch-mlir" and report.compile_mode == "eager"
     assert check_device("cpu").emulated is False
-    with pytest.raises(DeviceError, match="cannot run models") as info:
+    with pytest.raises(DeviceCheckError, match="cannot run models") as info:
         check_device("neuron", {"compile_mode": "lazy"})
-    assert info.value.hint
+    assert info.value.hint and info.value.exit_code == 3 and is_environment_error(info.value)

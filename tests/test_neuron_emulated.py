@@ -456,3 +456,43 @@ def test_native_op_with_a_decomposition_runs_as_one_op(neuron: NeuronEmulatedDev
         again = torch.nn.functional.layer_norm(inputs[0], (8,), inputs[1], inputs[2])
     assert "aten::addcmul.out" in log.ops
     assert max_diff(again, expected) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("cell", "op"),
+    [(torch.nn.LSTM, "aten::_thnn_fused_lstm_cell"), (torch.nn.GRU, "aten::_thnn_fused_gru_cell")],
+)
+@forked
+def test_recurrent_cells_fail_as_on_torchneuron(
+    neuron: NeuronEmulatedDevice, cell: type, op: str
+) -> None:
+    """PyTorch's LSTM and GRU cells call their fused op on any non-CPU device (RNN.cpp:
+    `input.is_privateuseone()`). TorchNeuron registers neither, so its boxed CPU fallback runs
+    them on the CPU, which has no kernel for them (CUDA only): the real device fails there, as
+    the snapshot's own test specs record. The emulator does the same, records the op as the
+    stage's fallback (TorchNeuron marks it before running it), and names it."""
+    from runners.devices.neuron_emulated import NoHostKernelError
+
+    profile = load_profile()
+    assert not profile.declares(op) and profile.classify(op).value == "fallback"
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")  # CUDA only
+    model = cell(4, 8, batch_first=True).to("neuron")
+    with neuron.record_fallbacks() as log, pytest.raises(NoHostKernelError) as info:
+        model(torch.randn(2, 3, 4).to("neuron"))
+    assert info.value.op == op and op in str(info.value)
+    assert "no kernel for it either" in str(info.value)
+    assert isinstance(info.value.__cause__, NotImplementedError)
+    assert "with arguments from the 'CPU' backend" in str(info.value.__cause__)
+    assert list(log.ops) == [op] and log.classes[op] == "fallback"
+    clone = pickle.loads(pickle.dumps(info.value))
+    assert clone.op == op and str(clone) == str(info.value)
+    # strict mode refuses it before the CPU is tried
+    strict = NeuronEmulatedDevice(strict=True)
+    try:
+        with strict.record_fallbacks(), pytest.raises(FallbackDisallowed) as refused:
+            model(torch.randn(2, 3, 4).to("neuron"))
+        assert refused.value.op == op
+    finally:
+        neuron.activate()
+    # the same module runs on the CPU (its unfused cell)
+    model.cpu()(torch.randn(2, 3, 4))

@@ -190,7 +190,8 @@ def test_legacy_or_foreign_torch_neuronx_is_refused(
 
 
 def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> None:
-    """`hfsweep run` on a machine with the legacy package: one error, exit 2, nothing written."""
+    """`hfsweep run` on a machine with the legacy package: one error, exit 3 (the environment),
+    nothing written."""
     legacy = tmp_path / "legacy"
     shutil.copytree(STANDIN / "torch_neuronx", legacy / "torch_neuronx")
     meta = legacy / "torch_neuronx-2.5.1.2.4.0.dist-info"
@@ -209,6 +210,6 @@ def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> 
         text=True,
         timeout=300,
     )
-    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.returncode == 3, done.stderr[-2000:]
     assert "legacy XLA-based" in done.stderr and "Traceback" not in done.stderr
     assert not (store / "results").exists()

@@ -129,15 +129,6 @@ def test_a_segfault_becomes_a_crash_of_that_stage(llama, monkeypatch):
     assert "SIGSEGV" in outcome.stages[1].error_message
 
 
-def test_an_oom_kill_is_reported_as_oom(llama, monkeypatch):
-    monkeypatch.setattr(
-        stages_module.LoadStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGKILL)
-    )
-    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=60)
-    assert statuses(outcome)["load"] == "oom"
-    assert "SIGKILL" in outcome.stages[0].error_message
-
-
 def test_signatures_cluster_and_name_ops():
     a = error_signature("RuntimeError", "size 32 vs 64 in /x/y/model.py:12")
     b = error_signature("RuntimeError", "size 16 vs 8 in /a/b/other.py:99")

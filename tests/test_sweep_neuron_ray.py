@@ -84,8 +84,9 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
 
 
 def test_a_broken_device_stops_the_sweep_before_any_row(tmp_path):
-    """The one device check: a torch the emulator was not checked on is one error, exit 2,
-    and the store has no row (a resume would otherwise take thousands of fails as done)."""
+    """The one device check: a torch the emulator was not checked on is one error, exit 3 (the
+    environment), and the store has no run and no row (a resume would otherwise take thousands
+    of fails as done)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text('import torch\ntorch.__version__ = "2.13.0"\n')
@@ -101,7 +102,7 @@ def test_a_broken_device_stops_the_sweep_before_any_row(tmp_path):
         text=True,
         timeout=300,
     )
-    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.returncode == 3, done.stderr[-2000:]
     assert "cannot run models" in done.stderr and "2.14" in done.stderr
     assert "Traceback" not in done.stderr
-    assert not (store / "results").exists()
+    assert not (store / "results").exists() and not (store / "runs").exists()

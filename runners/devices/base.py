@@ -21,6 +21,8 @@ from reports.errors import DeviceError
 class FallbackDisallowed(DeviceError):
     """Strict mode: an op ran (or would run) on the CPU. `op` names it (`aten::x.overload`)."""
 
+    environment = False  # the model's own result (a `fail` naming the op), not the machine's
+
     def __init__(self, message: str | None = None, *, op: str, **fields: Any):
         super().__init__(
             message or f"{op} has no native kernel on the device and CPU fallback is disabled",

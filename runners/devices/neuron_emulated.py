@@ -470,6 +470,23 @@ def _execute(
         if declined:  # the device declined the call; its CPU fallback failed
             with contextlib.suppress(AttributeError):
                 exc.declined = declined  # type: ignore[attr-defined]
+        if native:
+            raise
+        # TorchNeuron records a fallback op before its CPU fallback runs it (neuron_cpu_fallback
+        # marks it, then calls at::native::cpu_fallback), so it is a fallback even when the CPU
+        # then fails: the op that stopped the model is in the stage's fallbacks.
+        for log in active_fallback_logs():
+            log.classes[info.name] = op_class.value
+            log.record(info.name, bytes_h2d=call.bytes_h2d, bytes_d2h=call.bytes_d2h)
+            if declined:
+                log.declined.setdefault(info.name, declined)
+        if _NO_CPU_KERNEL in str(exc):
+            why = f"declines this call ({declined})" if declined else "has no neuron kernel"
+            raise NoHostKernelError(
+                f"{info.name} {why}, so TorchNeuron's CPU fallback runs it on the CPU, where "
+                "PyTorch has no kernel for it either (the real device fails the same way)",
+                op=info.name,
+            ) from exc
         raise
     for key in info.mutated:
         if isinstance(key, int):
@@ -489,6 +506,31 @@ def _execute(
             if declined:
                 log.declined.setdefault(info.name, declined)
     return out
+
+
+# The dispatcher's words when an op has no kernel for the CPU (it has one only for CUDA, say).
+_NO_CPU_KERNEL = "with arguments from the 'CPU' backend"
+
+
+class NoHostKernelError(NotImplementedError):
+    """A fallback op that PyTorch has no CPU kernel for (`aten::_thnn_fused_lstm_cell`, which
+    PyTorch's LSTM cell calls on every non-CPU device, has only a CUDA one). TorchNeuron's CPU
+    fallback (`at::native::cpu_fallback`) fails on it exactly so: the snapshot's own test specs
+    xfail an LSTM test with "Could not run 'aten::_thnn_fused_lstm_cell' with arguments from the
+    'CPU' backend" (tests/pytorch_tests/specs/ddp_spec.json). The device's behaviour, and the
+    model's `fail` naming the op; never the emulator's."""
+
+    def __init__(self, message: str, *, op: str, device: str = BACKEND_NAME):
+        super().__init__(message)
+        self.op = op
+        self.device = device
+
+    def __reduce__(self) -> Any:  # keep `op` across processes
+        return (_rebuild_no_host_kernel, (str(self), self.op, self.device))
+
+
+def _rebuild_no_host_kernel(message: str, op: str, device: str) -> NoHostKernelError:
+    return NoHostKernelError(message, op=op, device=device)
 
 
 def _name_op(exc: Exception, name: str) -> None:

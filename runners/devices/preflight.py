@@ -4,7 +4,9 @@ In a fresh interpreter (the caller's process keeps no device state: the emulated
 installed, would break the forked model processes), `check_device` builds the device the run
 asked for and does what every model will do first: set it up (the emulator's torch version;
 the real package importable, TorchNeuron and not the legacy XLA package), then one tiny op and
-its backward on the device. A failure raises one `DeviceError` with a hint; nothing is written.
+its backward on the device. A failure raises one `DeviceCheckError` with a hint: an environment
+error (exit code 3, as for any environment that keeps failing), and nothing is written, so the
+same command runs every model once the device is fixed.
 
 It also sets the environment the device needs before torch is imported (MPS's CPU fallback
 switch) in this process, so that the Ray workers and model processes started after it inherit it.
@@ -26,6 +28,13 @@ from reports.errors import DeviceError
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 180.0
+
+
+class DeviceCheckError(DeviceError):
+    """The device the run asked for failed its check before any model ran: the environment,
+    never a model's result. Nothing was written; exit code 3."""
+
+    exit_code = 3
 
 
 @dataclass
@@ -79,7 +88,7 @@ def probe(name: str, options: dict[str, Any]) -> dict[str, Any]:
 def check_device(
     name: str, options: dict[str, Any] | None = None, *, timeout_s: float = TIMEOUT_S
 ) -> DeviceCheck:
-    """Check device `name` in a fresh interpreter; raise DeviceError when it cannot run."""
+    """Check device `name` in a fresh interpreter; raise DeviceCheckError when it cannot run."""
     from runners.devices import prepare_process_env
 
     options = dict(options or {})
@@ -91,7 +100,7 @@ def check_device(
             command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT
         )
     except subprocess.TimeoutExpired:
-        raise DeviceError(
+        raise DeviceCheckError(
             f"Setting up device {name!r} and running one op on it did not finish in "
             f"{timeout_s:g} s.",
             device=name,
@@ -100,7 +109,7 @@ def check_device(
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DeviceError(
+        raise DeviceCheckError(
             f"The check of device {name!r} died before reporting (exit {done.returncode}): {tail}",
             device=name,
             hint="Run `python -m runners.devices.preflight " + name + "` to see the whole output.",
@@ -108,7 +117,7 @@ def check_device(
     report = json.loads(lines[-1])
     if "error" in report:
         error = report["error"]
-        raise DeviceError(
+        raise DeviceCheckError(
             f"Device {name!r} cannot run models: {error['message']}",
             device=name,
             hint=error.get("hint")

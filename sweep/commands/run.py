@@ -53,7 +53,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="no Ray: run models one by one in child processes of this one",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
-    p.add_argument("--retries", type=int, default=1, help="retries for lost workers (default 1)")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="retries of a task the environment stopped (a lost worker or node, a device that "
+        "fails to set up); never of a model's own failure (default 2)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=float,
+        default=4.0,
+        metavar="GIB",
+        help="host memory each model may allocate; past it the stage is oom (default 4, 0: none)",
+    )
     p.add_argument(
         "--no-dedup",
         action="store_true",
@@ -75,12 +88,16 @@ def device_options(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from reports.errors import UsageError
-    from sweep.driver import RunConfig, command_line, run_sweep, stage_list
+    from sweep.driver import RunConfig, abandoned_error, command_line, run_sweep, stage_list
 
     if args.top is not None and args.top < 1:
         raise UsageError("--top must be at least 1")
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    if args.retries < 0:
+        raise UsageError("--retries must be 0 or more")
+    if args.memory_limit < 0:
+        raise UsageError("--memory-limit must be 0 (no limit) or a size in GiB")
     config = RunConfig(
         store=args.store,
         catalog=args.catalog,
@@ -97,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         compile_backend=args.compile_backend,
         retries=args.retries,
+        memory_limit=int(args.memory_limit * 2**30) or None,
         dedup=not args.no_dedup,
         command=command_line(),
     )
@@ -105,14 +123,18 @@ def run(args: argparse.Namespace) -> int:
         f"run {summary.run_id}: {summary.requested} models asked for, "
         f"{summary.already_done} already done, {summary.skipped} skipped before running, "
         f"{summary.models_run} run as {summary.tasks} unique tiny models, "
-        f"{summary.seconds:.0f} s; store: {args.store}",
+        + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
+        + f"{summary.seconds:.0f} s; store: {args.store}",
         file=sys.stderr,
     )
+    code = 0
     if not args.no_report:
         from sweep.commands import report
 
         report_args = argparse.Namespace(
             store=args.store, run=summary.run_id, format="text", out=None, top=10
         )
-        return report.run(report_args)
-    return 0
+        code = report.run(report_args)
+    if summary.abandoned:  # after the report of what did run: one error, exit 3
+        raise abandoned_error(summary)
+    return code

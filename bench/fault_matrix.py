@@ -1,0 +1,691 @@
+"""The fault matrix: every fault type, many trials each, on real sweeps; what survived.
+
+Sections (default: all):
+  model  one sweep on an embedded Ray (2 CPUs, a driver in a subprocess, as `hfsweep run`):
+         `--trials` models per fault type, each with its own config (no two share a task) and
+         its own fault, injected through the test-only hook (`runners/faults.py`) and matched
+         by its shrunk config's hash, beside as many healthy models; then the same command
+         again (nothing to do, nothing doubled)
+  node   a real two-node cluster on loopback (token auth): during one sweep the worker node is
+         killed (SIGKILL of every process of its `ray start`) whenever it holds a model task,
+         and started again, `--trials` times
+  env    `--trials` sweeps (`--local`) where the environment keeps failing for one model (its
+         device does not set up): no row for it, exit 3 naming it, then the same command
+         without the fault writes its rows
+  kill   one run (embedded Ray) whose driver is killed with SIGKILL at a random moment,
+         `--kills` times, each time resumed with the same run id, then finished
+Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
+row and then the right rows), rows lost, rows duplicated, processes left behind (model
+children, what they started, Ray processes of a killed driver), and environment errors
+recorded as model results. Target: all survived, 0 lost, 0 duplicated, 0 orphaned, 0 mislabelled.
+
+    python bench/fault_matrix.py                       # 20 trials per fault type, 30 kills
+    python bench/fault_matrix.py --fast                # 1 per fault type, 2 kills (CI)
+    python bench/fault_matrix.py --sections kill --kills 50 --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+from runners import containment, faults  # noqa: E402
+
+HFSWEEP = [sys.executable, "-m", "sweep"]
+MARK = "HFSWEEP_BENCH_MARK"  # every process of a trial inherits it: what is left is an orphan
+STAGES = ["load", "forward"]
+# Model types whose tiny models build and pass load + forward on the CPU in about a second.
+TYPES = ["llama", "gpt2", "bert", "opt", "mistral", "qwen2", "roberta", "gpt_neo", "electra"]
+
+
+@dataclass
+class Line:
+    fault: str
+    trials: int = 0
+    survived: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    orphans: int = 0
+    mislabelled: int = 0
+
+
+# ---- shared ------------------------------------------------------------------------------
+
+
+def write_trial_catalog(folder: Path, n: int, prefix: str) -> tuple[Path, list[str]]:
+    """A catalog of `n` models whose configs (beside it, as `catalog refresh` leaves them)
+    differ by one harmless key, so every model is its own tiny model and task."""
+    from model_configs.catalog import entry_from_row, write_catalog
+    from model_configs.resolve import transformers_default_config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{prefix}.csv"
+    ids, entries = [], []
+    for i in range(n):
+        model_type = TYPES[i % len(TYPES)]
+        model_id = f"{prefix}/{model_type}-{i:04d}"
+        ids.append(model_id)
+        entries.append(
+            entry_from_row(
+                {
+                    "model_id": model_id,
+                    "rank": str(i + 1),
+                    "downloads_30d": str(10**6 - i),
+                    "library_name": "transformers",
+                    "model_type_hint": model_type,
+                }
+            )
+        )
+        config = transformers_default_config(model_type)
+        config["hfsweep_trial"] = model_id
+        target = folder / prefix / model_id
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "config.json").write_text(json.dumps(config))
+    write_catalog(entries, path)
+    return path, ids
+
+
+def shrunk_hashes(catalog: Path) -> dict[str, str]:
+    """Plan the catalog here to learn each model's shrunk config hash (what faults match)."""
+    from model_configs.catalog import open_catalog
+    from reports.schema import Stage
+    from sweep.plan import plan_entries
+
+    stream = open_catalog(str(catalog))
+    planned = plan_entries(
+        list(stream.entries()), [Stage(s) for s in STAGES], config_dir=stream.config_dir
+    )
+    return {p.entry.model_id: p.spec.hash for p in planned if p.spec is not None}
+
+
+def read_rows(store: Path, run_id: str) -> list[dict[str, Any]]:
+    from reports.store import Store
+
+    return Store(store).read("results", run_id).to_pylist()
+
+
+def pair_counts(rows: list[dict[str, Any]]) -> Counter:
+    return Counter((r["model_id"], r["stage"]) for r in rows)
+
+
+def left_behind(mark: str, grace_s: float = 10.0) -> list[int]:
+    """Processes of a trial still alive `grace_s` after its driver ended (then killed)."""
+    deadline = time.monotonic() + grace_s
+    alive = containment.processes_with_env(MARK, mark)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.25)
+        alive = containment.processes_with_env(MARK, mark)
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_all_dead(pids: list[int], seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def hfsweep_run(
+    catalog: Path, store: Path, run_id: str, *extra: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    cmd = [
+        *HFSWEEP,
+        "run",
+        "--catalog",
+        str(catalog),
+        "--top",
+        "100000",
+        "--store",
+        str(store),
+        "--run-id",
+        run_id,
+        "--stages",
+        ",".join(STAGES),
+        "--no-report",
+        *extra,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def bench_env(mark: str, rules: list[dict[str, Any]] | None, state: Path) -> dict[str, str]:
+    env = {**os.environ, MARK: mark, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env.pop(faults.ENV, None)
+    if rules is not None:
+        env[faults.ENV] = json.dumps(rules)
+        env[faults.STATE_ENV] = str(state)
+    return env
+
+
+# ---- model faults ------------------------------------------------------------------------
+
+# name, rule (without match), what the model's rows must say: {stage: (status, attempt)}
+MODEL_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool]] = [
+    # (label, rule, expected rows, an environment fault: rows other than the expected are
+    # environment errors recorded as the model's result)
+    (
+        "segfault in a stage",
+        {"at": "stage:forward", "fault": "segfault"},
+        {"load": ("pass", 1), "forward": ("crash", 1)},
+        False,
+    ),
+    (
+        "hang in a stage",
+        {"at": "stage:forward", "fault": "hang"},
+        {"load": ("pass", 1), "forward": ("timeout", 1)},
+        False,
+    ),
+    (
+        "allocation past the memory budget",
+        {"at": "stage:forward", "fault": "alloc"},
+        {"load": ("pass", 1), "forward": ("oom", 1)},
+        False,
+    ),
+    (
+        "exception that cannot be pickled",
+        {"at": "stage:forward", "fault": "unpicklable"},
+        {"load": ("pass", 1), "forward": ("fail", 1)},
+        False,
+    ),
+    (
+        "child killed from outside (kill -9)",
+        {"at": "stage:forward", "fault": "kill", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "worker killed mid-task",
+        {"at": "stage:forward", "fault": "kill_parent", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "device error in the child (set-up)",
+        {"at": "setup", "fault": "env", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "device error inside a stage",
+        {"at": "stage:forward", "fault": "env", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "environment error while planning",
+        {"at": "plan", "fault": "env", "times": 1},
+        {"load": ("pass", 1), "forward": ("pass", 1)},
+        True,
+    ),
+    (
+        "runtime env that cannot be set up",
+        {"at": "submit", "fault": "runtime_env", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+    (
+        "lost object (ObjectLostError on get)",
+        {"at": "get", "fault": "lose_object", "times": 1},
+        {"load": ("pass", 2), "forward": ("pass", 2)},
+        True,
+    ),
+]
+
+
+def section_model(trials: int, work: Path) -> list[Line]:
+    n_faulty = trials * len(MODEL_FAULTS)
+    catalog, ids = write_trial_catalog(work / "model", n_faulty + trials, "mm")
+    hashes = shrunk_hashes(catalog)
+    rng = random.Random(0)
+    order = list(range(len(ids)))
+    rng.shuffle(order)  # faults spread over the catalog, healthy models between them
+    plan: dict[str, int] = {}  # model -> fault index (absent: healthy)
+    rules: list[dict[str, Any]] = []
+    for slot, i in enumerate(order[:n_faulty]):
+        kind = slot % len(MODEL_FAULTS)
+        model = ids[i]
+        rule = dict(MODEL_FAULTS[kind][1])
+        rule["match"] = model if rule["at"] == "plan" else hashes[model]
+        plan[model] = kind
+        rules.append(rule)
+    state, store, mark = work / "model-state", work / "model-store", uuid.uuid4().hex
+    env = bench_env(mark, rules, state)
+    extra = ["--num-cpus", "2", "--timeout", "8", "--memory-limit", "1", "--retries", "2"]
+    start = time.monotonic()
+    proc = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=3600)
+    seconds = time.monotonic() - start
+    orphans_after = left_behind(mark)
+    again = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=600)
+    rows = read_rows(store, "matrix")
+    counts = pair_counts(rows)
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_model.setdefault(r["model_id"], {})[r["stage"]] = r
+    fired_by_rule: dict[int, list[int]] = {}
+    for name in os.listdir(state) if state.is_dir() else []:
+        if name.startswith("fired-"):
+            _, index, pid = name.split("-")
+            fired_by_rule.setdefault(int(index), []).append(int(pid))
+    spawned = (
+        [int(n.split("-")[1]) for n in os.listdir(state) if n.startswith("spawned-")]
+        if state.is_dir()
+        else []
+    )
+    lines = [Line(label) for label, *_ in MODEL_FAULTS]
+    healthy = Line("(healthy models beside them)")
+    rule_of = {ids[i]: slot for slot, i in enumerate(order[:n_faulty])}  # model -> rule index
+    for model in ids:
+        kind = plan.get(model)
+        line = healthy if kind is None else lines[kind]
+        expected = {s: ("pass", 1) for s in STAGES} if kind is None else MODEL_FAULTS[kind][2]
+        env_fault = kind is not None and MODEL_FAULTS[kind][3]
+        line.trials += 1
+        got = by_model.get(model, {})
+        lost = sum(1 for s in STAGES if counts[(model, s)] == 0)
+        dup = sum(counts[(model, s)] - 1 for s in STAGES if counts[(model, s)] > 1)
+        pids = fired_by_rule.get(rule_of.get(model, -1), [])
+        orphans = len(wait_all_dead(pids, 2.0))
+        ok_rows = all(
+            s in got and (got[s]["status"], got[s]["attempt"]) == expected[s] for s in STAGES
+        )
+        mislabelled = sum(
+            1
+            for s in STAGES
+            if s in got
+            and got[s]["status"] != "pass"
+            and (env_fault or got[s]["error_type"] in ("DeviceError", "EnvironmentFault"))
+        )
+        line.lost += lost
+        line.duplicated += dup
+        line.orphans += orphans
+        line.mislabelled += mislabelled
+        line.survived += int(ok_rows and not lost and not dup and not orphans)
+    whole = Line("(the sweep: driver exit, rerun, processes left)")
+    whole.trials = 1
+    whole.orphans = len(orphans_after) + len(wait_all_dead(spawned, 2.0))
+    nothing_left = f"{len(ids)} already done" in again.stderr
+    whole.survived = int(proc.returncode == 0 and again.returncode == 0 and nothing_left)
+    whole.duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    print(
+        f"model section: {len(ids)} models in {seconds:.0f} s (exit {proc.returncode}, rerun exit {again.returncode})",
+        file=sys.stderr,
+    )
+    return [*lines, healthy, whole]
+
+
+# ---- a node that leaves --------------------------------------------------------------------
+
+
+def _ray_bin() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    return str(candidate) if candidate.exists() else shutil.which("ray") or "ray"
+
+
+def _start_node(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [
+            _ray_bin(),
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return proc
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    sid = proc.pid  # what it started in its session may have left its group: sweep the session
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _session_of(int(entry.name)) == sid:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
+    catalog, ids = write_trial_catalog(work / "node", max(6, 7 * trials), "nn")
+    hashes = shrunk_hashes(catalog)
+    rules = [{"at": "stage:load", "match": hashes[m], "fault": "sleep:3"} for m in ids]
+    state, store, mark = work / "node-state", work / "node-store", uuid.uuid4().hex
+    env = bench_env(mark, rules, state)
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    head = _start_node(["--head", f"--port={port}", "--include-dashboard=false"], env)
+    address = f"127.0.0.1:{port}"
+    worker = None
+    line = Line("a node that leaves the cluster")
+    try:
+        time.sleep(8)
+        worker = _start_node([f"--address={address}"], env)
+        time.sleep(8)
+        driver = subprocess.Popen(
+            [
+                *HFSWEEP,
+                "run",
+                "--address",
+                address,
+                "--catalog",
+                str(catalog),
+                "--top",
+                "100000",
+                "--store",
+                str(store),
+                "--run-id",
+                "node",
+                "--stages",
+                ",".join(STAGES),
+                "--retries",
+                "6",
+                "--timeout",
+                "60",
+                "--no-report",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        killed_children: list[int] = []
+        deadline = time.monotonic() + 60 * trials + 300
+        while line.trials < trials and driver.poll() is None and time.monotonic() < deadline:
+            on_node = [
+                pid
+                for pid in faults.fired(str(state))
+                if alive(pid) and worker is not None and _session_of(pid) == worker.pid
+            ]
+            if not on_node:
+                time.sleep(0.2)
+                continue
+            _kill_session(worker)  # the node leaves: raylet, its workers, their children
+            killed_children += on_node
+            line.trials += 1
+            time.sleep(1.0)
+            worker = _start_node([f"--address={address}"], env)
+        _, err = driver.communicate(timeout=1800)
+        rows = read_rows(store, "node")
+        counts = pair_counts(rows)
+        line.lost = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
+        line.duplicated = sum(c - 1 for c in counts.values() if c > 1)
+        line.mislabelled = sum(1 for r in rows if r["status"] != "pass")
+        line.orphans = len(wait_all_dead(killed_children, 5.0))
+        retried = sum(1 for r in rows if (r["attempt"] or 1) > 1) // len(STAGES)
+        ok = (
+            driver.returncode == 0
+            and not line.lost
+            and not line.duplicated
+            and not line.mislabelled
+        )
+        line.survived = line.trials if ok and retried >= 1 else 0
+        if driver.returncode != 0:
+            print(err[-3000:], file=sys.stderr)
+        print(
+            f"node section: {line.trials} node kills, {retried} models retried, driver exit {driver.returncode}",
+            file=sys.stderr,
+        )
+    finally:
+        if worker is not None:
+            _kill_session(worker)
+        _kill_session(head)
+        forget_cluster(port)
+        line.orphans += len(left_behind(mark, 5.0))
+    return [line]
+
+
+def forget_cluster(port: int) -> None:
+    """`ray start --head` leaves the address of its cluster for later `ray.init()` calls to
+    connect to; a cluster killed rather than `ray stop`ped leaves it behind: remove it."""
+    path = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        if path.read_text().strip().endswith(f":{port}"):
+            path.unlink()
+
+
+# ---- the environment keeps failing ---------------------------------------------------------
+
+
+def section_env(trials: int, work: Path) -> list[Line]:
+    line = Line("environment error that keeps happening")
+    for t in range(trials):
+        catalog, ids = write_trial_catalog(work / f"env{t}", 2, f"ee{t}")
+        bad, good = ids
+        hashes = shrunk_hashes(catalog)
+        rules = [{"at": "setup", "match": hashes[bad], "fault": "env"}]
+        store, mark = work / f"env{t}-store", uuid.uuid4().hex
+        env = bench_env(mark, rules, work / f"env{t}-state")
+        first = hfsweep_run(
+            catalog, store, "env", "--local", "--retries", "1", env=env, timeout=600
+        )
+        rows = read_rows(store, "env")
+        recorded = [r for r in rows if r["model_id"] == bad]
+        clear = first.returncode == 3 and bad in first.stderr and "Traceback" not in first.stderr
+        second = hfsweep_run(
+            catalog, store, "env", "--local", env=bench_env(mark, None, work), timeout=600
+        )
+        counts = pair_counts(read_rows(store, "env"))
+        line.trials += 1
+        line.mislabelled += len(recorded)
+        line.lost += sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
+        line.duplicated += sum(c - 1 for c in counts.values() if c > 1)
+        line.orphans += len(left_behind(mark, 3.0))
+        good_first = {(r["model_id"], r["stage"]) for r in rows} == {(good, s) for s in STAGES}
+        if (
+            clear
+            and good_first
+            and not recorded
+            and second.returncode == 0
+            and all(counts[(m, s)] == 1 for m in ids for s in STAGES)
+        ):
+            line.survived += 1
+        elif t == 0:
+            print(first.stderr[-2000:], second.stderr[-2000:], file=sys.stderr)
+    return [line]
+
+
+# ---- the driver killed at random moments ---------------------------------------------------
+
+
+def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
+    rng = random.Random(seed)
+    catalog, ids = write_trial_catalog(work / "kill", max(30, 5 * kills), "kk")
+    store = work / "kill-store"
+    line = Line("driver killed (SIGKILL) at a random moment")
+    cmd = [
+        *HFSWEEP,
+        "run",
+        "--catalog",
+        str(catalog),
+        "--top",
+        "100000",
+        "--store",
+        str(store),
+        "--run-id",
+        "kill",
+        "--stages",
+        ",".join(STAGES),
+        "--num-cpus",
+        "2",
+        "--no-report",
+    ]
+    seen: Counter = Counter()
+    for _ in range(kills):
+        mark = uuid.uuid4().hex
+        driver = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=bench_env(mark, None, work),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        delay = rng.uniform(1.0, 20.0)
+        try:
+            driver.wait(delay)
+        except subprocess.TimeoutExpired:
+            driver.send_signal(signal.SIGKILL)
+        _, err = driver.communicate()
+        finished = driver.returncode == 0
+        orphans = left_behind(mark, 10.0)
+        counts = pair_counts(read_rows(store, "kill"))
+        lost = sum(1 for pair, n in seen.items() if n and counts[pair] == 0)
+        dup = sum(c - 1 for c in counts.values() if c > 1)
+        line.trials += 1
+        line.lost += lost
+        line.duplicated += dup
+        line.orphans += len(orphans)
+        errored = driver.returncode not in (0, -signal.SIGKILL)
+        if errored:
+            print(err[-2000:], file=sys.stderr)
+        line.survived += int(not lost and not dup and not orphans and not errored)
+        seen = counts
+        if finished:
+            print("kill section: the run finished before every kill was made", file=sys.stderr)
+            break
+    final = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(uuid.uuid4().hex, None, work),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    rows = read_rows(store, "kill")
+    counts = pair_counts(rows)
+    missing = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
+    line.lost += missing
+    line.duplicated = max(line.duplicated, sum(c - 1 for c in counts.values() if c > 1))
+    line.mislabelled = sum(1 for r in rows if r["status"] != "pass")
+    if final.returncode != 0 or missing:
+        line.survived = min(line.survived, line.trials - 1)
+        print(final.stderr[-2000:], file=sys.stderr)
+    print(
+        f"kill section: {line.trials} kills; the final run wrote {len(rows)} rows for {len(ids)} models",
+        file=sys.stderr,
+    )
+    return [line]
+
+
+# ---- main --------------------------------------------------------------------------------
+
+
+def run(sections: list[str], trials: int, kills: int, seed: int, work: Path) -> list[Line]:
+    lines: list[Line] = []
+    for name in sections:
+        start = time.monotonic()
+        if name == "model":
+            lines += section_model(trials, work)
+        elif name == "node":
+            lines += section_node(trials, work)
+        elif name == "env":
+            lines += section_env(trials, work)
+        elif name == "kill":
+            lines += section_kill(kills, work, seed)
+        else:
+            raise SystemExit(f"unknown section {name!r}")
+        print(f"[{name}: {time.monotonic() - start:.0f} s]", file=sys.stderr)
+    return lines
+
+
+def table(lines: list[Line]) -> str:
+    head = f"{'fault':<48} {'trials':>6} {'survived':>8} {'lost':>5} {'dup':>5} {'orphans':>7} {'mislabelled':>11}"
+    out = [head, "-" * len(head)]
+    for ln in lines:
+        out.append(
+            f"{ln.fault:<48} {ln.trials:>6} {ln.survived:>8} {ln.lost:>5} {ln.duplicated:>5} "
+            f"{ln.orphans:>7} {ln.mislabelled:>11}"
+        )
+    total = Line(
+        "total",
+        *(
+            sum(getattr(ln, f) for ln in lines)
+            for f in ("trials", "survived", "lost", "duplicated", "orphans", "mislabelled")
+        ),
+    )
+    out.append("-" * len(head))
+    out.append(
+        f"{total.fault:<48} {total.trials:>6} {total.survived:>8} {total.lost:>5} "
+        f"{total.duplicated:>5} {total.orphans:>7} {total.mislabelled:>11}"
+    )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="model,node,env,kill")
+    parser.add_argument("--trials", type=int, default=20, help="trials per fault type")
+    parser.add_argument("--kills", type=int, default=30, help="kill-and-resume trials")
+    parser.add_argument("--fast", action="store_true", help="1 trial per fault type, 2 kills (CI)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the lines here")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args(argv)
+    trials, kills = (1, 2) if args.fast else (args.trials, args.kills)
+    work = Path(tempfile.mkdtemp(prefix="hfsweep-faults-"))
+    try:
+        lines = run(args.sections.split(","), trials, kills, args.seed, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(table(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(ln) for ln in lines], indent=1))
+    bad = [
+        ln
+        for ln in lines
+        if ln.survived != ln.trials or ln.lost or ln.duplicated or ln.orphans or ln.mislabelled
+    ]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""One driver per run: a lock on the run id, so two drivers never write rows into one run.
+
+- A local store takes an exclusive `flock` on `STORE/.locks/run_id=<id>.lock`. The kernel
+  releases it when the holder dies, however it dies, so a killed driver's rerun goes straight on.
+- An object store has no locks: the driver keeps a lease object `STORE/.locks/run_id=<id>.json`
+  (holder, heartbeat) fresh every few seconds. Another driver is refused while the lease is
+  fresh, unless the holder is a dead process on this very host; a stale lease is taken over.
+  After writing its lease a driver reads it back, so of two racing drivers exactly one wins.
+Hidden names: readers of the store never see either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from reports.errors import UsageError
+
+LEASE_S = 30.0  # a lease not refreshed for this long is stale (its driver is gone)
+HEARTBEAT_S = 5.0
+
+
+class RunLocked(UsageError):
+    """Another driver is writing this run."""
+
+
+def _holder() -> dict[str, Any]:
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "token": uuid.uuid4().hex,
+        "since": time.time(),
+        "heartbeat": time.time(),
+    }
+
+
+def _refused(run_id: str, holder: dict[str, Any], extra: str = "") -> RunLocked:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since") or 0))
+    return RunLocked(
+        f"run {run_id} is being written by another driver "
+        f"({holder.get('host')}, pid {holder.get('pid')}, since {since}){extra}",
+        hint="wait for it to finish, or start a new run without --run-id",
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """`with RunLock(store, run_id):` holds the run for this process (raises `RunLocked`)."""
+
+    def __init__(self, store: Any, run_id: str):
+        self.store, self.run_id = store, run_id
+        self.folder = f"{store.root}/.locks"
+        self.holder = _holder()
+        self._fd: int | None = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # ---- local: flock ----------------------------------------------------------------------
+
+    def _lock_local(self) -> None:
+        import fcntl
+
+        os.makedirs(self.folder, exist_ok=True)
+        path = f"{self.folder}/run_id={self.run_id}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                holder = {}
+            os.close(fd)
+            raise _refused(self.run_id, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self.holder).encode(), 0)
+        self._fd = fd
+
+    # ---- object store: a lease -------------------------------------------------------------
+
+    @property
+    def _lease_path(self) -> str:
+        return f"{self.folder}/run_id={self.run_id}.json"
+
+    def _read_lease(self) -> dict[str, Any] | None:
+        fs = self.store.fs
+        try:
+            with fs.open_input_stream(self._lease_path) as fh:
+                return dict(json.loads(fh.read() or b"{}"))
+        except (FileNotFoundError, OSError, ValueError):
+            return None
+
+    def _write_lease(self) -> None:
+        self.holder["heartbeat"] = time.time()
+        fs = self.store.fs
+        with fs.open_output_stream(self._lease_path) as fh:
+            fh.write(json.dumps(self.holder).encode())
+
+    def _lock_remote(self, settle_s: float = 1.0) -> None:
+        with contextlib.suppress(OSError):
+            self.store.fs.create_dir(self.folder, recursive=True)
+        lease = self._read_lease()
+        if lease and not self._stale(lease):
+            age = time.time() - float(lease.get("heartbeat") or 0)
+            raise _refused(self.run_id, lease, f"; its lease was renewed {age:.0f} s ago")
+        self._write_lease()
+        time.sleep(settle_s)  # a racing driver's lease lands in this window: read back
+        lease = self._read_lease()
+        if not lease or lease.get("token") != self.holder["token"]:
+            raise _refused(self.run_id, lease or {})
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="run-lease")
+        self._beat.start()
+
+    def _stale(self, lease: dict[str, Any]) -> bool:
+        if time.time() - float(lease.get("heartbeat") or 0) > LEASE_S:
+            return True
+        same_host = lease.get("host") == socket.gethostname()
+        return same_host and not _pid_alive(int(lease.get("pid") or 0))
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                self._write_lease()
+
+    # ---- both ------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunLock:
+        if self.store.local:
+            self._lock_local()
+        else:
+            self._lock_remote()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        if self._beat is not None:
+            self._stop.set()
+            self._beat.join(timeout=HEARTBEAT_S)
+            lease = self._read_lease()
+            if lease and lease.get("token") == self.holder["token"]:
+                with contextlib.suppress(OSError):
+                    self.store.fs.delete_file(self._lease_path)

@@ -1,0 +1,244 @@
+"""What keeps one model's child process contained, and how to tell how it died.
+
+- **A memory budget it cannot exceed.** The child caps its private writable memory
+  (`RLIMIT_DATA`: heap and anonymous mappings, which is where tensors live) at what it holds at
+  the fork plus the budget. An allocation past it fails inside the model (torch's allocator
+  raises, Python raises `MemoryError`), so the stage is `oom` with the budget named: memory
+  really ran out, for that model, and nothing else on the machine was pushed out.
+  `RLIMIT_AS` would count the libraries' address-space reservations too (a CUDA context
+  reserves tens of GiB it never touches); `RLIMIT_DATA` does not.
+- **No child outlives its parent.** The child asks the kernel for SIGKILL when its parent dies
+  (`PR_SET_PDEATHSIG`), so a worker that is force-cancelled, killed by Ray's memory monitor or
+  by an operator takes its model with it. The child leads its own process group, which the
+  parent kills when the child is done (whatever the model started goes too), and a registry
+  of live children lets the next model task on the node sweep the groups of a dead worker.
+- **An honest death certificate.** SIGKILL is `oom` only when the kernel's OOM killer fired
+  while the child lived (`oom_kill` in /proc/vmstat went up); any other SIGKILL (an operator's
+  `kill -9`, a supervisor) or a terminating signal is the environment, not the model: the
+  task is retried and nothing is recorded. A segfault or an abort is the model's `crash`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports.schema import Status
+
+_PR_SET_PDEATHSIG = 1
+GIB = 1 << 30
+DEFAULT_MEMORY_LIMIT = 4 * GIB  # per model, beyond what the forked child starts with
+# Signals that something outside the model sent: the environment, never the model's result.
+EXTERNAL_SIGNALS = frozenset(
+    {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+)
+SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and "_" not in n}
+
+
+# ---- in the child ------------------------------------------------------------------------------
+
+
+def enter_child(parent_pid: int, memory_limit: int | None) -> None:
+    """First thing in a forked child: die with the parent, lead a process group, cap memory."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    if memory_limit:
+        limit_memory(memory_limit)
+
+
+def data_bytes() -> int | None:
+    """This process's private writable memory now (VmData), or None where unknown."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def limit_memory(budget: int) -> None:
+    """Cap this process's data segment at its current size plus `budget` bytes."""
+    import resource
+
+    used = data_bytes() or 0
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    want = used + budget
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
+
+
+_OOM_PHRASES = ("can't allocate memory", "cannot allocate memory", "out of memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """An exception that says an allocation failed (the budget, or the device's memory)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    if isinstance(exc, RuntimeError):
+        try:
+            text = str(exc).lower()
+        except Exception:
+            return False
+        return any(p in text for p in _OOM_PHRASES)
+    return False
+
+
+# ---- in the parent ------------------------------------------------------------------------------
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed since boot (None: unknown)."""
+    try:
+        with open("/proc/vmstat") as fh:
+            for line in fh:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class Death:
+    """How a child that never reported its end died: a model status, or the environment."""
+
+    status: Status | None  # None: the environment killed it (retry, no row)
+    message: str
+
+
+def death_of(exitcode: int | None, stage: str, oom_before: int | None) -> Death:
+    """Read a dead child's exit code (negative: the signal that killed it)."""
+    if exitcode is None or exitcode >= 0:
+        return Death(Status.CRASH, f"the process running {stage} exited ({exitcode})")
+    sig = -exitcode
+    name = SIGNAL_NAMES.get(sig, f"signal {sig}")
+    if sig == signal.SIGKILL:
+        after = oom_kills()
+        if oom_before is not None and after is not None and after > oom_before:
+            return Death(
+                Status.OOM,
+                f"the process running {stage} was killed by the kernel's out-of-memory killer",
+            )
+        return Death(
+            None,
+            f"the process running {stage} was killed with SIGKILL from outside the sweep "
+            "(not for memory: the kernel's OOM-kill count did not change)",
+        )
+    if sig in EXTERNAL_SIGNALS:
+        return Death(None, f"the process running {stage} was stopped with {name} from outside")
+    return Death(Status.CRASH, f"the process running {stage} died with {name}")
+
+
+def kill_group(pid: int) -> None:
+    """Kill the child's process group (the child and whatever it started), if any is left."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+# ---- the registry of live children (for sweeps after a worker died) ----------------------------
+
+
+def _registry() -> Path:
+    return Path(tempfile.gettempdir()) / f"hfsweep-children-{os.getuid()}"
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot): tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def register(child_pid: int) -> None:
+    folder = _registry()
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        parent = os.getpid()
+        (folder / str(child_pid)).write_text(
+            f"{parent} {_start_time(parent)} {_start_time(child_pid)}"
+        )
+
+
+def unregister(child_pid: int) -> None:
+    with contextlib.suppress(OSError):
+        (_registry() / str(child_pid)).unlink()
+
+
+def sweep_orphans() -> int:
+    """Kill the process groups of children whose parent is gone; returns how many groups.
+    The kernel never reuses a number while a group of that id exists, so a group whose leader
+    is dead is ours; a live leader with another start time is someone else (skipped)."""
+    folder = _registry()
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return 0
+    swept = 0
+    for path in entries:
+        try:
+            parent, parent_start, child_start = path.read_text().split()
+            child = int(path.name)
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(parent)) == parent_start:
+            continue  # its parent is alive: it is that parent's business
+        if _start_time(child) not in (None, child_start):
+            unregister(child)  # the number now belongs to another process
+            continue
+        try:
+            os.killpg(child, signal.SIGKILL)
+            swept += 1
+        except OSError:
+            pass
+        unregister(child)
+    return swept
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes (not zombies) still in process group `pgid` (for tests and benches)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Live processes (not zombies) whose environment has `name=value`: what a bench or a test
+    marks its drivers with, to count what outlives them (a forked child shows its parent's)."""
+    needle = f"{name}={value}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(int(entry.name))
+    return out

@@ -1,0 +1,439 @@
+"""The driver's own guarantees, without Ray (`--local`): rows flushed on a timer, one driver per
+run id, a resume that matches every setting, each model written once, damaged part files put
+aside and their models rerun, environment failures retried and never recorded as results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from reports.errors import SystemFaultError, UsageError
+from reports.locks import RunLock, RunLocked
+from reports.store import Store
+from runners import faults
+from runners.outcome import ModelOutcome, StageResult
+from sweep import executors
+from sweep.driver import RunConfig, run_sweep, stage_list
+from tests.conftest import HFSWEEP, ROOT, write_catalog
+
+STAGES = "load,forward"
+MODELS = [
+    {"model_id": f"org/{t}", "library_name": "transformers", "model_type_hint": t}
+    for t in ("llama", "gpt2", "bert", "opt")
+]
+
+
+def passing(spec, kwargs) -> ModelOutcome:
+    """A model task that passes every stage at once (the driver is what is tested)."""
+    return ModelOutcome([StageResult(stage=s, status="pass") for s in kwargs["stages"]], 1)
+
+
+@pytest.fixture
+def catalog(tmp_path) -> Path:
+    return write_catalog(tmp_path / "catalog.csv", MODELS)
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+
+
+def config(store: Path, catalog_csv: Path, **kw) -> RunConfig:
+    base = dict(
+        store=str(store),
+        catalog=str(catalog_csv),
+        top=None,
+        stages=stage_list(STAGES),
+        run_id="r",
+        executor="local",
+        progress=False,
+        timeout_s=60,
+    )
+    return RunConfig(**{**base, **kw})
+
+
+def pairs(store: Path, run_id: str = "r") -> Counter:
+    rows = Store(store).read("results", run_id).to_pylist()
+    return Counter((r["model_id"], r["stage"]) for r in rows)
+
+
+def exactly_once(store: Path, models: list[str], run_id: str = "r") -> bool:
+    want = Counter({(m, s): 1 for m in models for s in STAGES.split(",")})
+    return pairs(store, run_id) == want
+
+
+ALL = [m["model_id"] for m in MODELS]
+
+
+# ---- each model once ------------------------------------------------------------------------
+
+
+def test_models_named_twice_are_written_once(tmp_path, catalog):
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, models=["org/gpt2", "org/gpt2", "org/bert"]), run_fn=passing)
+    assert exactly_once(store, ["org/gpt2", "org/bert"])
+
+
+def test_a_catalog_listing_a_model_twice_writes_it_once(tmp_path):
+    catalog = write_catalog(tmp_path / "dup.csv", [*MODELS, MODELS[1]])
+    store = tmp_path / "store"
+    summary = run_sweep(config(store, catalog), run_fn=passing)
+    assert summary.requested == len(MODELS)
+    assert exactly_once(store, ALL)
+
+
+# ---- flush on a timer -----------------------------------------------------------------------
+
+
+def test_rows_reach_the_store_within_the_flush_interval_while_another_model_runs(tmp_path, catalog):
+    """The tail of a sweep: one model is done, the last one takes long. Its rows must not wait
+    for the next result (before: they waited until the slow model finished)."""
+    store = tmp_path / "store"
+
+    def run_fn(spec, kwargs):
+        if spec.model_type == "gpt2":
+            time.sleep(12)  # the slow last model
+        return passing(spec, kwargs)
+
+    cfg = config(store, catalog, models=["org/llama", "org/gpt2"], flush_s=1.0, plan_batch=1)
+    worker = threading.Thread(target=run_sweep, args=(cfg,), kwargs={"run_fn": run_fn})
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not pairs(store):
+            time.sleep(0.1)
+        seen = time.monotonic()
+        rows = Store(store).read("results", "r").to_pylist()
+        assert {r["model_id"] for r in rows} == {"org/llama"}, "rows waited for the slow model"
+        assert worker.is_alive()
+        finished = max(r["finished_at"] for r in rows).timestamp()
+        assert time.time() - finished < 1.0 + 1.5  # flush_s, plus one write and the polling
+        assert seen < deadline
+    finally:
+        worker.join(60)
+    assert exactly_once(store, ["org/llama", "org/gpt2"])
+
+
+# ---- one driver per run ---------------------------------------------------------------------
+
+
+def test_a_second_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_path, catalog):
+    store = tmp_path / "store"
+    with RunLock(Store(store), "r"):
+        with pytest.raises(RunLocked, match="being written by another driver"):
+            run_sweep(config(store, catalog), run_fn=passing)
+        proc = subprocess.run(
+            [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--store", str(store)]
+            + ["--run-id", "r", "--top", "2", "--stages", STAGES, "--no-report"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 2
+    assert "being written by another driver" in proc.stderr and "Traceback" not in proc.stderr
+    assert not pairs(store)  # the refused driver wrote nothing
+    run_sweep(config(store, catalog), run_fn=passing)  # released: the run goes on
+    assert exactly_once(store, ALL)
+
+
+def test_the_lock_of_a_killed_driver_is_released(tmp_path):
+    store = tmp_path / "store"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from reports.locks import RunLock; from reports.store import "
+            f"Store; l = RunLock(Store({str(store)!r}), 'r').__enter__(); print('held', "
+            "flush=True); time.sleep(600)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLocked), RunLock(Store(store), "r"):
+            pass
+        holder.kill()
+        holder.wait(10)
+        with RunLock(Store(store), "r"):
+            pass
+    finally:
+        holder.kill()
+
+
+def test_an_object_store_run_is_leased(tmp_path, monkeypatch):
+    from reports import locks
+    from tests.s3_support import BUCKET, local_s3
+
+    with local_s3():
+        store = Store(f"s3://{BUCKET}/leases")
+        with RunLock(store, "r"), pytest.raises(RunLocked, match="lease was renewed"):
+            RunLock(store, "r").__enter__()
+        with RunLock(store, "r"):  # released on exit
+            pass
+        # a lease left by a driver that died on this host is taken over at once
+        dead = RunLock(store, "r")
+        dead.holder["pid"] = 2**22 + 12345  # no such process
+        dead._write_lease()
+        with RunLock(store, "r"):
+            pass
+        # another host's lease is honoured until it goes stale
+        other = RunLock(store, "r")
+        other.holder["host"] = "elsewhere"
+        other._write_lease()
+        with pytest.raises(RunLocked):
+            RunLock(store, "r").__enter__()
+        monkeypatch.setattr(locks, "LEASE_S", 0.0)
+        with RunLock(store, "r"):
+            pass
+
+
+# ---- resume compares every setting ----------------------------------------------------------
+
+
+def _profile(tmp_path: Path) -> str:
+    path = tmp_path / "ops.txt"
+    path.write_text("aten::add.Tensor\naten::mm\n")
+    return str(path)
+
+
+CHANGES = {
+    "device": lambda tmp: {"device": "neuron"},
+    "strict": lambda tmp: {"device_options": {"strict": True}},
+    "device_profile_hash": lambda tmp: {"device_options": {"profile": _profile(tmp)}},
+    "dtype": lambda tmp: {"dtype": "bf16"},
+    "stages": lambda tmp: {"stages": stage_list("load")},
+    "catalog": lambda tmp: {"catalog": str(write_catalog(tmp / "other.csv", MODELS[:2]))},
+    "compile_backend": lambda tmp: {"compile_backend": "aot_eager"},
+    "timeout_s": lambda tmp: {"timeout_s": 99.0},
+    "memory_limit_bytes": lambda tmp: {"memory_limit": 1 << 30},
+}
+
+
+@pytest.mark.parametrize("setting", sorted(CHANGES))
+def test_a_resume_with_another_setting_is_refused(tmp_path, catalog, setting):
+    """Before, only device, dtype and stages were compared: a resume with another profile,
+    strict mode, catalog, compile backend, timeout or budget mixed rows into one run."""
+    store = tmp_path / "store"
+    base = {"device": "neuron"} if setting in ("strict", "device_profile_hash") else {}
+    run_sweep(config(store, catalog, top=2, **base), run_fn=passing)
+    changed = {**base, **CHANGES[setting](tmp_path)}
+    with pytest.raises(UsageError, match=f"other settings: .*\\b{setting}="):
+        run_sweep(config(store, catalog, top=4, **changed), run_fn=passing)
+    run_sweep(config(store, catalog, top=4, **base), run_fn=passing)  # the same: goes on
+    assert exactly_once(store, ALL)
+
+
+@pytest.mark.parametrize("column, value", [("device_emulated", False), ("torch_version", "2.0.0")])
+def test_a_resume_on_other_hardware_or_software_is_refused(tmp_path, catalog, column, value):
+    """Real versus emulated neuron, or another torch: the run row says what the run was."""
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, top=1, device="neuron"), run_fn=passing)
+    row = Store(store).run("r")
+    Store(store).write_run({**row, column: value})
+    with pytest.raises(UsageError, match=f"{column}={value}"):
+        run_sweep(config(store, catalog, device="neuron"), run_fn=passing)
+
+
+# ---- damaged part files ---------------------------------------------------------------------
+
+
+def _parts(store: Path, table: str) -> list[Path]:
+    return sorted((store / table / "run_id=r").glob("part-*.parquet"))
+
+
+def test_damaged_parts_are_reported_put_aside_and_their_models_rerun(tmp_path, catalog):
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, flush_s=0.0, plan_batch=1), run_fn=passing)
+    results = _parts(store, "results")
+    assert len(results) == len(MODELS)  # one model per part
+    truncated, garbled = results[0], results[1]
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    data = bytearray(garbled.read_bytes())
+    data[4:-8] = os.urandom(len(data) - 12)  # magic bytes intact, everything else noise
+    garbled.write_bytes(bytes(data))
+    runs_part = _parts(store, "runs")[0]
+    runs_part.write_bytes(b"PAR1 not a parquet file")
+    # a reader skips what it cannot read instead of failing
+    assert Store(store).run("r") is not None
+
+    warnings: list[str] = []
+    summary = run_sweep(config(store, catalog, flush_s=0.0), run_fn=passing, warn=warnings.append)
+    assert summary.damaged_parts == 3 and len(warnings) == 3
+    assert all("damaged" in w and "run again" in w for w in warnings)
+    assert summary.models_run == 2  # the two models whose parts were damaged
+    assert exactly_once(store, ALL)
+    assert sorted(p.name for p in (store / "results" / "run_id=r").glob(".damaged-*")) == sorted(
+        f".damaged-{p.name}" for p in (truncated, garbled)
+    )
+
+
+def test_a_damaged_fallbacks_part_reruns_the_models_of_its_results_part(tmp_path, catalog):
+    store = tmp_path / "store"
+
+    def with_fallback(spec, kwargs):
+        out = passing(spec, kwargs)
+        out.stages[1].fallbacks = [{"op": "aten::mm", "count": 1, "source": "eager"}]
+        out.stages[1].fallback_op_count = 1
+        return out
+
+    run_sweep(config(store, catalog, flush_s=0.0, plan_batch=1), run_fn=with_fallback)
+    fb = _parts(store, "fallbacks")[0]
+    fb.write_bytes(fb.read_bytes()[:20])
+    summary = run_sweep(config(store, catalog), run_fn=with_fallback, warn=lambda line: None)
+    assert summary.damaged_parts == 2 and summary.models_run == 1
+    assert exactly_once(store, ALL)
+    assert Store(store).read("fallbacks", "r").num_rows == len(MODELS)
+
+
+# ---- environment failures: retried, never rows ----------------------------------------------
+
+
+def _faults(monkeypatch, tmp_path, *rules):
+    monkeypatch.setenv(faults.ENV, json.dumps(list(rules)))
+    monkeypatch.setenv(faults.STATE_ENV, str(tmp_path / "faults"))
+
+
+def test_an_environment_error_while_planning_is_retried_not_a_fail_row(
+    tmp_path, catalog, monkeypatch
+):
+    """Before: plan_entry's catch-all turned any exception (a DeviceError, a missing core
+    package, a full disk) into the model's `fail` row, and resume counted it done."""
+    _faults(monkeypatch, tmp_path, {"at": "plan", "match": "org/gpt2", "fault": "env", "times": 2})
+    store = tmp_path / "store"
+    summary = run_sweep(config(store, catalog), run_fn=passing)
+    assert not summary.abandoned
+    assert exactly_once(store, ALL)
+    assert {r["status"] for r in Store(store).read("results", "r").to_pylist()} == {"pass"}
+
+
+def test_an_environment_error_that_persists_leaves_no_row_and_the_rerun_runs_it(
+    tmp_path, catalog, monkeypatch
+):
+    _faults(monkeypatch, tmp_path, {"at": "plan", "match": "org/bert", "fault": "env"})
+    store = tmp_path / "store"
+    summary = run_sweep(config(store, catalog), run_fn=passing)
+    assert summary.abandoned == ["org/bert"]
+    assert "DeviceError: injected" in next(iter(summary.causes))
+    assert exactly_once(store, [m for m in ALL if m != "org/bert"])
+    assert Store(store).run("r")["status"] == "incomplete"
+    monkeypatch.delenv(faults.ENV)
+    again = run_sweep(config(store, catalog), run_fn=passing)
+    assert again.models_run == 1 and not again.abandoned
+    assert exactly_once(store, ALL)
+    assert Store(store).run("r")["status"] == "finished"
+
+
+def test_the_device_failing_in_the_child_is_retried_then_passes(tmp_path, catalog, monkeypatch):
+    """Real children: the first attempt's device set-up fails, the retry runs the model."""
+    _faults(monkeypatch, tmp_path, {"at": "setup", "match": "gpt2", "fault": "env", "times": 1})
+    store = tmp_path / "store"
+    summary = run_sweep(config(store, catalog, models=["org/gpt2"]))
+    assert not summary.abandoned
+    rows = Store(store).read("results", "r").to_pylist()
+    assert {(r["status"], r["attempt"]) for r in rows} == {("pass", 2)}
+
+
+def test_a_sweep_whose_environment_keeps_failing_stops_with_one_error(
+    tmp_path, catalog, monkeypatch
+):
+    _faults(monkeypatch, tmp_path, {"at": "plan", "match": "*", "fault": "env"})
+    store = tmp_path / "store"
+    with pytest.raises(SystemFaultError, match="keeps failing: 3 plan tasks in a row"):
+        run_sweep(config(store, catalog), run_fn=passing)
+    assert not pairs(store)
+    assert Store(store).run("r")["status"] == "interrupted"
+
+
+def test_the_cli_says_which_models_got_no_rows_and_exits_3(tmp_path, catalog):
+    env = {
+        **os.environ,
+        faults.ENV: json.dumps([{"at": "setup", "match": "bert", "fault": "env"}]),
+        faults.STATE_ENV: str(tmp_path / "faults"),
+    }
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--store", str(store)]
+        + ["--run-id", "r", "--models", "org/bert,org/gpt2", "--stages", STAGES]
+        + ["--retries", "1", "--no-report"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "1 model of run r got no rows" in proc.stderr and "org/bert" in proc.stderr
+    assert "rerun the same command" in proc.stderr and "Traceback" not in proc.stderr
+    assert exactly_once(store, ["org/gpt2"])
+
+
+def test_every_part_is_synced_to_disk_before_it_gets_its_name(tmp_path, catalog, monkeypatch):
+    from reports import store as store_module
+
+    synced: list[int] = []
+    real = store_module.os.fsync
+    monkeypatch.setattr(store_module.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog, models=["org/gpt2"]), run_fn=passing)
+    parts = len(list(store.rglob("part-*.parquet")))
+    assert parts >= 3  # runs x2 (running, finished), results
+    assert len(synced) >= 2 * parts  # each file, and its folder after the rename
+
+
+def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
+    from reports import locks
+    from tests.s3_support import BUCKET, local_s3
+
+    monkeypatch.setattr(locks, "HEARTBEAT_S", 0.2)
+    with local_s3():
+        store = Store(f"s3://{BUCKET}/beats")
+        with RunLock(store, "r") as held:
+            first = held._read_lease()["heartbeat"]
+            time.sleep(1.0)
+            assert held._read_lease()["heartbeat"] > first
+
+
+# ---- the figures the README gives -----------------------------------------------------------
+
+
+def test_the_defaults_the_readme_promises():
+    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB, a lease renewed every
+    5 s and stale after 30 s. A change to any of them must change the README too."""
+    import argparse
+
+    from reports import locks
+    from sweep.commands import run as run_command
+
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.retries, args.memory_limit) == (2, 4.0)
+    defaults = RunConfig(store="s", catalog="c", top=1, stages=stage_list(STAGES))
+    assert defaults.flush_s == 2.0 and defaults.retries == 2
+    assert defaults.memory_limit == 4 << 30
+    assert locks.HEARTBEAT_S == 5.0
+
+
+def test_a_lease_goes_stale_after_30_s_without_a_heartbeat(tmp_path):
+    lock = RunLock(Store(tmp_path / "store"), "r")
+    now = time.time()
+    elsewhere = {"host": "elsewhere", "pid": 1}
+    assert not lock._stale({**elsewhere, "heartbeat": now - 25})
+    assert lock._stale({**elsewhere, "heartbeat": now - 35})
+    # on this host a lease whose driver is gone is stale at once; a live driver's is not
+    here = {"host": lock.holder["host"], "heartbeat": now}
+    assert not lock._stale({**here, "pid": os.getpid()})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert lock._stale({**here, "pid": dead.pid})

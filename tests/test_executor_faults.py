@@ -1,0 +1,206 @@
+"""How the Ray executor sorts what stops a task, with Ray's own exception classes raised by a
+stand-in for the cluster (the real cluster's faults are in test_faults_system.py): system
+faults are retried and then given up without rows, Ray's memory monitor is the model's `oom`,
+a plan batch that fails is planned again one entry at a time."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from ray import exceptions as rex
+
+from model_configs.spec import CatalogEntry, TinySpec
+from reports.errors import EnvironmentFault
+from reports.schema import Stage
+from runners.outcome import ModelOutcome, StageResult
+from sweep import executors
+from sweep.executors import Abandoned, PlanDone, RayExecutor, RunDone, TaskSettings
+from sweep.plan import Planned, Task
+
+STAGES = [Stage.LOAD, Stage.FORWARD]
+
+
+class FakeRay:
+    """Runs each task at once; `faults[key]` lists what its next calls raise instead."""
+
+    def __init__(self, faults: dict[str, list[BaseException]]):
+        self.faults = faults
+        self.results: dict[int, Any] = {}
+        self.calls: list[str] = []
+        self.cancelled: list[int] = []
+        self._ids = itertools.count()
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2}
+
+    def remote(self, **_: Any):
+        ray = self
+
+        class Remote:
+            def __init__(self, fn):
+                self.fn = fn
+
+            def options(self, **_: Any):
+                return self
+
+            def remote(self, *args: Any) -> int:
+                ref = next(ray._ids)
+                key = _key(args[0])
+                ray.calls.append(key)
+                pending = ray.faults.get(key)
+                if pending:
+                    ray.results[ref] = pending.pop(0)
+                else:
+                    try:
+                        ray.results[ref] = self.fn(*args)
+                    except BaseException as exc:  # a task that raises: Ray wraps it
+                        ray.results[ref] = rex.RayTaskError("task", "tb", exc)
+                return ref
+
+        return Remote
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        return list(refs), []
+
+    def get(self, ref, timeout=None):
+        value = self.results.pop(ref)
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    def cancel(self, ref, force=False):
+        self.cancelled.append(ref)
+
+
+def _key(first: Any) -> str:
+    if isinstance(first, TinySpec):
+        return first.model_type
+    return ",".join(e.model_id for e in first)
+
+
+def run_fn(spec, kwargs) -> ModelOutcome:
+    return ModelOutcome([StageResult(stage=s, status="pass") for s in kwargs["stages"]])
+
+
+def plan_fn(entries, stages, config_dir) -> list[Planned]:
+    return [
+        Planned(entry=e, spec=TinySpec("transformers", e.model_id, "X", {"id": e.model_id}))
+        for e in entries
+    ]
+
+
+@pytest.fixture
+def make(monkeypatch):
+    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+
+    def build(faults: dict[str, list[BaseException]], retries: int = 2):
+        fake = FakeRay(faults)
+        monkeypatch.setattr(executors, "init_ray", lambda address, num_cpus: fake)
+        settings = TaskSettings("cpu", {}, "fp32", STAGES, 60.0, None, retries)
+        ex = RayExecutor(settings, plan_fn=plan_fn, run_fn=run_fn)
+        return ex, fake
+
+    return build
+
+
+def task(name: str) -> Task:
+    spec = TinySpec("transformers", name, "X", {"id": name})
+    return Task(spec=spec, members=[Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)])
+
+
+def drain(ex) -> list:
+    events: list = []
+    for _ in range(20):
+        events += ex.wait(0)
+        if not ex.running() and not ex.planning():
+            break
+    return events
+
+
+def test_a_lost_worker_node_or_object_is_retried_and_the_retry_counts(make):
+    lost = [
+        rex.WorkerCrashedError(),
+        rex.NodeDiedError("node gone"),
+        rex.ObjectLostError("ff" * 28, "owner", "call"),
+    ]
+    ex, fake = make({"m": list(lost)}, retries=3)
+    ex.submit_run(task("m"))
+    (done,) = drain(ex)
+    assert isinstance(done, RunDone) and done.attempt == 4
+    assert [s.status for s in done.outcome.stages] == ["pass", "pass"]
+    assert fake.calls == ["m"] * 4
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        rex.RuntimeEnvSetupError("pip install failed"),
+        rex.GetTimeoutError("get timed out"),
+        rex.RayTaskError("run_task", "tb", EnvironmentFault("the device did not set up")),
+        rex.WorkerCrashedError(),
+    ],
+    ids=["runtime-env", "get-timeout", "env-in-child", "worker-crashed"],
+)
+def test_a_system_fault_that_persists_is_given_up_without_rows(make, fault):
+    """Before: a Ray error was recorded as the model's `crash` (RayTaskError, GetTimeoutError)
+    or stopped the whole sweep (ObjectLostError, RuntimeEnvSetupError)."""
+    ex, fake = make({"m": [fault] * 3})
+    ex.submit_run(task("m"))
+    (gave_up,) = drain(ex)
+    assert isinstance(gave_up, Abandoned)
+    assert gave_up.models == ["org/m"] and gave_up.attempts == 3
+    assert type(fault.cause if isinstance(fault, rex.RayTaskError) else fault).__name__ in (
+        gave_up.cause
+    )
+
+
+def test_rays_memory_monitor_is_the_models_oom_and_not_retried(make):
+    ex, fake = make({"m": [rex.OutOfMemoryError("memory monitor killed the worker")]})
+    ex.submit_run(task("m"))
+    (done,) = drain(ex)
+    assert isinstance(done, RunDone) and done.attempt == 1
+    assert [s.status for s in done.outcome.stages] == ["oom", "not_run"]
+    assert "memory monitor" in done.outcome.stages[0].error_message
+    assert fake.calls == ["m"]
+
+
+def test_a_failed_plan_batch_is_planned_again_one_by_one(make):
+    entries = [CatalogEntry(model_id=f"m{i}", rank=i) for i in range(4)]
+    batch = ",".join(e.model_id for e in entries)
+    ex, fake = make({batch: [rex.WorkerCrashedError()], "m2": [rex.WorkerCrashedError()] * 3})
+    ex.submit_plan(0, entries)
+    events = drain(ex)
+    (gave_up,) = [e for e in events if isinstance(e, Abandoned)]
+    (plan,) = [e for e in events if isinstance(e, PlanDone)]
+    assert gave_up.kind == "plan" and gave_up.models == ["m2"]
+    assert [p.entry.model_id for p in plan.planned] == ["m0", "m1", "m3"]
+    assert plan.key == 0
+
+
+def test_a_task_that_never_returns_is_cancelled_and_retried(make, monkeypatch):
+    ex, fake = make({})
+    ex.guard_s = -1.0  # every task is past its guard at once
+    monkeypatch.setattr(fake, "wait", lambda refs, num_returns=1, timeout=None: ([], list(refs)))
+    ex.submit_run(task("m"))
+    events = ex.wait(0)
+    assert events == [] and fake.cancelled  # cancelled, retry queued
+    assert ex.running() == 1
+
+
+def test_retries_back_off_1_s_2_s_4_s_at_most_30_s():
+    assert [executors.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert executors.backoff_s(20) == 30.0
+
+
+def test_a_retry_waits_for_its_backoff(make, monkeypatch):
+    ex, fake = make({"m": [rex.WorkerCrashedError()]})
+    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.5)
+    ex.submit_run(task("m"))
+    assert ex.wait(0) == [] and fake.calls == ["m"]  # the fault: a retry is queued
+    assert ex.wait(0) == [] and fake.calls == ["m"]  # not before its backoff
+    time.sleep(0.6)
+    (done,) = ex.wait(0)
+    assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]

@@ -1,0 +1,52 @@
+"""The fast part of the fault matrix (`bench/fault_matrix.py --fast`) on real sweeps: one
+trial of every fault type inside a model (real Ray), a node that leaves a real two-node
+cluster, an environment that keeps failing, and a driver killed with SIGKILL at random moments
+and resumed. Every trial must survive with nothing lost, doubled, orphaned or mislabelled; the
+long trials (20 per fault type, 30 kills) stay in the bench."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_fast_fault_matrix_holds_its_target(tmp_path):
+    out = tmp_path / "matrix.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fault_matrix.py"), "--fast", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert out.exists(), proc.stderr[-4000:]
+    lines = json.loads(out.read_text())
+    table = proc.stdout
+    assert {ln["fault"] for ln in lines} >= {
+        "segfault in a stage",
+        "hang in a stage",
+        "allocation past the memory budget",
+        "exception that cannot be pickled",
+        "child killed from outside (kill -9)",
+        "worker killed mid-task",
+        "device error in the child (set-up)",
+        "environment error while planning",
+        "runtime env that cannot be set up",
+        "lost object (ObjectLostError on get)",
+        "a node that leaves the cluster",
+        "environment error that keeps happening",
+        "driver killed (SIGKILL) at a random moment",
+    }, table
+    for ln in lines:
+        assert ln["trials"] >= 1 and ln["survived"] == ln["trials"], table + proc.stderr[-3000:]
+        assert (ln["lost"], ln["duplicated"], ln["orphans"], ln["mislabelled"]) == (0, 0, 0, 0), (
+            table + proc.stderr[-3000:]
+        )
+    assert proc.returncode == 0, table

@@ -1,0 +1,254 @@
+"""Faults inside a model, injected through the test-only hook (`runners.faults`), never by
+editing a model: each gives the right row, or, when it is not the model's doing, an
+`EnvironmentFault` (a retry, no row); the child never outlives its parent, nor what it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.errors import EnvironmentFault
+from runners import containment, faults
+from runners.isolation import run_isolated
+from tests.conftest import ROOT
+from tests.test_runner import tiny
+
+STAGES = ["load", "forward", "backward"]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny("llama", "LlamaForCausalLM")
+
+
+@pytest.fixture
+def inject(monkeypatch, tmp_path):
+    """Set the hook's rules for this test; returns the state folder."""
+    state = tmp_path / "faults"
+
+    def set_rules(*rules: dict) -> Path:
+        monkeypatch.setenv(faults.ENV, json.dumps(list(rules)))
+        monkeypatch.setenv(faults.STATE_ENV, str(state))
+        return state
+
+    return set_rules
+
+
+def statuses(outcome) -> dict[str, str]:
+    return {r.stage: r.status for r in outcome.stages}
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_segfault_in_a_stage_is_a_crash_of_that_stage(llama, inject):
+    inject({"at": "stage:forward", "match": "llama", "fault": "segfault"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    assert statuses(outcome) == {"load": "pass", "forward": "crash", "backward": "not_run"}
+    assert "SIGSEGV" in outcome.stages[1].error_message
+
+
+def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
+    inject({"at": "stage:backward", "match": "*", "fault": "hang"})
+    start = time.monotonic()
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=6)
+    assert time.monotonic() - start < 20
+    assert statuses(outcome) == {"load": "pass", "forward": "pass", "backward": "timeout"}
+
+
+def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
+    inject({"at": "stage:forward", "match": "llama", "fault": "alloc"})
+    budget = 512 << 20
+    start = time.monotonic()
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60, memory_limit=budget)
+    assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
+    assert "allocate" in outcome.stages[1].error_message
+    assert time.monotonic() - start < 30  # stopped at the budget, not after filling the machine
+
+
+def test_the_alloc_fault_refuses_to_run_without_a_budget(llama, inject):
+    inject({"at": "stage:load", "match": "llama", "fault": "alloc"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60, memory_limit=None)
+    assert outcome.stages[0].status == "fail"
+    assert "needs a memory budget" in outcome.stages[0].error_message
+
+
+def test_an_exception_that_cannot_be_pickled_or_printed_is_a_fail_row(llama, inject):
+    inject({"at": "stage:forward", "match": "llama", "fault": "unpicklable"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    assert statuses(outcome) == {"load": "pass", "forward": "fail", "backward": "not_run"}
+    assert outcome.stages[1].error_type == "UnpicklableFault"
+    assert "cannot be read" in outcome.stages[1].error_message
+
+
+def test_exiting_without_a_word_is_a_crash(llama, inject):
+    inject({"at": "stage:load", "match": "llama", "fault": "exit"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    assert statuses(outcome)["load"] == "crash"
+    assert "exited (3)" in outcome.stages[0].error_message
+
+
+def test_a_sigkill_from_outside_is_the_environment_not_oom(llama, inject):
+    """The bug this replaces: any SIGKILL of the child was recorded as the model's `oom`."""
+    inject({"at": "stage:load", "match": "llama", "fault": "kill"})
+    with pytest.raises(EnvironmentFault, match="SIGKILL from outside"):
+        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+
+
+def test_a_sigkill_by_the_kernel_oom_killer_is_oom(llama, inject, monkeypatch):
+    """The OOM killer's count (/proc/vmstat oom_kill) going up while the child lived is what
+    makes a SIGKILL `oom`; the kernel is not asked to kill anything here, so the count is
+    stood in for in the parent (where the death is read)."""
+    counts = iter([7, 8])
+    monkeypatch.setattr(containment, "oom_kills", lambda: next(counts))
+    inject({"at": "stage:forward", "match": "llama", "fault": "kill"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
+    assert "out-of-memory killer" in outcome.stages[1].error_message
+
+
+def test_the_device_failing_to_set_up_in_the_child_is_the_environment(llama, inject):
+    """The bug this replaces: a DeviceError in the child was recorded as the model's `fail`."""
+    inject({"at": "setup", "match": "llama", "fault": "env"})
+    with pytest.raises(EnvironmentFault, match="DeviceError"):
+        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+
+
+def test_the_device_failing_inside_a_stage_is_the_environment(llama, inject):
+    inject({"at": "stage:backward", "match": "llama", "fault": "env"})
+    with pytest.raises(EnvironmentFault, match="stopped answering"):
+        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+
+
+def test_strict_mode_refusing_a_fallback_stays_the_models_fail():
+    from reports.errors import is_environment_error
+    from runners.devices.neuron_emulated import FallbackDisallowed
+
+    assert not is_environment_error(FallbackDisallowed(op="aten::foo"))
+
+
+def test_what_the_model_started_dies_with_it(llama, inject):
+    state = inject({"at": "stage:forward", "match": "llama", "fault": "spawn"})
+    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=6)
+    assert statuses(outcome)["forward"] == "timeout"
+    helpers = [int(p.name.split("-")[1]) for p in state.glob("spawned-*")]
+    assert helpers and all(wait_dead(pid) for pid in helpers)
+    assert all(wait_dead(pid) for pid in faults.fired(str(state)))
+
+
+WORKER = textwrap.dedent(
+    """
+    from runners.isolation import run_isolated
+    from tests.test_runner import tiny
+    spec = tiny("llama", "LlamaForCausalLM")
+    run_isolated(spec, device="cpu", stages=["load", "forward"], timeout_s=300)
+    """
+)
+
+
+def _worker(state: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+
+
+def _wait_for(path_glob, state: Path, seconds: float = 120.0) -> list[Path]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = list(state.glob(path_glob))
+        if found:
+            time.sleep(0.2)
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"nothing matched {path_glob} in {state}")
+
+
+def test_a_killed_parent_takes_its_child_with_it(inject):
+    """A worker killed with SIGKILL (force-cancelled, Ray's memory monitor, an operator): the
+    model's child gets SIGKILL from the kernel (PR_SET_PDEATHSIG) instead of running on."""
+    state = inject({"at": "stage:forward", "match": "llama", "fault": "hang"})
+    worker = _worker(state)
+    try:
+        _wait_for("fired-*", state)
+        (child,) = faults.fired(str(state))
+        assert alive(child)
+        worker.kill()
+        worker.wait(10)
+        assert wait_dead(child), "the model's child outlived its parent"
+    finally:
+        worker.kill()
+
+
+def test_the_next_task_sweeps_what_a_dead_workers_model_left(inject):
+    """The child dies with its parent, but a helper it started is reparented and lives on:
+    the registry of children lets the next model task on the node kill that process group."""
+    state = inject({"at": "stage:forward", "match": "llama", "fault": "spawn"})
+    worker = _worker(state)
+    try:
+        (marker,) = _wait_for("spawned-*", state)
+        helper = int(marker.name.split("-")[1])
+        worker.kill()
+        worker.wait(10)
+        time.sleep(0.5)
+        assert alive(helper)  # reparented: nobody would ever kill it
+        assert containment.sweep_orphans() >= 1
+        assert wait_dead(helper)
+    finally:
+        worker.kill()
+
+
+def test_death_certificates():
+    death = containment.death_of(-signal.SIGSEGV, "forward", 0)
+    assert death.status is not None and death.status.value == "crash"
+    assert containment.death_of(-signal.SIGTERM, "forward", 0).status is None
+    assert containment.death_of(-signal.SIGABRT, "load", None).status.value == "crash"
+    assert containment.death_of(2, "load", None).status.value == "crash"
+
+
+def test_out_of_memory_is_read_from_the_exception():
+    assert containment.out_of_memory(MemoryError())
+    assert containment.out_of_memory(
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
+    )
+    assert not containment.out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_what_counts_as_the_environment():
+    """A missing core package, a full disk or a broken device are the machine's problem (a
+    retry, never a row); a missing optional package, a missing file or any other exception may
+    be the model's own (its row says so)."""
+    import errno
+
+    from reports.errors import DeviceError, is_environment_error
+
+    assert is_environment_error(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    assert is_environment_error(ModuleNotFoundError("x", name="transformers"))
+    assert not is_environment_error(ModuleNotFoundError("No module named 'timm'", name="timm"))
+    assert is_environment_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert not is_environment_error(FileNotFoundError(errno.ENOENT, "gone"))
+    assert not is_environment_error(OSError(errno.EINVAL, "invalid"))
+    assert is_environment_error(DeviceError("the device did not set up"))
+    assert is_environment_error(EnvironmentFault("killed from outside"))
+    assert not is_environment_error(ValueError("shape mismatch"))
