@@ -4,7 +4,7 @@ For tiny Llama / GPT-2 / BERT (hidden 32, 2 layers), one training step (forward 
 backward) timed as the median of `--steps` after a warm-up, on:
   cpu                 plain CPU, no recorder
   cpu+recorder        CPU inside `CpuDevice.record_fallbacks()`
-  neuron              emulated neuron, default profile (torch-mlir), recording fallbacks
+  neuron              emulated neuron, default profile (TorchNeuron's registrations), recording
   neuron-all-fallback emulated neuron, empty profile: every op goes through the logged fallback
 and a sweep-like pass per model (build from config, save_pretrained / from_pretrained, move to
 the device, forward, backward, CPU reference comparison) on cpu and on neuron. Ratios are

@@ -10,8 +10,10 @@ model's doing (the device failing to set up in the child, a SIGKILL from outside
 parent (`runners.containment`).
 
 On Linux the child is forked from a parent that imported torch and the model libraries but ran
-no op, so a child starts in milliseconds; elsewhere it is spawned. Before its first fork the
-parent also imports, once, what every child would otherwise import again (`warm_parent`).
+no op, so a child starts in milliseconds; elsewhere it is spawned. It is spawned on Linux too
+when the device needs an environment variable that the parent's torch never read (it loaded
+before the variable was set: MPS's CPU fallback switch). Before its first fork the parent also
+imports, once, what every child would otherwise import again (`warm_parent`).
 """
 
 from __future__ import annotations
@@ -131,6 +133,16 @@ def _context() -> Any:
     return mp.get_context("spawn")
 
 
+def _context_for(device: str, device_options: dict[str, Any] | None) -> Any:
+    """Fork, unless the device needs an environment variable this process's torch never read
+    (then a fresh interpreter, which imports torch after it is set)."""
+    from runners.devices import prepare_process_env
+
+    if prepare_process_env(device, device_options):
+        return mp.get_context("spawn")
+    return _context()
+
+
 def run_isolated(
     spec: TinySpec,
     *,
@@ -150,7 +162,7 @@ def run_isolated(
     order = ordered(stages or list(Stage))
     warm_parent()
     containment.sweep_orphans()  # groups left by a worker that died on this node
-    ctx = _context()
+    ctx = _context_for(device, device_options)
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     kwargs = {
         "device": device,

@@ -1,31 +1,165 @@
-"""The `neuron` torch.compile backend: AOTAutograd graphs checked against the device profile.
+"""The `neuron` torch.compile backend, shaped as TorchNeuron's `neuron_dynamo_backend`.
 
-`torch.compile(model, backend="neuron")` traces with Dynamo, lowers through AOTAutograd with the
-core ATen decompositions, and hands each forward and backward graph to a compiler that (like a
-real lowering would) finds the ops the device cannot lower, counts the partitions of lowerable
-ops, and then runs the graph eagerly on whatever device its inputs are on. Unlowerable ops go to
-the active `FallbackLog`s as compile fallbacks; graph counts, graph breaks and their reasons go to
-the active `CompileReport`s:
+What the snapshot's backend does (torch_neuronx/neuron_dynamo_backend/backend.py, read at
+commit 98154b8) and how it is mirrored here:
+- it forces `dynamic=False`: every new input shape is a new graph (a recompile, counted by the
+  compile stage);
+- it traces with AOTAutograd using its own, selective decomposition table (the ops it lists in
+  decompositions.py; not PyTorch's core ATen set), one compiler for forward and backward
+  graphs, `keep_inference_input_mutations=True`;
+- it never partitions a graph: the whole graph is lowered through Torch-MLIR to StableHLO and
+  compiled to one NEFF. A graph it cannot lower raises (RuntimeError, "Neuron backend NEFF
+  execution setup failed"); a graph that fails to run is rerun eagerly (the original
+  GraphModule, op by op on the device) unless TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1,
+  which the released beta makes the default (its docs: a graph that fails to compile raises).
+
+Here a graph op "cannot be lowered" when the device profile says so (`is_lowerable`). The
+compile mode says what happens then: `raise` (the released default) fails the compile naming
+the op; `eager` (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0, or asked for) runs that graph
+eagerly on the device, so its ops dispatch one by one and their own CPU fallbacks are logged;
+`partition` (no TorchNeuron setting: the emulator's earlier behaviour, a what-if) runs the
+lowerable partitions as compiled and the rest on the CPU. In every mode the unlowerable ops go
+to the active `FallbackLog`s as compile fallbacks, and graphs, breaks, recompiles and
+partitions to the active `CompileReport`s:
 
     with compile_report() as report, device.record_fallbacks() as log:
-        compiled = torch.compile(model, backend="neuron")
+        compiled = torch.compile(model, backend="neuron", dynamic=False)
         ...
-    report.graph_count, report.graph_break_count, report.break_reasons, report.partition_count
+    report.graph_count, report.graph_break_count, report.recompile_count, report.mode
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from reports.errors import DeviceError
 from runners.devices.base import active_fallback_logs
 from runners.devices.profiles import DeviceProfile, load_profile
 
 BACKEND_NAME = "neuron"
+COMPILE_MODES = ("raise", "eager", "partition")
+DEFAULT_COMPILE_MODE = "raise"  # TorchNeuron's released default
+FALLBACK_EXECUTION_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+
+# The ops TorchNeuron's compile path decomposes before lowering
+# (neuron_dynamo_backend/decompositions.py). PyTorch's own decompositions for these, as
+# TorchNeuron takes them (`get_decompositions([...])`):
+TORCHNEURON_PYTORCH_DECOMPOSITIONS = (
+    "aten::logsumexp",
+    "aten::squeeze.dims",
+    "aten::binary_cross_entropy",
+    "aten::native_batch_norm_backward",
+    "aten::nansum",
+    "aten::addr",
+    "aten::_unsafe_index",
+    "aten::_unsafe_index_put",
+    "aten::split",
+    "aten::split_with_sizes",
+    "aten::unbind",
+    "aten::replication_pad1d",
+    "aten::replication_pad2d",
+    "aten::replication_pad3d",
+    "aten::reflection_pad1d",
+    "aten::reflection_pad2d",
+    "aten::reflection_pad3d",
+    "aten::embedding",
+    "aten::native_layer_norm_backward",
+    "aten::nll_loss_backward",
+    "aten::clamp_min",
+    "aten::clamp_max",
+    "aten::_fused_rms_norm",
+    "aten::_fused_rms_norm_backward",
+    "aten::fill.Scalar",
+    "aten::fill.Tensor",
+    "aten::index_add",
+    "aten::native_dropout_backward",
+    "aten::gelu_backward",
+    "aten::threshold_backward",
+    "aten::_log_softmax_backward_data",
+    "aten::_softmax_backward_data",
+    "aten::select_backward",
+    "aten::slice_backward",
+    "aten::softplus_backward",
+    "aten::index_select_backward",
+    "aten::col2im",
+    "aten::lerp",
+    "aten::elu",
+    "aten::elu_backward",
+    "aten::silu",
+)
+# ... and its own decompositions (`@register_decomposition`, and the compile-only `index_put`):
+# not PyTorch's, so the op stays in the graph here and counts as lowered.
+TORCHNEURON_OWN_DECOMPOSITIONS = (
+    "aten::as_strided",
+    "aten::topk",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+    "aten::scalar_tensor",
+    "aten::index_copy",
+    "aten::nonzero_static",
+    "aten::linalg_vector_norm",
+    "aten::sigmoid_backward",
+    "aten::silu_backward",
+    "aten::embedding_dense_backward",
+    "aten::linear_backward",
+    "aten::_foreach_pow.Scalar",
+    "aten::__rshift__.Scalar",
+    "aten::as_strided_scatter",
+    "aten::_grouped_mm",
+    "aten::convolution_backward",
+    "aten::value_selecting_reduction_backward",
+    "aten::histc",
+    "aten::argsort",
+    "aten::argsort.stable",
+    "aten::index_put",
+)
+TORCHNEURON_DECOMPOSED = TORCHNEURON_PYTORCH_DECOMPOSITIONS + TORCHNEURON_OWN_DECOMPOSITIONS
+
+
+class UnlowerableOpError(DeviceError):
+    """A compiled graph holds an op the neuron compiler cannot lower (mode `raise`, or strict).
+    `op` names the first; `ops` all of that graph's."""
+
+    environment = False  # the model's own result (a compile `fail` naming the op)
+
+    def __init__(self, message: str | None = None, *, op: str, ops: tuple[str, ...] = (), **kw):
+        ops = tuple(ops) or (op,)
+        others = f" (and {', '.join(ops[1:4])}{' ...' if len(ops) > 4 else ''})" if ops[1:] else ""
+        super().__init__(
+            message
+            or f"{op}{others} cannot be lowered by the neuron compiler; TorchNeuron raises when "
+            f"a graph fails to compile ({FALLBACK_EXECUTION_ENV}=1, its released default)",
+            op=op,
+            ops=ops,
+            hint=kw.pop("hint", None)
+            or "--compile-mode eager runs such graphs eagerly on the device instead",
+            **kw,
+        )
+        self.op = op
+        self.ops = ops
+
+
+def resolve_compile_mode(mode: str | None = None) -> str:
+    """`mode` if given, else what TorchNeuron's TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION says
+    (unset: `raise`, the released default; 0/false/no: `eager`)."""
+    if mode is None:
+        value = os.environ.get(FALLBACK_EXECUTION_ENV)
+        if value is not None and value.strip().lower() in ("0", "false", "no"):
+            return "eager"
+        return DEFAULT_COMPILE_MODE
+    if mode not in COMPILE_MODES:
+        raise DeviceError(
+            f"Unknown compile mode {mode!r}.",
+            device=BACKEND_NAME,
+            hint=f"Use one of {', '.join(COMPILE_MODES)}.",
+        )
+    return mode
 
 
 @dataclass
@@ -35,24 +169,36 @@ class CompileReport:
     graph_count: int = 0  # Dynamo graphs handed to the backend
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
+    recompile_count: int = 0  # graphs compiled again for a frame already compiled (new guards)
     partition_count: int = 0  # lowerable partitions, summed over forward and backward graphs
     forward_graphs: int = 0
     backward_graphs: int = 0
+    eager_graphs: int = 0  # graphs run eagerly because an op could not be lowered (mode eager)
     unlowerable: dict[str, int] = field(default_factory=dict)  # op -> graph nodes
     backend_s: float = 0.0  # time spent in this backend's graph checks (not Dynamo's tracing)
     profile: str | None = None
+    mode: str | None = None
+    _frames: set[tuple[int, int]] = field(default_factory=set, repr=False)
 
 
 _REPORTS: list[CompileReport] = []
-_STATE: dict[str, Any] = {"registered": False, "profile": None, "aot": None, "strict": False}
+_STATE: dict[str, Any] = {
+    "registered": False,
+    "profile": None,
+    "aot": None,
+    "strict": False,
+    "mode": None,
+}
 
 
-def set_profile(profile: DeviceProfile | None, *, strict: bool = False) -> None:
-    """The op set graphs are checked against (the current device's; None: the default), and
-    whether an unlowerable op fails the compile (as TorchNeuron does unless fallback execution
-    is enabled) instead of running on the CPU."""
+def set_profile(
+    profile: DeviceProfile | None, *, strict: bool = False, mode: str | None = None
+) -> None:
+    """The op set graphs are checked against (the current device's; None: the default),
+    whether any unlowerable op fails the compile (strict), and the compile mode."""
     _STATE["profile"] = profile
     _STATE["strict"] = strict
+    _STATE["mode"] = mode
 
 
 def current_profile() -> DeviceProfile:
@@ -61,6 +207,10 @@ def current_profile() -> DeviceProfile:
         profile = load_profile()
         _STATE["profile"] = profile
     return profile
+
+
+def current_mode() -> str:
+    return _STATE["mode"] or resolve_compile_mode()
 
 
 @contextlib.contextmanager
@@ -73,7 +223,7 @@ def compile_report(*, reset: bool = True) -> Iterator[CompileReport]:
     if reset:
         torch._dynamo.reset()
     before = Counter(counters["graph_break"])
-    report = CompileReport(profile=current_profile().name)
+    report = CompileReport(profile=current_profile().name, mode=current_mode())
     _REPORTS.append(report)
     try:
         yield report
@@ -107,9 +257,17 @@ def _op_name(node: Any) -> str | None:
 
 
 def is_view_op(op: Any) -> bool:
-    """An op returning an alias of an input without writing it: metadata only, which every
-    backend handles itself (a CPU fallback cannot even run one). Treated as lowerable/native."""
+    """An op returning an alias of an input without writing it: metadata only."""
     return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+_DECOMPOSED = frozenset(TORCHNEURON_DECOMPOSED)
+
+
+def lowerable(op: str, profile: DeviceProfile) -> bool:
+    """Whether the neuron compiler lowers the graph op `op` (TorchNeuron decomposes it itself,
+    or the profile lowers it)."""
+    return op in _DECOMPOSED or op.split(".", 1)[0] in _DECOMPOSED or profile.is_lowerable(op)
 
 
 def _lowerable(node: Any, profile: DeviceProfile) -> bool | None:
@@ -117,7 +275,7 @@ def _lowerable(node: Any, profile: DeviceProfile) -> bool | None:
     name = _op_name(node)
     if name is None:
         return None
-    return is_view_op(node.target) or profile.is_native(name)
+    return is_view_op(node.target) or lowerable(name, profile)
 
 
 def check_graph(gm: Any, profile: DeviceProfile) -> tuple[dict[str, int], int]:
@@ -141,54 +299,140 @@ def check_graph(gm: Any, profile: DeviceProfile) -> tuple[dict[str, int], int]:
     return dict(unlowerable), len(partitions)
 
 
-def _graph_compiler(kind: str) -> Any:
-    def compile_graph(gm: Any, example_inputs: Any) -> Any:
-        from functorch.compile import make_boxed_func
+def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
+    """TorchNeuron's one compiler for forward and backward graphs (it has no bw_compiler)."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch._aot_autograd.logging_utils import get_aot_graph_name
 
-        start = time.perf_counter()
-        profile = current_profile()
-        unlowerable, partitions = check_graph(gm, profile)
+    start = time.perf_counter()
+    profile = current_profile()
+    mode = current_mode()
+    unlowerable, partitions = check_graph(gm, profile)
+    for op, n in unlowerable.items():
+        for log in active_fallback_logs():
+            log.record_compile(op, n)
+    kind = "backward" if "backward" in get_aot_graph_name() else "forward"
+    for report in _REPORTS:
+        report.mode, report.profile = mode, profile.name  # what ran (set when the block began)
+        report.partition_count += partitions
+        if kind == "forward":
+            report.forward_graphs += 1
+        else:
+            report.backward_graphs += 1
         for op, n in unlowerable.items():
-            for log in active_fallback_logs():
-                log.record_compile(op, n)
-        if unlowerable and _STATE["strict"]:
-            from runners.devices.neuron_emulated import FallbackDisallowed
-
-            op = next(iter(unlowerable))
-            raise FallbackDisallowed(
-                f"{op} cannot be lowered by the neuron compiler (profile {profile.name}) and "
-                "fallback execution is disabled",
-                op=op,
-                device=BACKEND_NAME,
-            )
-        for report in _REPORTS:
-            report.partition_count += partitions
-            if kind == "forward":
-                report.forward_graphs += 1
-            else:
-                report.backward_graphs += 1
-            for op, n in unlowerable.items():
-                report.unlowerable[op] = report.unlowerable.get(op, 0) + n
-            report.backend_s += time.perf_counter() - start
-        return make_boxed_func(gm.forward)
-
-    return compile_graph
+            report.unlowerable[op] = report.unlowerable.get(op, 0) + n
+        if unlowerable and mode == "eager":
+            report.eager_graphs += 1
+        report.backend_s += time.perf_counter() - start
+    if unlowerable and (mode == "raise" or _STATE["strict"]):
+        ops = tuple(unlowerable)
+        raise UnlowerableOpError(
+            None
+            if mode == "raise"
+            else f"{ops[0]} cannot be lowered by the neuron compiler (profile {profile.name}) "
+            "and CPU fallback is disabled (strict)",
+            op=ops[0],
+            ops=ops,
+            device=BACKEND_NAME,
+        )
+    if unlowerable and mode == "eager":
+        return make_boxed_func(gm.forward)  # TorchNeuron reruns the GraphModule op by op
+    return make_boxed_func(_CompiledGraph(gm).run)
 
 
-def neuron_backend(gm: Any, example_inputs: Any) -> Any:
+def _traced_strides(val: Any) -> tuple[int, ...] | None:
+    strides = getattr(val, "stride", None)
+    if not callable(strides):
+        return None
+    try:
+        return tuple(int(s) for s in strides())
+    except (TypeError, ValueError, RuntimeError):  # symbolic strides
+        return None
+
+
+class _CompiledGraph:
+    """How the emulator runs a graph its compiler lowered (or, in mode partition, the graph
+    around the partitions it would lower): op by op on the device, each result laid out as
+    the trace recorded it. A compiled graph's layouts are the compiler's; the eager kernels
+    may stride a size-1 dimension differently from the trace's fake tensors, and a later
+    kernel (CPU group norm) would then read a layout the graph never had."""
+
+    def __init__(self, gm: Any):
+        import torch.fx
+
+        class _Layout(torch.fx.Interpreter):
+            def run_node(self, node: Any) -> Any:
+                out = super().run_node(node)
+                return _as_traced(out, node.meta.get("val"))
+
+        self.interpreter = _Layout(gm)
+
+    def run(self, *args: Any) -> Any:
+        return self.interpreter.run(*args)
+
+
+def _as_traced(out: Any, val: Any) -> Any:
+    import torch
+
+    if not isinstance(out, torch.Tensor) or not isinstance(val, torch.Tensor):
+        return out
+    want = _traced_strides(val)
+    have = tuple(out.stride())
+    if want is None or have == want or tuple(out.shape) != tuple(val.shape):
+        return out
+    differ = [d for d in range(out.dim()) if have[d] != want[d]]
+    if all(out.shape[d] == 1 for d in differ) or out.numel() == 0:  # same addresses: a view
+        return out.as_strided(out.shape, want, out.storage_offset())
+    return torch.empty_strided(out.shape, want, dtype=out.dtype, device=out.device).copy_(out)
+
+
+def decompositions() -> dict[Any, Any]:
+    """The decomposition table: PyTorch's, for the ops TorchNeuron takes PyTorch's for."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    ops = []
+    for name in TORCHNEURON_PYTORCH_DECOMPOSITIONS:
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        packet = getattr(torch.ops.aten, base, None)
+        if packet is None:
+            continue
+        ops.append(getattr(packet, overload) if overload else packet)
+    return get_decompositions(ops)
+
+
+def neuron_backend(gm: Any, example_inputs: Any, **options: Any) -> Any:
     """The Dynamo backend function registered as `neuron`."""
+    import torch
+
     if _STATE["aot"] is None:
-        import torch._decomp
         from torch._dynamo.backends.common import aot_autograd
 
         _STATE["aot"] = aot_autograd(
-            fw_compiler=_graph_compiler("forward"),
-            bw_compiler=_graph_compiler("backward"),
-            decompositions=torch._decomp.core_aten_decompositions(),  # type: ignore[arg-type]
+            fw_compiler=_graph_compiler,
+            keep_inference_input_mutations=True,
+            decompositions=decompositions(),
         )
+    compile_id = torch._guards.CompileContext.current_compile_id()
     for report in _REPORTS:
         report.graph_count += 1
-    return _STATE["aot"](gm, example_inputs)
+        if compile_id is not None and compile_id.frame_id is not None:
+            frame = (compile_id.frame_id, compile_id.frame_compile_id or 0)
+            if frame[1] > 0 and frame not in report._frames:
+                report.recompile_count += 1
+            report._frames.add(frame)
+    from runners.devices import neuron_emulated
+
+    neuron_emulated.take_pending_error()
+    try:
+        return _STATE["aot"](gm, example_inputs)
+    except SystemError:
+        # A backward traced on the device raised inside the autograd engine's stream guard:
+        # the real error was kept there (see neuron_emulated._DeviceGuard).
+        pending = neuron_emulated.take_pending_error()
+        if pending is None:
+            raise
+        raise pending from None
 
 
 def register_backend() -> None:

@@ -30,8 +30,10 @@ class StageResult:
     bytes_h2d: int = 0
     bytes_d2h: int = 0
     max_abs_error: float | None = None
+    compile_mode: str | None = None  # the device's compile mode (raise / eager / partition)
     graph_count: int | None = None
     graph_break_count: int | None = None
+    recompile_count: int | None = None
     partition_count: int | None = None
     compile_s: float | None = None
     step_s: float | None = None

@@ -180,7 +180,11 @@ class BackwardStage(StageRunner):
 
 
 class CompileStage(StageRunner):
-    """`torch.compile` with the device's backend: a training step compiled, then one steady."""
+    """`torch.compile` with the device's backend: a training step compiled, then one steady.
+
+    The `neuron` backend compiles as TorchNeuron does: `dynamic=False` (a new shape is a new
+    graph: a recompile, counted), and the device's compile mode (`raise` by default) decides
+    what a graph op it cannot lower does. Every row says which mode ran."""
 
     name = Stage.COMPILE
 
@@ -188,9 +192,13 @@ class CompileStage(StageRunner):
         import torch._dynamo as dynamo
         from torch._dynamo.utils import counters
 
+        from runners.neuron_compile import compile_report
+
         dynamo.reset()
         counters.clear()
-        compiled = torch.compile(ctx.model, backend=ctx.compile_backend)
+        watch = RecompileWatch(ctx.compile_backend)
+        dynamic = False if ctx.compile_backend == "neuron" else None
+        compiled = torch.compile(ctx.model, backend=watch, dynamic=dynamic)
 
         def step() -> None:
             ctx.model.zero_grad(set_to_none=True)
@@ -198,21 +206,52 @@ class CompileStage(StageRunner):
             build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
             ctx.device.synchronize()
 
-        from runners.neuron_compile import compile_report
-
-        with compile_report(reset=False) as report:  # filled by the `neuron` backend only
-            start = time.perf_counter()
-            step()
-            ctx.extra["compile_s"] = time.perf_counter() - start
-            start = time.perf_counter()
-            step()
-            ctx.extra["step_s"] = time.perf_counter() - start
+        try:
+            with compile_report(reset=False) as report:  # filled by the `neuron` backend only
+                start = time.perf_counter()
+                step()
+                ctx.extra["compile_s"] = time.perf_counter() - start
+                start = time.perf_counter()
+                step()
+                ctx.extra["step_s"] = time.perf_counter() - start
+        except dynamo.exc.BackendCompilerFailed as exc:
+            # the backend's own error (it names the op), not Dynamo's wrapper around it
+            inner = getattr(exc, "inner_exception", None)
+            if isinstance(inner, Exception):
+                raise inner from exc
+            raise
+        finally:
+            ctx.extra["recompile_count"] = watch.recompiles
         ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
         ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
         if ctx.compile_backend == "neuron":
             ctx.extra["partition_count"] = report.partition_count
         ctx.model.zero_grad(set_to_none=True)
         dynamo.reset()
+
+
+class RecompileWatch:
+    """A Dynamo backend that counts recompiles (a frame compiled again because its guards
+    failed, e.g. a new input shape under `dynamic=False`), then hands the graph on."""
+
+    def __init__(self, backend: str | Callable[..., Any]):
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.inner = lookup_backend(backend) if isinstance(backend, str) else backend
+        self.frames: set[tuple[int, int]] = set()
+        self.recompiles = 0
+
+    def __repr__(self) -> str:  # Dynamo names the backend in its messages
+        return getattr(self.inner, "__name__", type(self.inner).__name__)
+
+    def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        if compile_id is not None and compile_id.frame_id is not None:
+            frame = (compile_id.frame_id, compile_id.frame_compile_id or 0)
+            if frame[1] > 0 and frame not in self.frames:
+                self.recompiles += 1
+            self.frames.add(frame)
+        return self.inner(gm, example_inputs, **kwargs)
 
 
 class GenerateStage(StageRunner):
@@ -263,6 +302,24 @@ def _check_close(what: str, expected: Any, actual: Any, ctx: StageContext) -> No
             f"at {result.worst_name}",
             result.max_abs_error,
         )
+
+
+def failing_op(exc: BaseException) -> str | None:
+    """The op an error names (`op`), also through Dynamo's wrapper (`BackendCompilerFailed`
+    keeps the backend's error as `inner_exception`) and exception chains."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:  # a hostile exception's attributes may raise
+            op = getattr(current, "op", None)
+            inner = getattr(current, "inner_exception", None)
+        except Exception:
+            return None
+        if isinstance(op, str) and op:
+            return op
+        current = (inner if isinstance(inner, BaseException) else None) or current.__cause__
+    return None
 
 
 def _classify(exc: BaseException) -> Status:
@@ -375,9 +432,12 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
                 raise  # the machine failed, not the model: the task is retried, no row
             error = exc
     duration = time.perf_counter() - start
+    if error is None:
+        error = ctx.device.fallback_error(log)  # strict mode on devices that learn afterwards
     result = StageResult(
         stage=runner.name.value,
         status=Status.PASS.value,
+        compile_mode=ctx.device.compile_mode,
         duration_s=duration,
         fallback_op_count=log.op_count,
         fallback_call_count=log.call_count,
@@ -393,11 +453,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
         result.error_type = type(error).__name__
         result.error_message = short_message(message)
         result.error_signature = error_signature(result.error_type, message)
-        try:  # an exception may name its op (strict mode's refused fallback)
-            op = getattr(error, "op", None)
-        except Exception:
-            op = None
-        result.failing_op = (op if isinstance(op, str) else None) or op_in_message(message)
+        result.failing_op = failing_op(error) or op_in_message(message)
         if isinstance(error, AccuracyError):
             result.max_abs_error = error.max_abs_error
     return result
@@ -407,6 +463,7 @@ _EXTRA_COLUMNS = {
     "max_abs_error",
     "graph_count",
     "graph_break_count",
+    "recompile_count",
     "partition_count",
     "compile_s",
     "step_s",

@@ -6,7 +6,8 @@ importing `sweep` never imports torch or Ray. Errors are caught here, once: a on
 (and a hint) on stderr, the traceback only with `--debug`. Data goes to stdout.
 
 Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input,
-3 the environment kept failing (the models it hit have no rows; rerun to retry them).
+3 the environment kept failing, or the device failed its check before any model ran (the
+models it hit have no rows; rerun to retry them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from reports.errors import SweepError, UsageError, format_error
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sweep.commands.run", "sweep the catalog's top models on a device (Ray job)"),
+    "ops": ("sweep.commands.ops", "run PyTorch's OpInfo samples on a device against the CPU"),
     "check": ("sweep.commands.check", "run one model (Hub id or local config) and print results"),
     "catalog": ("sweep.commands.catalog", "show or refresh the model catalog"),
     "report": ("sweep.commands.report", "summarise a run from the store"),

@@ -16,6 +16,8 @@ Guarantees:
 - what is not the model's doing (system faults: the environment failing in the child, a lost
   worker, node or object, a SIGKILL from outside) is retried and never recorded: a model it
   keeps hitting has no rows (a rerun runs it) and the run ends with one error (exit 3);
+- a device that fails its check before any model runs (`runners.devices.preflight`) stops the
+  run with one error (exit 3) before anything is written;
 - one driver per run id (`reports.locks`); a resume must match every setting that changes a
   row (`RESULT_SETTINGS`); damaged part files are put aside and their models run again.
 """
@@ -182,8 +184,9 @@ def run_sweep(
     warn: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run (or resume) a sweep; returns what was done. Raises UsageError for bad settings (a
-    resume with other settings, a run another driver holds), SystemFaultError when the
-    environment keeps failing task after task.
+    resume with other settings, a run another driver holds), DeviceCheckError when the device
+    fails its check before any model runs, SystemFaultError when the environment keeps failing
+    task after task.
 
     `plan_fn` / `run_fn` replace the bodies of plan and model tasks (benches of the driver);
     `warn` gets one line per problem found in the store (default: stderr)."""
@@ -192,7 +195,12 @@ def run_sweep(
     start = time.monotonic()
     stream = open_catalog(config.catalog)
     device = get_device(config.device, **config.device_options)  # unknown name: UsageError
-    # Device checks that must pass before any model runs go here (one clear error, no rows).
+    # The device checks that must pass before any model runs (one clear error, no rows); a
+    # `run_fn` stand-in runs no model on the device, so it has nothing to check.
+    if run_fn is None:
+        from runners.devices.preflight import check_device
+
+        check_device(config.device, config.device_options)  # broken: DeviceCheckError, exit 3
     store = Store(config.store)
     run_id = check_run_id(config.run_id) if config.run_id else new_run_id()
     with RunLock(store, run_id):  # a second driver on this run is refused here
@@ -354,6 +362,7 @@ RESULT_SETTINGS = (
     "catalog",
     "catalog_hash",
     "compile_backend",
+    "compile_mode",
     "timeout_s",
     "memory_limit_bytes",
     "torch_version",
@@ -379,6 +388,7 @@ def result_settings(config: RunConfig, device: Any, stream: CatalogStream) -> di
         "catalog": stream.name,
         "catalog_hash": _file_hash(stream.path),
         "compile_backend": config.compile_backend or getattr(device, "compile_backend", None),
+        "compile_mode": getattr(device, "compile_mode", None),  # None where the device has none
         "timeout_s": float(config.timeout_s),
         "memory_limit_bytes": config.memory_limit or 0,
         **{k: versions.get(k) for k in RESULT_SETTINGS if k.endswith("_version")},

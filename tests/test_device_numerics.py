@@ -80,3 +80,22 @@ def test_compare_gradients_and_merge() -> None:
     assert not bad.ok and bad.worst_name == "grad.weight"
     merged = NumericsResult(compared=2).merge(bad)
     assert not merged.ok and merged.compared == 4 and merged.worst_name == "grad.weight"
+
+
+def test_complex_outputs_compare_both_parts() -> None:
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    assert compare_tensors(z, z.clone()).ok
+    imaginary_off = torch.tensor([1 + 2.5j, 3 - 1j])
+    result = compare_tensors(z, imaginary_off)
+    assert not result.ok and math.isclose(result.max_abs_error, 0.5)
+    assert not compare_tensors(z, z.real).ok  # complex against real: a mismatch
+
+
+def test_accumulation_noise_is_judged_against_the_tensors_scale() -> None:
+    """A gradient of magnitude ~700 whose small elements moved by 5e-4 (float32 sums taken in
+    another order) is within tolerance; the same error on a tensor of scale 1 is not."""
+    ref = torch.tensor([727.0, -512.0, 0.5, 1e-3])
+    noisy = ref + torch.tensor([0.0, 0.0, 4.6e-4, 4.6e-4])
+    assert compare_tensors(ref, noisy, torch.float32).ok
+    small = torch.tensor([1.0, 0.5, 1e-3])
+    assert not compare_tensors(small, small + torch.tensor([0.0, 0.0, 4.6e-4]), torch.float32).ok

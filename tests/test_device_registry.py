@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 
 import pytest
 import torch
 
-from reports.errors import DeviceError, UnknownNameError
+from reports.errors import DeviceError, UnknownNameError, is_environment_error
 from runners.devices import DEVICES, get_device
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice
 from runners.devices.mps import fallbacks_from_warnings
 from runners.devices.neuron import dispatch_entry, fallbacks_from_events
-from runners.devices.profiles import BUNDLED, base_name, load_profile
+from runners.devices.profiles import BUNDLED, DEFAULT_PROFILE, base_name, load_profile
+from tests.conftest import ROOT
 from tests.neuron_support import forked
 
 
@@ -45,14 +50,23 @@ def test_cuda_device_runs_and_reports_memory() -> None:
     assert (device.peak_memory_bytes() or 0) > 0
 
 
-def test_default_profile_is_the_union_of_the_bundled_lists() -> None:
-    union = load_profile()
+def test_bundled_profiles() -> None:
+    """The default is TorchNeuron's registrations (snapshot of 2026-04-21); the Torch-MLIR and
+    torch_xla lowering lists stay selectable, with the device's rules."""
+    default = load_profile()
+    assert default.name == "torchneuron-2026-04-21" == DEFAULT_PROFILE
+    assert default.exact and len(default.ops) == 400
+    assert load_profile("torchneuron") == default
+    assert len(default.views) == 37 and len(default.routed_to_cpu) == 14
+    union = load_profile("torch-mlir")
     direct = load_profile("torch-mlir-stablehlo-direct")
     decomposed = load_profile("torch-mlir-decomposed")
     assert union.ops == direct.ops | decomposed.ops
     assert len(direct.ops) == 165 and len(decomposed.ops) == 209
-    assert union.hash == load_profile("torch-mlir").hash != direct.hash
+    assert not union.exact and union.views == default.views
+    assert union.hash == load_profile("torch-mlir").hash != direct.hash != default.hash
     assert set(BUNDLED) == {
+        "torchneuron-2026-04-21",
         "torch-mlir",
         "torch-mlir-stablehlo-direct",
         "torch-mlir-decomposed",
@@ -67,7 +81,10 @@ def test_base_name_matching() -> None:
     assert base_name("aten::add_.Tensor") == "aten::add"
     assert base_name("aten::pow.Tensor_Scalar_out") == "aten::pow"
     assert base_name("aten::__and__.Tensor") == "aten::__and__"
-    assert load_profile().is_native("aten::mm.out")
+    assert load_profile("torch-mlir").is_native("aten::mm.out")
+    snapshot = load_profile()
+    assert snapshot.is_native("aten::mm.out") and snapshot.is_native("aten::mm")
+    assert not snapshot.is_native("aten::sort.values_stable")  # exact: sort is not registered
 
 
 def test_mps_warning_parser() -> None:
@@ -102,7 +119,9 @@ def test_profiler_fallback_parser() -> None:
 @forked
 def test_dispatch_table_check_on_the_emulated_backend() -> None:
     get_device("neuron-emulated").setup()
-    assert dispatch_entry("aten::sin.out") == "fallback"
+    # the emulator registers a kernel for every op TorchNeuron registers, as TorchNeuron does
+    assert dispatch_entry("aten::sin.out") == "kernel"
+    assert dispatch_entry("aten::digamma.out") == "fallback"
     assert dispatch_entry("aten::empty_strided") == "kernel"
     assert dispatch_entry("aten::no_such_op") is None
 
@@ -121,42 +140,55 @@ def test_default_device_records_compile_fallbacks_only() -> None:
     assert not active_fallback_logs()
 
 
-def test_real_neuron_chosen_when_torch_neuronx_imports(tmp_path) -> None:
-    """With a (stand-in) torch_neuronx importable, `neuron` is the real device, and a profiler
-    op event with an `aten::_to_cpu` child comes out as that op's CPU fallback."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
+def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
+    """PyTorch reads PYTORCH_ENABLE_MPS_FALLBACK once, when torch loads: the registry names it,
+    a process that imported torch first runs its models in fresh interpreters, and the MPS
+    device refuses to start without it (instead of recording fallbacks that never happen)."""
+    from runners import devices
+    from runners.devices.mps import FALLBACK_ENV, MpsDevice
+    from runners.isolation import _context_for
 
-    from tests.conftest import ROOT
+    assert devices.process_env("mps") == {FALLBACK_ENV: "1"}
+    assert devices.process_env("mps", {"strict": True}) == {}
+    assert devices.process_env("cpu") == {}
+    monkeypatch.delenv(FALLBACK_ENV, raising=False)
+    with pytest.raises(DeviceError, match="before torch was imported"):
+        MpsDevice().setup()
+    MpsDevice(strict=True).setup()  # strict: ops without a kernel raise, as PyTorch does
+    monkeypatch.setattr(devices, "_SET_AFTER_TORCH", set())
+    monkeypatch.setitem(devices.PROCESS_ENV, "cpu", {"HFSWEEP_TEST_BEFORE_TORCH": "1"})
+    monkeypatch.delenv("HFSWEEP_TEST_BEFORE_TORCH", raising=False)
+    assert _context_for("cpu", {}).get_start_method() == "spawn"  # torch is loaded here
+    assert os.environ["HFSWEEP_TEST_BEFORE_TORCH"] == "1"  # inherited by what starts now
+    monkeypatch.delitem(devices.PROCESS_ENV, "cpu")
+    assert _context_for("cpu", {}).get_start_method() == "fork"
 
-    package = tmp_path / "torch_neuronx"
-    package.mkdir()
-    (package / "__init__.py").write_text("__version__ = '0.0-test'\n")
+
+def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
     code = textwrap.dedent(
         """
-        import os
-        import torch
-        from torch.profiler import record_function
-        from runners.devices import get_device
-        from runners.devices.neuron import RealNeuronDevice
-        device = get_device("neuron")
-        assert isinstance(device, RealNeuronDevice) and not device.emulated
-        device.setup()
-        assert os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "0"
-        with device.record_fallbacks() as log:
-            with record_function("aten::digamma"):  # what cpu_fallback looks like to the profiler
-                with record_function("aten::_to_cpu"):
-                    torch.ones(2).cpu()
-            torch.ones(3).sin()
-        print(dict((op, e.count) for op, e in log.ops.items()))
+        import os, sys
+        from runners.devices import prepare_process_env
+        assert "torch" not in sys.modules
+        print(prepare_process_env("mps"), os.environ["PYTORCH_ENABLE_MPS_FALLBACK"])
         """
     )
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    env.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_ENABLE_MPS_FALLBACK"}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "{'aten::digamma': 1}"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "1"]
+
+
+def test_device_check_before_a_sweep(tmp_path) -> None:
+    """One check in a fresh interpreter: the device set up, one op and its backward."""
+    from runners.devices.preflight import DeviceCheckError, check_device
+
+    report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
+    assert report.device == "neuron" and report.emulated
+    assert report.profile == "torch-mlir" and report.compile_mode == "eager"
+    assert check_device("cpu").emulated is False
+    with pytest.raises(DeviceCheckError, match="cannot run models") as info:
+        check_device("neuron", {"compile_mode": "lazy"})
+    assert info.value.hint and info.value.exit_code == 3 and is_environment_error(info.value)

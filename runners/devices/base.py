@@ -15,6 +15,24 @@ from typing import Any, ClassVar
 
 import torch
 
+from reports.errors import DeviceError
+
+
+class FallbackDisallowed(DeviceError):
+    """Strict mode: an op ran (or would run) on the CPU. `op` names it (`aten::x.overload`)."""
+
+    environment = False  # the model's own result (a `fail` naming the op), not the machine's
+
+    def __init__(self, message: str | None = None, *, op: str, **fields: Any):
+        super().__init__(
+            message or f"{op} has no native kernel on the device and CPU fallback is disabled",
+            op=op,
+            hint=fields.pop("hint", None)
+            or "Run without strict mode to let it fall back, or add the op to the device profile.",
+            **fields,
+        )
+        self.op = op
+
 
 @dataclass
 class OpFallback:
@@ -31,6 +49,9 @@ class FallbackLog:
     copy_bytes_h2d: int = 0  # explicit host -> device copies (inputs, .to())
     copy_bytes_d2h: int = 0
     compile_ops: dict[str, OpFallback] = field(default_factory=dict)  # unlowerable graph ops
+    executed: dict[str, int] = field(default_factory=dict)  # native calls per op, where known
+    classes: dict[str, str] = field(default_factory=dict)  # op -> OpClass the device applied
+    declined: dict[str, str] = field(default_factory=dict)  # op -> why a native kernel declined
 
     def record(self, op: str, *, bytes_h2d: int = 0, bytes_d2h: int = 0, n: int = 1) -> None:
         entry = self.ops.setdefault(op, OpFallback())
@@ -86,6 +107,7 @@ class Device(ABC):
     name: ClassVar[str]
     emulated: ClassVar[bool] = False
     compile_backend: str = "inductor"
+    compile_mode: str | None = None  # what the compile backend does with an unlowerable op
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):
@@ -150,6 +172,11 @@ class Device(ABC):
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return True
+
+    def fallback_error(self, log: FallbackLog) -> Exception | None:
+        """In strict mode, the failure a stage's recorded fallbacks make (for devices that only
+        learn of fallbacks after the stage ran; the emulated device raises at the op)."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, emulated={self.emulated})"

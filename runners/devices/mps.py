@@ -3,8 +3,11 @@
 With `PYTORCH_ENABLE_MPS_FALLBACK=1` PyTorch warns "The operator 'aten::x.overload' is not
 currently supported on the MPS backend and will fall back to run on the CPU." (once per op
 unless `torch.set_warn_always(True)`); without it those ops raise `NotImplementedError`.
-Set the variable before torch is imported: `setup()` sets it, which is early enough only when
-torch has not yet touched MPS.
+PyTorch reads the variable once, when torch loads. The registry's `process_env` names it: the
+sweep sets it before its model processes import torch (runners.isolation starts a fresh
+interpreter when the current one imported torch first), and `setup()` refuses to run without
+it rather than record fallbacks that never happen. Strict mode leaves it unset: a fallback
+raises, as PyTorch does.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from runners.devices.base import Device, FallbackLog, collecting
+from reports.errors import DeviceError
+from runners.devices.base import Device, FallbackDisallowed, FallbackLog, collecting
 
 FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 _WARNING = re.compile(
@@ -49,8 +53,25 @@ class MpsDevice(Device):
         return bool(torch.backends.mps.is_available())
 
     def setup(self) -> None:
-        if not self.strict:
-            os.environ.setdefault(FALLBACK_ENV, "1")
+        if not self.strict and os.environ.get(FALLBACK_ENV) != "1":
+            raise DeviceError(
+                f"{FALLBACK_ENV}=1 was not set before torch was imported in this process, so "
+                "ops without an MPS kernel would raise instead of falling back.",
+                device=self.name,
+                hint=f"Run through hfsweep (it sets it for its model processes), or export "
+                f"{FALLBACK_ENV}=1 before starting Python; --strict runs without it.",
+            )
+
+    def fallback_error(self, log: FallbackLog) -> Exception | None:
+        """Strict with the variable set anyway (exported by the user): fallbacks still ran."""
+        if not self.strict or not log.ops:
+            return None
+        op = sorted(log.ops)[0]
+        return FallbackDisallowed(
+            f"{op} fell back to the CPU on MPS and CPU fallback is disabled (strict)",
+            op=op,
+            device=self.name,
+        )
 
     def synchronize(self) -> None:
         torch.mps.synchronize()

@@ -1,20 +1,31 @@
-"""The emulated `neuron` device: a pure-Python PrivateUse1 backend with a per-op CPU-fallback log.
+"""The emulated `neuron` device: a pure-Python PrivateUse1 backend that dispatches as TorchNeuron.
 
 PyTorch treats it as a real device named `neuron` (as it treats TorchNeuron): tensors live on
-`neuron:0`, backed by host buffers. A device profile declares which ATen ops run "natively"; every
-other op reaches ONE boxed fallback that runs it on CPU aliases and records the op (with
+`neuron:0`, backed by host buffers. A device profile says which ATen ops the device runs
+natively. Under the default profile (TorchNeuron's own registrations) every declared op gets a
+kernel of its own, so the dispatcher routes calls exactly as it routes them for TorchNeuron;
+every other op reaches ONE boxed fallback that runs it on CPU aliases and records the op (with
 overload), the call count and the bytes a real `at::native::cpu_fallback` would move each way.
-Native ops run on CPU aliases too (this is an emulation) but are not logged.
+Native ops run on CPU aliases too (this is an emulation) but are not logged as fallbacks.
+
+The snapshot's rules apply on the way (`runners/devices/neuron_rules.py`): view ops are never
+fallbacks; ops routed to the CPU on purpose always are; conditional ops fall back for the inputs
+they decline; native kernels compute float64 as float32 and decline complex tensors; SDPA takes
+the fused `overrideable` op only where TorchNeuron's selection rule says so. A native op whose
+borrowed CPU kernel lacks a dtype the device computes (integer `histc`) runs in a wider dtype.
 
 Everything that touches the private registration APIs is in this module. Registration is
-process-wide and first-wins; `install_backend()` is idempotent, and the fallback consults the
+process-wide and first-wins; `install_backend()` is idempotent, and every kernel consults the
 *current* device object (its profile and strict flag), so profiles can change at run time.
-Tested on torch 2.13.
+Tested on torch 2.14 (TorchNeuron's torch).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import math
+import re
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,29 +35,19 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 
 from reports.errors import DeviceError
-from runners.devices.base import Device, FallbackLog, active_fallback_logs, collecting
-from runners.devices.profiles import DeviceProfile, load_profile
+from runners.devices import neuron_attention, neuron_rules
+from runners.devices.base import (
+    Device,
+    FallbackDisallowed,
+    FallbackLog,
+    active_fallback_logs,
+    collecting,
+)
+from runners.devices.profiles import DeviceProfile, OpClass, load_profile
 
 BACKEND_NAME = "neuron"
-TESTED_TORCH = ((2, 13), (2, 15))  # [from, to): the private APIs used here are checked on 2.13
+TESTED_TORCH = ((2, 14), (2, 15))  # [from, to): the private APIs used here are checked on 2.14
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
-
-
-class FallbackDisallowed(DeviceError):
-    """Strict mode: an op without a native kernel was called. `op` names it (`aten::x.overload`)."""
-
-    environment = False  # the model's own result (a `fail` naming the op), not the machine's
-
-    def __init__(self, message: str | None = None, *, op: str, **fields: Any):
-        super().__init__(
-            message
-            or f"{op} has no native kernel on the neuron device and CPU fallback is disabled",
-            op=op,
-            hint=fields.pop("hint", None)
-            or "Run without strict mode to let it fall back, or add the op to the device profile.",
-            **fields,
-        )
-        self.op = op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,9 +58,10 @@ class _BackendState:
     installed = False
     device: NeuronEmulatedDevice | None = None  # the current device: its profile and strictness
     libraries: list[Any] = []  # torch.library.Library objects must stay alive
-    native_cache: dict[str, bool] = {}
+    native_cache: dict[str, Any] = {}  # op name -> _Static, for native_cache_profile
     native_cache_profile: DeviceProfile | None = None
-    composite_registered: set[str] = set()  # ops given a kernel by _register_composite_natives
+    kernel_registered: set[str] = set()  # ops given a kernel by _register_profile_kernels
+    kernels_for: set[DeviceProfile] = set()  # profiles whose kernels are registered
 
 
 _STATE = _BackendState()
@@ -251,7 +253,7 @@ def _local_scalar_dense(self):
 
 
 # ---------------------------------------------------------------------------------------------
-# The boxed fallback: every op without a kernel above, native (profile) or not.
+# Dispatch: every op that reaches the backend, through a native kernel or the boxed fallback.
 
 
 @dataclass(frozen=True)
@@ -285,15 +287,49 @@ def _op_info(op: Any, name: str | None = None) -> _OpInfo:
     return info
 
 
-def _is_native(name: str, device: NeuronEmulatedDevice) -> bool:
-    if _STATE.native_cache_profile is not device.op_profile:
+@dataclass(frozen=True)
+class _Static:
+    """What the profile says of an op, whatever its inputs (cached per profile and name)."""
+
+    native: bool  # declared, not routed to the CPU (views count as native)
+    op_class: OpClass
+    conditional: bool
+
+
+def _static(name: str, info: _OpInfo, device: NeuronEmulatedDevice) -> _Static:
+    profile = device.op_profile
+    if _STATE.native_cache_profile is not profile:
         _STATE.native_cache = {}
-        _STATE.native_cache_profile = device.op_profile
-    native = _STATE.native_cache.get(name)
-    if native is None:
-        native = device.op_profile.is_native(name)
-        _STATE.native_cache[name] = native
-    return native
+        _STATE.native_cache_profile = profile
+    found = _STATE.native_cache.get(name)
+    if found is None:
+        op_class = OpClass.VIEW if info.is_view else profile.classify(name)
+        native = op_class in (OpClass.NATIVE, OpClass.VIEW, OpClass.CONDITIONAL)
+        found = _Static(native, op_class, op_class is OpClass.CONDITIONAL)
+        _STATE.native_cache[name] = found
+    return found
+
+
+def _host_values(t: torch.Tensor) -> torch.Tensor:
+    """A rule reading a tensor's data (TorchNeuron syncs for it): not counted as a copy."""
+    return _host_alias(t) if _is_neuron(t) else t
+
+
+def _decide(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> tuple[bool, OpClass, str | None]:
+    """(runs natively, the op's class, why a native kernel declined this call)."""
+    device = _STATE.device
+    if device is None:
+        return info.is_view, OpClass.VIEW if info.is_view else OpClass.FALLBACK, None
+    static = _static(info.name, info, device)
+    if not static.native or static.op_class is OpClass.VIEW:
+        return static.native, static.op_class, None
+    if neuron_rules.has_complex(args, kwargs):
+        return False, static.op_class, "complex tensors are not supported on Neuron"
+    if static.conditional:
+        reason = neuron_rules.decline_reason(info.name, op, args, kwargs, values=_host_values)
+        if reason is not None:
+            return False, static.op_class, reason
+    return True, static.op_class, None
 
 
 _CONTAINERS = (torch.Tensor, list, tuple, torch.device)
@@ -379,23 +415,78 @@ class _HostCall:
         )
 
 
-def _execute(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
+_OBSERVERS: list[Any] = []
+
+
+def observe_ops(callback: Any) -> None:
+    """Call `callback(op, native)` for every op the device runs (a package built on this
+    emulator, such as the tests' stand-in `torch_neuronx`, tracks ops with it)."""
+    _OBSERVERS.append(callback)
+
+
+# Host implementations of ops PyTorch has no CPU kernel for (used when they run natively).
+_HOST_IMPLS: dict[str, Any] = {
+    neuron_rules.SDPA_OVERRIDEABLE: neuron_attention.attention_forward,
+    f"{neuron_rules.SDPA_OVERRIDEABLE}_backward": neuron_attention.attention_backward,
+}
+
+
+def _execute(
+    op: Any,
+    info: _OpInfo,
+    args: tuple,
+    kwargs: dict,
+    decision: tuple[bool, OpClass, str | None] | None = None,
+) -> Any:
+    """Run one op on CPU aliases of its arguments: natively (the device's kernel, emulated) or
+    as a logged CPU fallback, as `_decide` says."""
+    try:
+        native, op_class, declined = decision or _decide(op, info, args, kwargs)
+    except Exception as exc:  # a precondition the device enforces: name the op
+        _name_op(exc, info.name)
+        raise
     device = _STATE.device
-    native = info.is_view or (device is not None and _is_native(info.name, device))
     if not native and device is not None and device.strict:
-        raise FallbackDisallowed(op=info.name, device=BACKEND_NAME)
+        raise FallbackDisallowed(
+            f"{info.name} {'declines this call (' + declined + ')' if declined else 'has no native kernel'}"
+            " on the neuron device and CPU fallback is disabled",
+            op=info.name,
+            device=BACKEND_NAME,
+        )
     call = _HostCall()
     host_args = list(call.to_host(args))
     host_kwargs = {k: call.to_host(v) for k, v in kwargs.items()}
     _rewrap_numbers(info, host_args, host_kwargs)
     target = kwargs.get("device")
     call.outputs_on_host = target is not None and torch.device(target).type != BACKEND_NAME
+    run = (_HOST_IMPLS.get(info.name) if native else None) or op
     try:
-        result = op(*host_args, **host_kwargs)
+        if native and op_class is not OpClass.VIEW:
+            result = _run_native(run, info, host_args, host_kwargs)
+        else:
+            result = run(*host_args, **host_kwargs)
     except Exception as exc:  # name the op that failed, for the stage's `failing_op`
-        if getattr(exc, "op", None) is None:
+        _name_op(exc, info.name)
+        if declined:  # the device declined the call; its CPU fallback failed
             with contextlib.suppress(AttributeError):
-                exc.op = info.name  # type: ignore[attr-defined]
+                exc.declined = declined  # type: ignore[attr-defined]
+        if native:
+            raise
+        # TorchNeuron records a fallback op before its CPU fallback runs it (neuron_cpu_fallback
+        # marks it, then calls at::native::cpu_fallback), so it is a fallback even when the CPU
+        # then fails: the op that stopped the model is in the stage's fallbacks.
+        for log in active_fallback_logs():
+            log.classes[info.name] = op_class.value
+            log.record(info.name, bytes_h2d=call.bytes_h2d, bytes_d2h=call.bytes_d2h)
+            if declined:
+                log.declined.setdefault(info.name, declined)
+        if _NO_CPU_KERNEL in str(exc):
+            why = f"declines this call ({declined})" if declined else "has no neuron kernel"
+            raise NoHostKernelError(
+                f"{info.name} {why}, so TorchNeuron's CPU fallback runs it on the CPU, where "
+                "PyTorch has no kernel for it either (the real device fails the same way)",
+                op=info.name,
+            ) from exc
         raise
     for key in info.mutated:
         if isinstance(key, int):
@@ -404,10 +495,194 @@ def _execute(op: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
         elif key in kwargs:
             call.sync_mutated(kwargs[key], host_kwargs[key])
     out = call.from_host(result)
-    if not native:
-        for log in active_fallback_logs():
+    for observer in _OBSERVERS:
+        observer(info.name, native)
+    for log in active_fallback_logs():
+        log.classes[info.name] = op_class.value
+        if native:
+            log.executed[info.name] = log.executed.get(info.name, 0) + 1
+        else:
             log.record(info.name, bytes_h2d=call.bytes_h2d, bytes_d2h=call.bytes_d2h)
+            if declined:
+                log.declined.setdefault(info.name, declined)
     return out
+
+
+# The dispatcher's words when an op has no kernel for the CPU (it has one only for CUDA, say).
+_NO_CPU_KERNEL = "with arguments from the 'CPU' backend"
+
+
+class NoHostKernelError(NotImplementedError):
+    """A fallback op that PyTorch has no CPU kernel for (`aten::_thnn_fused_lstm_cell`, which
+    PyTorch's LSTM cell calls on every non-CPU device, has only a CUDA one). TorchNeuron's CPU
+    fallback (`at::native::cpu_fallback`) fails on it exactly so: the snapshot's own test specs
+    xfail an LSTM test with "Could not run 'aten::_thnn_fused_lstm_cell' with arguments from the
+    'CPU' backend" (tests/pytorch_tests/specs/ddp_spec.json). The device's behaviour, and the
+    model's `fail` naming the op; never the emulator's."""
+
+    def __init__(self, message: str, *, op: str, device: str = BACKEND_NAME):
+        super().__init__(message)
+        self.op = op
+        self.device = device
+
+    def __reduce__(self) -> Any:  # keep `op` across processes
+        return (_rebuild_no_host_kernel, (str(self), self.op, self.device))
+
+
+def _rebuild_no_host_kernel(message: str, op: str, device: str) -> NoHostKernelError:
+    return NoHostKernelError(message, op=op, device=device)
+
+
+def _name_op(exc: Exception, name: str) -> None:
+    if getattr(exc, "op", None) is None:
+        with contextlib.suppress(AttributeError):
+            exc.op = name  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# Native execution: the device's dtype rules over the borrowed CPU kernel.
+
+
+_DTYPE_NAMES = {
+    "Bool": torch.bool,
+    "Byte": torch.uint8,
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+}
+_MISSING_DTYPE = re.compile(r"not implemented for '(\w+)'")
+
+
+class _Widened:
+    """Ops a native kernel ran through a wider dtype because the CPU kernel lacked one."""
+
+    calls: dict[tuple[str, str], int] = {}
+
+
+def widened_calls() -> dict[tuple[str, str], int]:
+    """(op, dtype) -> calls the emulator computed in a wider dtype (the CPU kernel lacks it)."""
+    return dict(_Widened.calls)
+
+
+def _float64_as_float32(
+    info: _OpInfo, args: list, kwargs: dict
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """python_ops/base.py: non-0-dim float64 inputs are computed as float32 (no float64 on the
+    hardware); a float64 `out` needs a float64 input. Returns (original, float32 copy) pairs of
+    the arguments written in place, to copy back after the op."""
+    written: list[tuple[torch.Tensor, torch.Tensor]] = []
+    mutated = set(info.mutated)
+
+    def cast(x: Any, key: int | str) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and x.dim() > 0:
+            copy = x.to(torch.float32)
+            if key in mutated:
+                written.append((x, copy))
+            return copy
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(cast(v, -1) for v in x)
+        return x
+
+    inputs = neuron_rules.tensors_in(list(args) + [v for k, v in kwargs.items() if k != "out"])
+    float64_in = any(t.dtype == torch.float64 for t in inputs)
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor) and out.dtype == torch.float64 and not float64_in:
+        raise TypeError(
+            "Output tensor has dtype float64 which is not supported on Neuron. "
+            "Please use float32 for the output tensor."
+        )
+    if not float64_in:
+        return written
+    for i, value in enumerate(args):
+        args[i] = cast(value, i)
+    for key, value in kwargs.items():
+        kwargs[key] = cast(value, key)
+    return written
+
+
+def _run_native(run: Any, info: _OpInfo, args: list, kwargs: dict) -> Any:
+    written = _float64_as_float32(info, args, kwargs)
+    try:
+        result = run(*args, **kwargs)
+    except (RuntimeError, NotImplementedError) as exc:
+        result = _run_widened(run, info, args, kwargs, exc)
+    for original, copy in written:
+        if original.shape != copy.shape:  # an out= the op resized
+            original.resize_(copy.shape)
+        original.copy_(copy)
+        for i, value in enumerate(args):
+            if value is copy:
+                args[i] = original
+        for key, value in kwargs.items():
+            if value is copy:
+                kwargs[key] = original
+        if result is copy:
+            result = original
+    return result
+
+
+def _run_widened(run: Any, info: _OpInfo, args: list, kwargs: dict, exc: Exception) -> Any:
+    """The CPU kernel lacks a dtype the device computes (`"histogram_cpu" not implemented for
+    'Int'`): compute in a wider dtype (integers in float64, halves in float32) and cast the
+    results back to the dtypes the op gives. Functional ops only; anything else re-raises."""
+    match = _MISSING_DTYPE.search(str(exc))
+    dtype = _DTYPE_NAMES.get(match.group(1)) if match else None
+    if dtype is None or info.mutated:
+        raise exc
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64
+
+    def widen(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype == dtype:
+            return x.to(wide)
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(widen(v) for v in x)
+        return x
+
+    try:
+        result = run(*[widen(a) for a in args], **{k: widen(v) for k, v in kwargs.items()})
+    except Exception:
+        raise exc from None
+    key = (info.name, str(dtype).removeprefix("torch."))
+    _Widened.calls[key] = _Widened.calls.get(key, 0) + 1
+    return _cast_like(result, _expected_dtypes(run, args, kwargs, dtype))
+
+
+def _expected_dtypes(run: Any, args: list, kwargs: dict, dtype: torch.dtype) -> Any:
+    """The output dtypes the op gives for these inputs (from its meta kernel), else `dtype`."""
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(meta(v) for v in x)
+        return x
+
+    try:
+        out = run(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+    except Exception:
+        return dtype
+
+    def dtypes(y: Any) -> Any:
+        if isinstance(y, torch.Tensor):
+            return y.dtype
+        if isinstance(y, (list, tuple)):
+            return type(y)(dtypes(v) for v in y)
+        return None
+
+    return dtypes(out)
+
+
+def _cast_like(result: Any, dtypes: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        target = dtypes if isinstance(dtypes, torch.dtype) else None
+        return result.to(target) if target is not None and result.dtype != target else result
+    if isinstance(result, (list, tuple)):
+        per = dtypes if isinstance(dtypes, (list, tuple)) else [dtypes] * len(result)
+        return type(result)(_cast_like(r, d) for r, d in zip(result, per, strict=False))
+    return result
 
 
 def _rewrap_numbers(info: _OpInfo, args: list | tuple, kwargs: dict) -> None:
@@ -426,11 +701,13 @@ _NUMBERS = (bool, int, float, complex)
 
 
 def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """The boxed PrivateUse1 fallback: every op without a kernel of its own."""
     return _execute(op, _op_info(op), args, kwargs)
 
 
-# Convolutions reach `*_overrideable` kernels (whose defaults raise), not the fallback. They are
-# classified and recorded as the ops a profile names and the CPU runs: aten::convolution(_backward).
+# Convolutions reach `*_overrideable` kernels (whose defaults raise), not the fallback, when no
+# kernel is registered for `aten::convolution` itself. They are classified and recorded as the
+# ops a profile names and the CPU runs: aten::convolution(_backward).
 _CONV_INFO = _OpInfo("aten::convolution", False, ())
 _CONV_BACKWARD_INFO = _OpInfo("aten::convolution_backward", False, ())
 
@@ -450,6 +727,52 @@ def _convolution_backward(
     args = (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed)
     args += (output_padding, groups, mask)
     return _execute(torch.ops.aten.convolution_backward.default, _CONV_BACKWARD_INFO, args, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention: TorchNeuron's SDPA selection rule (csrc/aten/SdpBackendSelection.cpp)
+
+
+def _scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    *,
+    scale=None,
+    enable_gqa=False,
+):
+    """`aten::scaled_dot_product_attention` on the device: the fused `overrideable` op when
+    TorchNeuron's selection rule picks it (q on the device, q/k/v 4-D) and the profile has it,
+    else PyTorch's math decomposition. Registered for the backend and its autograd key, like
+    the composite it replaces: the ops it calls record their own gradients."""
+    device = _STATE.device
+    fused = (
+        device is not None
+        and device.op_profile.declares(neuron_rules.SDPA_OVERRIDEABLE)
+        and neuron_rules.sdpa_uses_overrideable(query, key, value)
+    )
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        bias = torch.zeros_like(attn_mask, dtype=query.dtype)
+        attn_mask = bias.masked_fill_(attn_mask.logical_not(), -math.inf)
+    if fused:
+        out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+            query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale
+        )
+        return out[0]
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        None,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,9 +850,30 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc,name-defined]
         return True
 
 
+# An exception raised by a Python dispatch mode (FakeTensorMode while torch.compile traces a
+# backward) leaves the Python error indicator set while C++ unwinds; the autograd engine's stream
+# guard then calls `type_` from a noexcept destructor, Python reports the pending error, and the
+# process aborts ("terminate called without an active exception", SIGABRT). `type_` takes such
+# a pending error into `_PENDING_ERRORS` instead; `take_pending_error()` gives it back to the
+# caller of the backward (the neuron compile backend re-raises it).
+_PENDING_ERRORS: list[BaseException] = []
+_PYERR_OCCURRED = ctypes.pythonapi.PyErr_Occurred  # raises the pending error, if there is one
+
+
 class _DeviceGuard(torch._C._acc.DeviceGuard):  # type: ignore[misc,name-defined]
     def type_(self):
+        try:
+            _PYERR_OCCURRED()
+        except BaseException as exc:  # noqa: BLE001 - any pending error, kept for the caller
+            _PENDING_ERRORS.append(exc)
         return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def take_pending_error() -> BaseException | None:
+    """The error a backward raised inside a stream guard's destructor (see `_DeviceGuard`)."""
+    error = _PENDING_ERRORS[-1] if _PENDING_ERRORS else None
+    _PENDING_ERRORS.clear()
+    return error
 
 
 def _serialization_tag(obj: Any) -> str | None:
@@ -554,34 +898,36 @@ def _check_torch_version() -> None:
     if not (low <= version < high):
         raise DeviceError(
             f"The emulated neuron device uses private PyTorch APIs tested on torch "
-            f"{low[0]}.{low[1]}; this is torch {torch.__version__}.",
+            f"{low[0]}.{low[1]} (TorchNeuron's torch); this is torch {torch.__version__}.",
             device=BACKEND_NAME,
-            hint="Install torch 2.13 or 2.14, or use --device cpu.",
+            hint="Install torch==2.14.1 (bash scripts/install.sh does), or use --device cpu.",
         )
 
 
 _COMPOSITE_KEYS = DispatchKeySet(DispatchKey.CompositeExplicitAutograd)
+_NONFUNCTIONAL_KEYS = DispatchKeySet(DispatchKey.CompositeExplicitAutogradNonFunctional)
 
+# Moves, copies and allocations the driver kernels (or PyTorch's composites over them) handle:
+# a kernel of their own would bypass the copy accounting (`_to_copy` would never reach
+# `_copy_from`), so they keep their route whatever a profile says.
+_DRIVER_OPS = frozenset(
+    {
+        "_to_copy",
+        "copy_",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "lift_fresh_copy",
+        "empty",
+        "empty_strided",
+        "resize_",
+        "set_",
+        "_local_scalar_dense",
+        "record_stream",
+    }
+)
 
-def _composite_kernel(op: Any) -> Any:
-    """A PrivateUse1 kernel for an op whose only kernel for new backends is a decomposition
-    (CompositeExplicitAutograd, e.g. `native_layer_norm`). A backend that lowers the op registers
-    a kernel for it, so the decomposition never runs: when the profile declares it native it runs
-    as one native op; otherwise it decomposes as on any backend without a kernel, and the ops of
-    the decomposition reach the fallback and are logged."""
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        info = _op_info(op)
-        device = _STATE.device
-        if device is not None and _is_native(info.name, device):
-            return _execute(op, info, args, kwargs)
-        return op.redispatch(_COMPOSITE_KEYS, *args, **kwargs)
-
-    return kernel
-
-
-# Ops a backend must treat as moves or allocations, not computation (`_to_copy` native would make
-# `.cpu()` return a device tensor), and random ops (their decompositions draw from the host RNG).
+# For lowering lists (matched by base name): ops a backend must treat as moves or allocations,
+# not computation, and random ops (their decompositions draw from the host RNG).
 _NOT_COMPUTATION = frozenset(
     {
         "_to_copy",
@@ -613,10 +959,15 @@ _NOT_COMPUTATION = frozenset(
 )
 
 
+def _has_kernel(qualified: str, key: str) -> bool:
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key))
+    except RuntimeError:  # a TorchScript-only op: not in the dispatcher
+        return False
+
+
 def _computes_from_inputs(op: Any) -> bool:
-    """Only plain computations get a native kernel: a tensor input, a fresh (non-aliasing)
-    output, nothing mutated. Views must stay views of the input's storage (as the fallback's
-    view handling keeps them), factories must allocate on the device."""
+    """A plain computation: a tensor input, a fresh (non-aliasing) output, nothing mutated."""
     schema = op._schema
     if schema.name.split("::", 1)[-1] in _NOT_COMPUTATION:
         return False
@@ -627,34 +978,73 @@ def _computes_from_inputs(op: Any) -> bool:
     return any(str(a.type) in ("Tensor", "Tensor?", "Tensor[]") for a in schema.arguments)
 
 
-def _register_composite_natives(profile: DeviceProfile) -> None:
-    """Give every op of `profile` that would otherwise be decomposed a kernel of its own."""
-    if not _STATE.libraries:
-        return
-    aten = _STATE.libraries[0]
+def _profile_kernel(op: Any, qualified: str) -> Any:
+    """A PrivateUse1 kernel for a declared op, as the device registers one. The dispatcher then
+    routes the op as it routes a real backend's: the kernel instead of a decomposition, a
+    registered functional or in-place form instead of its `.out`. Under a profile that does
+    not declare the op the kernel steps aside: the decomposition, the structured `.out`, or
+    the boxed fallback runs, as without a kernel."""
+    composite = _has_kernel(qualified, "CompositeExplicitAutograd")
+    nonfunctional = _has_kernel(qualified, "CompositeExplicitAutogradNonFunctional")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        info = _op_info(op)
+        device = _STATE.device
+        if device is not None and device.op_profile.declares(info.name):
+            return _execute(op, info, args, kwargs)
+        if composite or nonfunctional:
+            args_list, kwargs = list(args), dict(kwargs)
+            _rewrap_numbers(info, args_list, kwargs)  # wrapped scalars arrive as numbers
+            keys = _COMPOSITE_KEYS if composite else _NONFUNCTIONAL_KEYS
+            return op.redispatch(keys, *args_list, **kwargs)
+        return _execute(op, info, args, kwargs)
+
+    return kernel
+
+
+def _kernel_candidates(profile: DeviceProfile) -> Iterator[tuple[str, Any]]:
+    """(qualified name, OpOverload) of the ops `profile` gives a kernel of their own."""
     for entry in sorted(profile.ops):
         namespace, _, rest = entry.partition("::")
         base, _, overload = rest.partition(".")
         packet = getattr(getattr(torch.ops, namespace, None), base, None)
         if namespace != "aten" or packet is None:
             continue
-        for name in [overload] if overload else packet.overloads():
+        names = [overload or "default"] if profile.exact else packet.overloads()
+        for name in names:
+            if name not in packet.overloads():
+                continue  # a registered name that matches no schema (inert as written)
             qualified = f"aten::{base}" + ("" if name == "default" else f".{name}")
-            if qualified in _STATE.composite_registered:
-                continue
-            try:
-                decomposed = torch._C._dispatch_has_kernel_for_dispatch_key(
-                    qualified, "CompositeExplicitAutograd"
-                ) and not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1")
-            except RuntimeError:  # a TorchScript-only op: not in the dispatcher
-                continue
-            if not decomposed:
+            if _has_kernel(qualified, "PrivateUse1"):
                 continue
             op = getattr(packet, name)
-            if not _computes_from_inputs(op):
+            if profile.exact:
+                if (
+                    base in _DRIVER_OPS
+                    or _has_kernel(qualified, "CompositeImplicitAutograd")
+                    or _op_info(op).is_view
+                    or profile.is_routed_to_cpu(qualified)
+                ):
+                    continue
+            elif not (
+                _has_kernel(qualified, "CompositeExplicitAutograd") and _computes_from_inputs(op)
+            ):
                 continue
-            aten.impl(op, _opaque_to_dynamo(_composite_kernel(op)), "PrivateUse1")
-            _STATE.composite_registered.add(qualified)
+            yield qualified, op
+
+
+def _register_profile_kernels(profile: DeviceProfile) -> None:
+    """Register the kernels `profile` declares (once per op and process: registration cannot
+    be undone, and each kernel consults the current profile when it runs)."""
+    if not _STATE.libraries or profile in _STATE.kernels_for:
+        return
+    aten = _STATE.libraries[0]
+    for qualified, op in _kernel_candidates(profile):
+        if qualified in _STATE.kernel_registered:
+            continue
+        aten.impl(op, _opaque_to_dynamo(_profile_kernel(op, qualified)), "PrivateUse1")
+        _STATE.kernel_registered.add(qualified)
+    _STATE.kernels_for.add(profile)
 
 
 def _opaque_to_dynamo(fn: Any) -> Any:
@@ -700,6 +1090,12 @@ def install_backend() -> None:
         ("convolution_backward_overrideable", _convolution_backward),
     ]:
         aten.impl(name, _opaque_to_dynamo(fn), "PrivateUse1")
+    for key in ("PrivateUse1", "AutogradPrivateUse1"):  # the composite it replaces is both
+        aten.impl(
+            "scaled_dot_product_attention",
+            _opaque_to_dynamo(_scaled_dot_product_attention),
+            key,
+        )
     fallback = torch.library.Library("_", "IMPL")  # noqa: TOR901
     fallback.fallback(_opaque_to_dynamo(_fallback), "PrivateUse1")
     # No autocast op lists for this device: autocast regions run ops in their own dtypes.
@@ -751,11 +1147,23 @@ class NeuronEmulatedDevice(Device):
         "Another PrivateUse1 backend owns this process; run the emulated device in a fresh process."
     )
 
-    def __init__(self, *, strict: bool = False, profile: str | DeviceProfile | None = None):
-        """`profile`: a bundled profile's name, a path to a file of op names, or a profile."""
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        profile: str | DeviceProfile | None = None,
+        compile_mode: str | None = None,
+    ):
+        """`profile`: a bundled profile's name, a path to a file of op names, or a profile.
+        `compile_mode`: what the compile backend does with a graph op it cannot lower (`raise`,
+        TorchNeuron's released default; `eager`; `partition`); default from TorchNeuron's own
+        TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION (0: eager)."""
+        from runners.neuron_compile import resolve_compile_mode
+
         op_profile = profile if isinstance(profile, DeviceProfile) else load_profile(profile)
         super().__init__(strict=strict, profile=op_profile.name)
         self.op_profile: DeviceProfile = op_profile
+        self.compile_mode = resolve_compile_mode(compile_mode)
 
     @classmethod
     def is_available(cls) -> bool:
@@ -772,10 +1180,10 @@ class NeuronEmulatedDevice(Device):
         """Make this device's profile and strictness the ones the backend applies (eager and
         compile)."""
         _STATE.device = self
-        _register_composite_natives(self.op_profile)
+        _register_profile_kernels(self.op_profile)
         from runners import neuron_compile
 
-        neuron_compile.set_profile(self.op_profile, strict=self.strict)
+        neuron_compile.set_profile(self.op_profile, strict=self.strict, mode=self.compile_mode)
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
@@ -810,11 +1218,16 @@ class NeuronEmulatedDevice(Device):
     def is_native(self, op: str) -> bool:
         return self.op_profile.is_native(op)
 
+    def classify(self, op: str) -> OpClass:
+        """What the device does with `op` (`aten::name.overload`), from its profile's data."""
+        return self.op_profile.classify(op)
+
     def versions(self) -> dict[str, str]:
         return {
-            "torch": torch.__version__,
             "neuron_backend": "emulated (pure-Python PrivateUse1)",
+            "torch": torch.__version__,
             "device_profile": f"{self.op_profile.name}@{self.op_profile.hash}",
+            "compile_mode": str(self.compile_mode),
         }
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:

@@ -1,11 +1,21 @@
-"""Device profiles: the set of ATen ops a device runs natively, loaded from a data file.
+"""Device profiles: which ATen ops the neuron device runs natively, read from data files.
 
-The bundled profiles live in `runners/data/profiles/` (README there gives their provenance). A
-user profile is any text file of op names, one per line.
+The bundled profiles live in `runners/data/profiles/` (its README gives their provenance). The
+default, `torchneuron-2026-04-21`, is TorchNeuron's own registrations, read from a snapshot of
+its source; `torch-mlir` and `torch-xla` are public lowering lists kept as selectable stand-ins.
+A user profile is any text file of op names, one per line.
+
+Besides its op list a profile carries the device's rules, also from the snapshot: the view ops
+that are never fallbacks, the ops routed to the CPU on purpose (fallbacks whatever a list says),
+and the ops that are native only for some inputs. `DeviceProfile.classify` names the class of
+any ATen op (`OpClass`) from that data alone; the emulated device and the op-level sweep use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,15 +23,73 @@ from pathlib import Path
 from reports.errors import DeviceError
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
-DEFAULT_PROFILE = "torch-mlir"
+SNAPSHOT = "torchneuron-2026-04-21"  # TorchNeuron source snapshot, commit 98154b8 (2026-04-21)
+DEFAULT_PROFILE = SNAPSHOT
+ALIASES = {"torchneuron": SNAPSHOT}
 
-# Named profiles -> the bundled files whose union they are.
-BUNDLED: dict[str, tuple[str, ...]] = {
-    "torch-mlir": ("torch-mlir-stablehlo-direct.txt", "torch-mlir-decomposed.txt"),
-    "torch-mlir-stablehlo-direct": ("torch-mlir-stablehlo-direct.txt",),
-    "torch-mlir-decomposed": ("torch-mlir-decomposed.txt",),
-    "torch-xla": ("torch-xla-native.txt",),
+
+class OpClass(str, enum.Enum):
+    """What the device does with one ATen op, as the profile's data says."""
+
+    NATIVE = "native"  # a native kernel (or, for lowering lists, a native lowering)
+    VIEW = "view"  # metadata only: never a fallback
+    ROUTED_TO_CPU = "routed_to_cpu"  # the backend computes it on the host on purpose
+    CONDITIONAL = "conditional"  # native for some inputs; the others fall back (or raise)
+    FALLBACK = "fallback"  # no native kernel: the boxed CPU fallback runs it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class BundledProfile:
+    """Where a bundled profile's data lives (paths relative to PROFILE_DIR)."""
+
+    ops: tuple[str, ...]
+    exact: bool = False  # ops are registrations, matched overload for overload
+    lowerable: tuple[str, ...] = ()  # extra ops the compiler lowers (graph ops, by base name)
+    conditional: tuple[str, ...] = ()
+    description: str = ""
+
+
+_SNAPSHOT_DIR = SNAPSHOT
+_TORCH_MLIR = ("torch-mlir-stablehlo-direct.txt", "torch-mlir-decomposed.txt")
+
+BUNDLED: dict[str, BundledProfile] = {
+    SNAPSHOT: BundledProfile(
+        ops=(f"{_SNAPSHOT_DIR}/native-ops.txt",),
+        exact=True,
+        lowerable=(*_TORCH_MLIR, f"{_SNAPSHOT_DIR}/compile-lowerable.txt"),
+        conditional=(f"{_SNAPSHOT_DIR}/conditional-ops.txt",),
+        description="TorchNeuron's native registrations (torch_neuronx snapshot, 2026-04-21)",
+    ),
+    "torch-mlir": BundledProfile(
+        ops=_TORCH_MLIR, description="Torch-MLIR to StableHLO lowerings (direct + decomposed)"
+    ),
+    "torch-mlir-stablehlo-direct": BundledProfile(ops=(_TORCH_MLIR[0],)),
+    "torch-mlir-decomposed": BundledProfile(ops=(_TORCH_MLIR[1],)),
+    "torch-xla": BundledProfile(ops=("torch-xla-native.txt",), description="torch_xla lowerings"),
 }
+
+# The device's own rules (the snapshot's), whatever op list a profile uses.
+VIEWS_FILE = f"{_SNAPSHOT_DIR}/view-ops-whitelist.txt"
+ROUTED_FILE = f"{_SNAPSHOT_DIR}/cpu-fallback-explicit.txt"
+
+# Graph nodes that compute nothing a lowering must handle (shape reads, asserts).
+_NO_COMPUTE = frozenset(
+    {
+        "aten::sym_size",
+        "aten::sym_stride",
+        "aten::sym_numel",
+        "aten::sym_storage_offset",
+        "aten::_assert_scalar",
+        "aten::_assert_async",
+        "aten::_assert_tensor_metadata",
+        "aten::sym_constrain_range",
+        "aten::sym_constrain_range_for_size",
+        "aten::_local_scalar_dense",
+    }
+)
 
 
 def base_name(op: str) -> str:
@@ -32,29 +100,146 @@ def base_name(op: str) -> str:
     return name
 
 
+def overload_name(op: str) -> str:
+    """`aten::add.Tensor` stays, `aten::add.default` -> `aten::add` (how OpOverload names)."""
+    return op[: -len(".default")] if op.endswith(".default") else op
+
+
+@functools.lru_cache(maxsize=4096)
+def schema_is_view(op: str) -> bool:
+    """Whether the ATen op named `op` returns an alias of an input without writing it."""
+    import torch
+
+    namespace, _, rest = op.partition("::")
+    base, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace, None), base, None)
+    if packet is None:
+        return False
+    try:
+        schema = getattr(packet, overload or "default")._schema
+    except AttributeError:
+        return False
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
-    """A named set of native ops. `is_native` matches exact names or base names."""
+    """A named set of native ops, with the device's rules.
+
+    `exact` profiles hold registrations (TorchNeuron's): an op is native when that very
+    overload is registered; the dispatcher itself maps an unregistered functional or in-place
+    form to a registered `.out` kernel, as it does for a real backend. Other profiles hold
+    lowering lists, matched by base name (`aten::add.Tensor` declares `aten::add.out`).
+    """
 
     name: str
     ops: frozenset[str]
     source: str = ""  # where it was read from, for messages
+    exact: bool = False
+    lowerable: frozenset[str] = frozenset()  # more ops the compiler lowers (base names)
+    views: frozenset[str] = frozenset()
+    routed_to_cpu: frozenset[str] = frozenset()
+    conditional: frozenset[str] = frozenset()
+    description: str = ""
     _bases: frozenset[str] = field(init=False, repr=False, compare=False)
+    _lowerable_bases: frozenset[str] = field(init=False, repr=False, compare=False)
+    _view_bases: frozenset[str] = field(init=False, repr=False, compare=False)
+    _routed_bases: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_bases", frozenset(base_name(op) for op in self.ops))
+        set_ = object.__setattr__
+        set_(self, "ops", frozenset(overload_name(op) for op in self.ops))
+        set_(self, "_bases", frozenset(base_name(op) for op in self.ops))
+        # registrations are eager kernels, not lowerings: an exact profile lowers its
+        # `lowerable` list only; a lowering list lowers its own ops too
+        lowerable = frozenset(base_name(op) for op in self.lowerable)
+        set_(self, "_lowerable_bases", lowerable if self.exact else lowerable | self._bases)
+        set_(self, "_view_bases", frozenset(base_name(op) for op in self.views))
+        bare = (op for op in self.routed_to_cpu if "." not in op.partition("::")[2])
+        set_(self, "_routed_bases", frozenset(base_name(op) for op in bare))
 
     @property
     def hash(self) -> str:
-        text = "\n".join(sorted(self.ops))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """sha256 (16 hex digits) of everything that decides a classification."""
+        parts = [f"exact={self.exact}", *sorted(self.ops)]
+        for label, ops in (
+            ("lowerable", self.lowerable),
+            ("views", self.views),
+            ("routed_to_cpu", self.routed_to_cpu),
+            ("conditional", self.conditional),
+        ):
+            if ops:
+                parts += [f"[{label}]", *sorted(ops)]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    # -- eager ------------------------------------------------------------------------------
+
+    def declares(self, op: str) -> bool:
+        """The op list names `op` (exactly, or by base name for lowering lists)."""
+        op = overload_name(op)
+        if self.exact:
+            return op in self.ops
+        return op in self.ops or base_name(op) in self._bases
+
+    def is_routed_to_cpu(self, op: str) -> bool:
+        """An entry with an overload matches that overload; a bare entry (the default
+        overload) also matches its other overloads (`aten::_linalg_eigh.eigenvalues`)."""
+        op = overload_name(op)
+        return op in self.routed_to_cpu or base_name(op) in self._routed_bases
+
+    def is_view(self, op: str) -> bool:
+        """A view op: its schema returns an alias, or the snapshot's whitelist names it."""
+        op = overload_name(op)
+        return op in self.views or base_name(op) in self._view_bases or schema_is_view(op)
+
+    def is_conditional(self, op: str) -> bool:
+        return overload_name(op) in self.conditional and self.declares(op)
 
     def is_native(self, op: str) -> bool:
-        return op in self.ops or base_name(op) in self._bases
+        """Declared and not routed to the CPU (views aside: see `classify`)."""
+        return self.declares(op) and not self.is_routed_to_cpu(op)
+
+    def classify(self, op: str) -> OpClass:
+        """The class of the ATen op named `op` (`aten::name.overload`) on this device."""
+        if self.is_view(op):
+            return OpClass.VIEW
+        if self.is_routed_to_cpu(op):
+            return OpClass.ROUTED_TO_CPU
+        if self.is_conditional(op):
+            return OpClass.CONDITIONAL
+        if self.declares(op):
+            return OpClass.NATIVE
+        return OpClass.FALLBACK
+
+    # -- compile ----------------------------------------------------------------------------
+
+    def is_lowerable(self, op: str) -> bool:
+        """A graph op (functional form, e.g. `aten::addmm`) the neuron compiler can lower."""
+        op = overload_name(op)
+        if op in _NO_COMPUTE or self.is_view(op):
+            return True
+        if self.is_routed_to_cpu(op):
+            return False
+        return (not self.exact and op in self.ops) or base_name(op) in self._lowerable_bases
 
     @classmethod
     def from_ops(cls, name: str, ops: set[str] | frozenset[str] | list[str]) -> DeviceProfile:
-        return cls(name=name, ops=frozenset(ops), source="<in memory>")
+        """A lowering list given in memory, with the device's rules."""
+        rules = device_rules()
+        return cls(
+            name=name,
+            ops=frozenset(ops),
+            source="<in memory>",
+            views=rules.views,
+            routed_to_cpu=rules.routed_to_cpu,
+        )
+
+
+def classify(op: str, profile: DeviceProfile | str | None = None) -> OpClass:
+    """`classify("aten::histc")` -> OpClass.NATIVE under the default profile."""
+    if not isinstance(profile, DeviceProfile):
+        profile = load_profile(profile)
+    return profile.classify(op)
 
 
 def _read_ops(path: Path) -> set[str]:
@@ -66,19 +251,59 @@ def _read_ops(path: Path) -> set[str]:
     return ops
 
 
+def _read_all(files: tuple[str, ...]) -> frozenset[str]:
+    ops: set[str] = set()
+    for filename in files:
+        ops |= _read_ops(PROFILE_DIR / filename)
+    return frozenset(ops)
+
+
+@dataclass(frozen=True)
+class DeviceRules:
+    """The snapshot's device-wide rules: views never fall back, some ops go to the CPU."""
+
+    views: frozenset[str]
+    routed_to_cpu: frozenset[str]
+
+
+@functools.lru_cache(maxsize=1)
+def device_rules() -> DeviceRules:
+    return DeviceRules(views=_read_all((VIEWS_FILE,)), routed_to_cpu=_read_all((ROUTED_FILE,)))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_bundled(name: str) -> DeviceProfile:
+    spec = BUNDLED[name]
+    return DeviceProfile(
+        name=name,
+        ops=_read_all(spec.ops),
+        source=str(PROFILE_DIR),
+        exact=spec.exact,
+        lowerable=_read_all(spec.lowerable),
+        conditional=_read_all(spec.conditional),
+        description=spec.description,
+        views=device_rules().views,
+        routed_to_cpu=device_rules().routed_to_cpu,
+    )
+
+
+def profile_names() -> list[str]:
+    return sorted(BUNDLED)
+
+
 def load_profile(profile: str | Path | None = None) -> DeviceProfile:
-    """Load a bundled profile by name (default `torch-mlir`) or a user's file by path."""
+    """A bundled profile by name (default: the TorchNeuron snapshot's) or a user's file."""
     if profile is None:
         profile = DEFAULT_PROFILE
-    if isinstance(profile, str) and profile in BUNDLED:
-        ops: set[str] = set()
-        for filename in BUNDLED[profile]:
-            ops |= _read_ops(PROFILE_DIR / filename)
-        return DeviceProfile(name=profile, ops=frozenset(ops), source=str(PROFILE_DIR))
+    if isinstance(profile, str):
+        profile = ALIASES.get(profile, profile)
+        if profile in BUNDLED:
+            return _load_bundled(profile)
     path = Path(profile)
     if not path.is_file():
         raise DeviceError(
             f"Device profile {str(profile)!r} is neither a bundled profile nor a file.",
-            hint=f"Use one of {', '.join(sorted(BUNDLED))} or a path to a text file of op names.",
+            hint=f"Use one of {', '.join(profile_names())} or a path to a text file of op names.",
         )
-    return DeviceProfile(name=path.stem, ops=frozenset(_read_ops(path)), source=str(path))
+    loaded = DeviceProfile.from_ops(path.stem, _read_ops(path))
+    return dataclasses.replace(loaded, source=str(path))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reports import settings
-from sweep.commands.run import device_options
+from sweep.commands.run import COMPILE_MODE_HELP, COMPILE_MODES, PROFILE_HELP, device_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,8 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a Hub model id, or a config.json / model_index.json / model folder",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    p.add_argument("--profile", help="neuron: a file of natively lowered ATen ops")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument(
         "--compile-backend",

@@ -7,6 +7,16 @@ import sys
 
 from reports import settings
 
+PROFILE_HELP = (
+    "neuron: a bundled profile (default torchneuron-2026-04-21, TorchNeuron's registrations; "
+    "torch-mlir, torch-xla) or a file of ATen op names"
+)
+COMPILE_MODES = ("raise", "eager", "partition")
+COMPILE_MODE_HELP = (
+    "neuron: a graph op the compiler cannot lower raises (default, as TorchNeuron), runs the "
+    "graph eagerly, or (emulated only) partitions it"
+)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=50, help="the N most downloaded models (default 50)")
@@ -17,12 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="'bundled' (offline snapshot, default) or a catalog CSV path",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    p.add_argument("--profile", help="neuron: a file of natively lowered ATen ops")
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="a CPU fallback is an error (as TorchNeuron's default for compile)",
-    )
+    p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument(
         "--compile-backend",
@@ -74,6 +81,8 @@ def device_options(args: argparse.Namespace) -> dict:
         options["strict"] = True
     if getattr(args, "profile", None):
         options["profile"] = args.profile
+    if getattr(args, "compile_mode", None):
+        options["compile_mode"] = args.compile_mode
     return options
 
 

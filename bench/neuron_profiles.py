@@ -1,0 +1,350 @@
+"""The emulated neuron device's profiles side by side, the differential against cpu, and the
+fidelity audit, in one run over the bundled catalog's top N.
+
+Sweeps (the real driver, embedded Ray) the top N on the emulated neuron device once per
+profile (TorchNeuron's registrations, the default; torch-mlir; torch-xla) and once on cpu, then
+prints, per profile:
+- per stage, the models and downloads that passed it, and that passed it with no CPU fallback;
+- the 15 missing ops that touch the most downloads, each marked with what the TorchNeuron
+  snapshot says of it (registered native, absent, conditional, routed to the CPU, a view) and,
+  for compile-only ops, whether its compiler lowers it;
+- the headline: architectures behind the top 100 text-generation models that pass every stage;
+and the differential: every model that passes every stage on cpu but not on the emulated neuron
+device (default profile), with its cause, classified by what the device data says (target:
+zero caused by the emulator itself). `--audit` adds the fidelity audit (runners/devices/
+fidelity.py) over tiny models of distinct families.
+
+    flock /work/cpu.lock .venv/bin/python bench/neuron_profiles.py --top 300 --store /tmp/nb
+    .venv/bin/python bench/neuron_profiles.py --audit-only
+
+Runs are named `nb-<device>-<profile>-top<N>`: the same command with the same --store resumes
+them (a profile already finished is only read). cpu compiles with --cpu-compile-backend
+(default aot_eager: inductor costs ~20 s per model on 2 cores; the neuron side compiles with
+its own backend whatever this says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+PROFILES = ("torchneuron-2026-04-21", "torch-mlir", "torch-xla")
+ALL_STAGES = ("load", "forward", "backward", "compile", "generate")
+APPLIES = {"pass"}  # a stage counts as passed when it passed; not applicable is no failure
+
+
+def run_id(device: str, profile: str | None, top: int) -> str:
+    return f"nb-{device}-{profile or 'none'}-top{top}"
+
+
+def sweep(store: Path, device: str, profile: str | None, top: int, compile_backend: str | None):
+    from sweep.driver import RunConfig, run_sweep
+
+    rid = run_id(device, profile, top)
+    start = time.perf_counter()
+    summary = run_sweep(
+        RunConfig(
+            store=str(store),
+            top=top,
+            device=device,
+            device_options={"profile": profile} if profile else {},
+            run_id=rid,
+            progress=False,
+            compile_backend=compile_backend,
+        )
+    )
+    return rid, time.perf_counter() - start, summary
+
+
+def model_table(store: Path, rid: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """model_id -> {downloads, stages: {stage: row}} and the fallback rows of the run."""
+    from reports.store import Store
+
+    results = Store(store).read("results", rid).to_pylist()
+    fallbacks = Store(store).read("fallbacks", rid).to_pylist()
+    models: dict[str, dict[str, Any]] = {}
+    for r in results:
+        m = models.setdefault(
+            r["model_id"],
+            {"downloads": r["downloads"] or 0, "stages": {}, "architecture": r["architecture"]},
+        )
+        m["stages"][r["stage"]] = r
+    return models, fallbacks
+
+
+def passes_all(m: dict[str, Any]) -> bool:
+    rows = m["stages"].values()
+    return (
+        bool(rows)
+        and all(
+            r["status"] == "pass" or (r["status"] == "skip" and r["reason"] == "not_applicable")
+            for r in rows
+        )
+        and any(r["status"] == "pass" for r in rows)
+    )
+
+
+def pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:5.1f}%" if whole else "  n/a"
+
+
+def stage_table(models: dict[str, dict[str, Any]]) -> list[str]:
+    total_models = len(models)
+    total_dl = sum(m["downloads"] for m in models.values())
+    lines = [
+        f"  {'stage':<9} {'passed':>7} {'models':>7} {'downloads':>9}   {'no CPU fallback':>15} "
+        f"{'models':>7} {'downloads':>9}"
+    ]
+    for stage in ALL_STAGES:
+        passed = [m for m in models.values() if m["stages"].get(stage, {}).get("status") == "pass"]
+        clean = [m for m in passed if not m["stages"][stage]["fallback_op_count"]]
+        lines.append(
+            f"  {stage:<9} {len(passed):>7} {pct(len(passed), total_models):>7} "
+            f"{pct(sum(m['downloads'] for m in passed), total_dl):>9}   {len(clean):>15} "
+            f"{pct(len(clean), total_models):>7} {pct(sum(m['downloads'] for m in clean), total_dl):>9}"
+        )
+    every = [m for m in models.values() if passes_all(m)]
+    clean = [
+        m
+        for m in every
+        if not any(r["fallback_op_count"] for r in m["stages"].values() if r["status"] == "pass")
+    ]
+    lines.append(
+        f"  {'all':<9} {len(every):>7} {pct(len(every), total_models):>7} "
+        f"{pct(sum(m['downloads'] for m in every), total_dl):>9}   {len(clean):>15} "
+        f"{pct(len(clean), total_models):>7} {pct(sum(m['downloads'] for m in clean), total_dl):>9}"
+    )
+    return lines
+
+
+def snapshot_says(op: str, sources: list[str]) -> str:
+    """What the TorchNeuron snapshot says of an op (and its compiler, for compile ops)."""
+    from runners.devices.profiles import OpClass, load_profile
+    from runners.neuron_compile import lowerable
+
+    profile = load_profile()
+    cls = profile.classify(op)
+    words = {
+        OpClass.NATIVE: "registered native",
+        OpClass.VIEW: "a view op",
+        OpClass.ROUTED_TO_CPU: "routed to the CPU on purpose",
+        OpClass.CONDITIONAL: "conditional",
+        OpClass.FALLBACK: "absent (no registration)",
+    }
+    text = words[cls]
+    if "compile" in sources:
+        text += "; compile: " + ("lowered" if lowerable(op, profile) else "no lowering")
+    return text
+
+
+def missing_ops_table(store: Path, rid: str, top: int = 15) -> list[str]:
+    from reports.ops import missing_ops
+    from reports.query import StoreQuery
+
+    q = StoreQuery(store)
+    total = sum(m["downloads"] for m in model_table(store, rid)[0].values())
+    lines = [f"  {'op':<58} {'downloads':>9} {'models':>6}  source   snapshot"]
+    for r in missing_ops(q, rid, limit=top):
+        sources = list(r.get("sources") or []) + (["fails"] if r.get("failing_models") else [])
+        lines.append(
+            f"  {r['op']:<58} {pct(r['blocked_downloads'], total):>9} {r['blocked_models']:>6}  "
+            f"{'/'.join(sources):<8} {snapshot_says(r['op'], sources)}"
+        )
+    return lines
+
+
+def headline(store: Path, rid: str) -> str:
+    from reports.coverage import headline as coverage_headline
+    from reports.query import StoreQuery
+
+    h = coverage_headline(StoreQuery(store), rid)
+    misses = [a for a in h["list"] if not a["passes"]]
+    text = (
+        f"{h['passing']} of the {h['architectures']} architectures behind the top "
+        f"{h['top']} {h['task']} models pass every stage ({pct(h['passing'], h['architectures']).strip()}); "
+        f"{h['passing_on_device']} with no CPU fallback"
+    )
+    if misses:
+        text += "\n    not passing: " + "; ".join(
+            f"{a['architecture']} ({a['first_problem']})" for a in misses
+        )
+    return text
+
+
+# ---- differential -----------------------------------------------------------------------
+
+
+def first_problem(m: dict[str, Any]) -> dict[str, Any] | None:
+    for stage in ALL_STAGES:
+        r = m["stages"].get(stage)
+        if r is None:
+            continue
+        if r["status"] == "skip" and r["reason"] == "not_applicable":
+            continue
+        if r["status"] != "pass":
+            return r
+    return None
+
+
+def cause(row: dict[str, Any]) -> tuple[str, bool]:
+    """(cause, explained by the device data). Unexplained causes are the emulator's."""
+    from runners.devices.profiles import OpClass, load_profile
+    from runners.neuron_compile import lowerable
+
+    profile = load_profile()
+    status, error, message = row["status"], row["error_type"] or "", row["error_message"] or ""
+    op = row["failing_op"]
+    if status == "skip":
+        if row["reason"] == "device_unsupported_feature":
+            return f"unsupported dtype: {message}", True
+        return f"skip {row['reason']}", False
+    if error == "FallbackDisallowed":
+        return f"strict: {op} fell back", True
+    if error in ("UnlowerableOpError", "BackendCompilerFailed") and "cannot be lowered" in message:
+        return f"compile: {op} has no lowering (raise mode, TorchNeuron's default)", True
+    if error == "NoHostKernelError":
+        return (
+            f"{op} falls back (not registered) and PyTorch has no CPU kernel for it: "
+            "TorchNeuron's CPU fallback fails the same way",
+            True,
+        )
+    if "TorchNeuron's _grouped_mm precondition" in message:
+        return f"conditional op: {op} rows/offsets not aligned to 128 (ValueError)", True
+    if op and status == "fail":
+        cls = profile.classify(op)
+        if cls in (OpClass.FALLBACK, OpClass.ROUTED_TO_CPU) and row["stage"] != "compile":
+            return f"{op} ({cls.value}) fails on the CPU that runs it: {message[:90]}", True
+        if row["stage"] == "compile" and not lowerable(op, profile):
+            return f"compile: {op} has no lowering", True
+    return f"{status} {error}: {message[:140]}" + (f" [op {op}]" if op else ""), False
+
+
+def differential(store: Path, neuron_rid: str, cpu_rid: str) -> tuple[list[str], int]:
+    neuron, _ = model_table(store, neuron_rid)
+    cpu, _ = model_table(store, cpu_rid)
+    lines = []
+    unexplained = 0
+    differ = [
+        (mid, neuron[mid])
+        for mid, m in cpu.items()
+        if passes_all(m) and mid in neuron and not passes_all(neuron[mid])
+    ]
+    differ.sort(key=lambda item: -item[1]["downloads"])
+    for mid, m in differ:
+        row = first_problem(m)
+        if row is None:
+            continue
+        text, explained = cause(row)
+        unexplained += not explained
+        mark = "" if explained else "  <-- EMULATOR"
+        lines.append(f"  {mid:<55} {row['stage']:<8} {text}{mark}")
+    header = (
+        f"  {len(differ)} models pass every stage on cpu but not on neuron; "
+        f"{unexplained} not explained by the device data (target 0)"
+    )
+    return [header, *lines], unexplained
+
+
+# ---- fidelity audit -----------------------------------------------------------------------
+
+
+def audit() -> list[str]:
+    """In a fresh interpreter (the emulator installs a backend process-wide)."""
+    code = (
+        "import json, torch; torch.set_num_threads(1)\n"
+        "from runners.run_model import quiet_libraries; quiet_libraries()\n"
+        "from runners.devices import get_device\n"
+        "from runners.devices.fidelity import AUDIT_MODEL_TYPES, audit_model_type\n"
+        "d = get_device('neuron'); d.setup(); out = {}\n"
+        "for t in AUDIT_MODEL_TYPES:\n"
+        "    r = audit_model_type(d, t)\n"
+        "    out[t] = {'ops': len({a.op for a in r.ops}), 'counts': dict(r.counts()),\n"
+        "              'mismatches': r.mismatches, 'failures': r.failures}\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        return [f"  audit failed: {done.stderr[-2000:]}"]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = [
+        f"  {'family':<12} {'ops':>4}  {'by class (op x stage)':<62} mismatches  stage failures"
+    ]
+    total_mismatches = 0
+    for family, r in out.items():
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items()))
+        total_mismatches += len(r["mismatches"])
+        failures = "; ".join(r["failures"])[:80]
+        lines.append(
+            f"  {family:<12} {r['ops']:>4}  {counts:<62} {len(r['mismatches']):>10}  {failures}"
+        )
+        lines += [f"      {m}" for m in r["mismatches"][:5]]
+    lines.append(f"  {len(out)} families, {total_mismatches} mismatches between device and data")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=300)
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--store", default=None, help="keep (and resume) the runs here")
+    parser.add_argument("--cpu-compile-backend", default="aot_eager")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the cpu run (no differential)")
+    parser.add_argument("--audit", action="store_true", help="also run the fidelity audit")
+    parser.add_argument("--audit-only", action="store_true")
+    args = parser.parse_args()
+
+    if args.audit_only:
+        print("fidelity audit (forward + backward, default profile):")
+        print("\n".join(audit()))
+        return 0
+    store = Path(args.store or tempfile.mkdtemp(prefix="hfsweep-nb-"))
+    profiles = [p for p in args.profiles.split(",") if p]
+    walls: dict[str, float] = {}
+    rids: dict[str, str] = {}
+    for profile in profiles:
+        rid, wall, _ = sweep(store, "neuron", profile, args.top, None)
+        rids[profile], walls[profile] = rid, wall
+    if not args.no_cpu:
+        rid, wall, _ = sweep(store, "cpu", None, args.top, args.cpu_compile_backend)
+        rids["cpu"], walls["cpu"] = rid, wall
+
+    print(f"bundled catalog, top {args.top}; store {store}")
+    for name, rid in rids.items():
+        models, _ = model_table(store, rid)
+        print()
+        print(f"== {name} (run {rid}, {walls[name]:.0f} s wall, {len(models)} models)")
+        print("\n".join(stage_table(models)))
+        print(f"  headline: {headline(store, rid)}")
+        if name != "cpu":
+            print("  top 15 missing ops by downloads touched:")
+            print("\n".join(missing_ops_table(store, rid)))
+    if "cpu" in rids and profiles:
+        print()
+        print(
+            f"== differential: cpu ({args.cpu_compile_backend} compile) vs neuron ({profiles[0]})"
+        )
+        lines, _ = differential(store, rids[profiles[0]], rids["cpu"])
+        print("\n".join(lines))
+    if args.audit:
+        print()
+        print("== fidelity audit (forward + backward, default profile)")
+        print("\n".join(audit()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

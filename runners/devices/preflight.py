@@ -1,0 +1,148 @@
+"""One check of the device before any model runs: a sweep on a broken device stops with one error.
+
+In a fresh interpreter (the caller's process keeps no device state: the emulated backend, once
+installed, would break the forked model processes), `check_device` builds the device the run
+asked for and does what every model will do first: set it up (the emulator's torch version;
+the real package importable, TorchNeuron and not the legacy XLA package), then one tiny op and
+its backward on the device. A failure raises one `DeviceCheckError` with a hint: an environment
+error (exit code 3, as for any environment that keeps failing), and nothing is written, so the
+same command runs every model once the device is fixed.
+
+It also sets the environment the device needs before torch is imported (MPS's CPU fallback
+switch) in this process, so that the Ray workers and model processes started after it inherit it.
+
+    python -m runners.devices.preflight neuron '{"profile": "torch-mlir"}'   # prints JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reports.errors import DeviceError
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 180.0
+
+
+class DeviceCheckError(DeviceError):
+    """The device the run asked for failed its check before any model ran: the environment,
+    never a model's result. Nothing was written; exit code 3."""
+
+    exit_code = 3
+
+
+@dataclass
+class DeviceCheck:
+    """What the check found: the device as the run will see it."""
+
+    device: str
+    emulated: bool
+    profile: str | None = None
+    profile_hash: str | None = None
+    compile_mode: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def probe(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Run in the child: set the device up, one op and its backward on it."""
+    import time
+
+    start = time.perf_counter()
+    import torch
+
+    from runners.devices import get_device
+
+    device = get_device(name, **options)
+    device.setup()
+    x = device.to_device(torch.arange(4, dtype=torch.float32)).requires_grad_()
+    y = (x * 2 + 1).sum()
+    y.backward()
+    value = float(y.detach().cpu())
+    grad = x.grad.detach().cpu().tolist() if x.grad is not None else None
+    if value != 16.0 or grad != [2.0, 2.0, 2.0, 2.0]:
+        raise DeviceError(
+            f"A tiny op on {name} gave a wrong result: sum(2x + 1) over 0..3 = {value} "
+            f"(expected 16), gradient {grad} (expected 2s).",
+            device=name,
+            hint="The device computes wrongly: fix it before sweeping models on it.",
+        )
+    profile, digest = device.profile_info()
+    return {
+        "device": device.name,
+        "emulated": device.emulated,
+        "profile": profile,
+        "profile_hash": digest,
+        "compile_mode": device.compile_mode,
+        "versions": {k: str(v) for k, v in device.versions().items()},
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def check_device(
+    name: str, options: dict[str, Any] | None = None, *, timeout_s: float = TIMEOUT_S
+) -> DeviceCheck:
+    """Check device `name` in a fresh interpreter; raise DeviceCheckError when it cannot run."""
+    from runners.devices import prepare_process_env
+
+    options = dict(options or {})
+    prepare_process_env(name, options)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
+    command = [sys.executable, "-m", "runners.devices.preflight", name, json.dumps(options)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired:
+        raise DeviceCheckError(
+            f"Setting up device {name!r} and running one op on it did not finish in "
+            f"{timeout_s:g} s.",
+            device=name,
+            hint="The device hangs before any model runs; check its driver and runtime.",
+        ) from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DeviceCheckError(
+            f"The check of device {name!r} died before reporting (exit {done.returncode}): {tail}",
+            device=name,
+            hint="Run `python -m runners.devices.preflight " + name + "` to see the whole output.",
+        )
+    report = json.loads(lines[-1])
+    if "error" in report:
+        error = report["error"]
+        raise DeviceCheckError(
+            f"Device {name!r} cannot run models: {error['message']}",
+            device=name,
+            hint=error.get("hint")
+            or "Fix the device (or pick another with --device) and run the same command again.",
+        )
+    return DeviceCheck(**report)
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0] if argv else "neuron"
+    options = json.loads(argv[1]) if len(argv) > 1 else {}
+    try:
+        report = probe(name, options)
+    except DeviceError as exc:
+        report = {"error": {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}}
+    except Exception as exc:  # any failure of the device is one clear line for the user
+        report = {"error": {"type": type(exc).__name__, "message": f"{type(exc).__name__}: {exc}"}}
+    print(json.dumps(report))
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: a device runtime may hang in its atexit
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

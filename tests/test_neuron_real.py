@@ -1,0 +1,215 @@
+"""The real TorchNeuron adapter against a stand-in `torch_neuronx` (tests/fixtures): fallbacks from
+get_fallback_ops / get_executed_ops / clear_op_tracking around each stage, strict mode naming
+the op, TorchNeuron's compile switch left at its default unless asked, the legacy XLA package
+refused. Each case runs in a fresh interpreter (the stand-in installs a PrivateUse1 backend)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+STANDIN = FIXTURES / "torch_neuronx_standin"
+TINY_LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+}
+
+
+def run_python(code: str, *, path: Path = STANDIN, env: dict | None = None, timeout: int = 300):
+    environment = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    environment.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def last_json(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
+    done = run_python(
+        """
+        import json, os, torch
+        from runners.devices import get_device
+        from runners.devices.neuron import RealNeuronDevice
+        device = get_device("neuron")
+        assert isinstance(device, RealNeuronDevice) and not device.emulated
+        device.setup()
+        x = device.to_device(torch.rand(4) + 0.5)
+        torch.digamma(x)  # before the stage: cleared by clear_op_tracking
+        with device.record_fallbacks() as log:
+            y = torch.digamma(x) + x
+            torch.digamma(y)
+        print(json.dumps({
+            "ops": {op: e.count for op, e in log.ops.items()},
+            "executed": sorted(log.executed),
+            "env": os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"),
+            "mode": device.compile_mode,
+            "versions": device.versions(),
+        }))
+        """
+    )
+    out = last_json(done)
+    assert out["ops"] == {"aten::digamma.out": 1}  # a set: no counts without the profiler's
+    assert "aten::add.Tensor" in out["executed"]
+    assert out["env"] is None and out["mode"] == "raise"  # TorchNeuron's default, untouched
+    assert out["versions"]["torch_neuronx"] == "2.14.3.0"
+    assert next(iter(out["versions"])) == "torch_neuronx"  # the run's device package version
+
+
+def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
+    """`hfsweep check` on the real adapter: fallback rows from TorchNeuron's tracking; strict
+    fails the stage naming the op; a compile mode sets TorchNeuron's own variable."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    base = ["-m", "sweep", "check", str(config), "--device", "neuron", "--format", "json"]
+    env = {
+        "PYTHONPATH": f"{STANDIN}{os.pathsep}{ROOT}",
+        "STANDIN_PROFILE": "torch-mlir",  # training ops fall back under this list
+        "HF_HUB_OFFLINE": "1",
+    }
+    results = {}
+    for name, extra in {
+        "plain": ["--stages", "load,forward,backward"],
+        "strict": ["--stages", "load,forward,backward", "--strict"],
+        "eager": ["--stages", "load,compile", "--compile-mode", "eager"],
+    }.items():
+        environment = {**os.environ, **env}
+        environment.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
+        done = subprocess.run(
+            [sys.executable, *base, *extra],
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.stdout, done.stderr[-3000:]
+        results[name] = json.loads(done.stdout)
+    plain = {r["stage"]: r for r in results["plain"]["stages"]}
+    assert plain["backward"]["status"] == "pass" and not plain["backward"]["device_emulated"]
+    ops = {f["op"] for f in results["plain"]["fallbacks"] if f["stage"] == "backward"}
+    assert "aten::embedding_dense_backward" in ops
+    strict = {r["stage"]: r for r in results["strict"]["stages"]}
+    assert strict["forward"]["status"] == "pass"
+    assert strict["backward"]["status"] == "fail"
+    assert strict["backward"]["error_type"] == "FallbackDisallowed"
+    assert strict["backward"]["failing_op"] in ops
+    eager = {r["stage"]: r for r in results["eager"]["stages"]}
+    assert eager["compile"]["status"] == "pass" and eager["compile"]["compile_mode"] == "eager"
+
+
+def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
+    done = run_python(
+        """
+        import json, os
+        from reports.errors import DeviceError
+        from runners.devices.neuron import RealNeuronDevice
+        out = {}
+        for mode in ("eager", "raise"):
+            device = RealNeuronDevice(compile_mode=mode)
+            device.setup()
+            out[mode] = [os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"], device.compile_mode]
+        try:
+            RealNeuronDevice(compile_mode="partition").setup()
+        except DeviceError as exc:
+            out["partition"] = exc.message
+        print(json.dumps(out))
+        """
+    )
+    out = last_json(done)
+    assert out["eager"] == ["0", "eager"] and out["raise"] == ["1", "raise"]
+    assert "never partitions" in out["partition"]
+    # the user's own setting is respected when no mode is asked for
+    done = run_python(
+        """
+        import json
+        from runners.devices.neuron import RealNeuronDevice
+        device = RealNeuronDevice()
+        device.setup()
+        print(json.dumps(device.compile_mode))
+        """,
+        env={"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "0"},
+    )
+    assert last_json(done) == "eager"
+
+
+@pytest.mark.parametrize(
+    "version, has_api, refused",
+    [("2.9.0.2.11.19482", False, "legacy XLA-based"), ("0.1.0", False, "has no get_fallback_ops")],
+)
+def test_legacy_or_foreign_torch_neuronx_is_refused(
+    tmp_path: Path, version: str, has_api: bool, refused: str
+) -> None:
+    package = tmp_path / "torch_neuronx"
+    package.mkdir()
+    (package / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    meta = tmp_path / f"torch_neuronx-{version}.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: torch-neuronx\nVersion: {version}\n"
+    )
+    done = run_python(
+        """
+        import json
+        from reports.errors import DeviceError
+        from runners.devices import get_device
+        try:
+            get_device("neuron").setup()
+            print(json.dumps("accepted"))
+        except DeviceError as exc:
+            print(json.dumps([exc.message, exc.hint]))
+        """,
+        path=tmp_path,
+    )
+    message, hint = last_json(done)
+    assert refused in message and "neuron-emulated" in hint
+
+
+def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> None:
+    """`hfsweep run` on a machine with the legacy package: one error, exit 3 (the environment),
+    nothing written."""
+    legacy = tmp_path / "legacy"
+    shutil.copytree(STANDIN / "torch_neuronx", legacy / "torch_neuronx")
+    meta = legacy / "torch_neuronx-2.5.1.2.4.0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.5.1.2.4.0\n"
+    )
+    store = tmp_path / "store"
+    environment = {**os.environ, "PYTHONPATH": f"{legacy}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep", "run", "--device", "neuron", "--top", "3", "--local"]
+        + ["--store", str(store), "--no-report"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "legacy XLA-based" in done.stderr and "Traceback" not in done.stderr
+    assert not (store / "results").exists()
