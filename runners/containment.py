@@ -246,17 +246,22 @@ def processes_with_env(name: str, value: str) -> list[int]:
 
 # ---- an embedded Ray dies with its driver ------------------------------------------------------
 
-# Every process an embedded Ray starts (GCS, raylet, workers, the raylet's dashboard and
-# runtime-env agents, the models' children) inherits this variable from the driver. Ray kills
-# its GCS and raylet when the driver dies, but the agents, reparented to init, first try to
-# report the raylet's death to the GCS that is gone, and linger; a watchdog kills what is left.
+# Every process an embedded Ray starts through the driver's environment (GCS, raylet, workers,
+# the models' children) inherits this variable. The raylet starts its dashboard and runtime-env
+# agents with an environment of its own, and their process titles overwrite what /proc shows of
+# it, so they cannot be told by the marker. Ray kills its GCS and raylet when the driver dies,
+# but the agents, reparented to init, may linger trying to report the raylet's death to the GCS
+# that is gone (found by the fault matrix's kill trials). So after `ray.init` the driver sends
+# the watchdog every process under a marked one (pid and start time); once the driver is gone
+# the watchdog kills those and every marked process.
 EMBEDDED_RAY_ENV = "HFSWEEP_EMBEDDED_RAY"
 _watchdogs: list[object] = []  # each keeps its pipe open for as long as this process lives
 
 _WATCHDOG = """
 import os, signal, sys, time
-sys.stdin.buffer.read()  # returns when the driver is gone: the kernel closed its end
+sent = sys.stdin.buffer.read()  # 'pid:start' of what ray.init started, then EOF: driver gone
 needle = sys.argv[1].encode()
+known = dict(item.split(b":", 1) for item in sent.split() if item.count(b":") == 1)
 quiet_since = time.monotonic()
 deadline = time.monotonic() + 30.0
 while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
@@ -264,15 +269,43 @@ while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle not in fh.read().split(b"\\0"):
-                    continue
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b") ", 1)[-1].split()
+            if fields[0] == b"Z":
+                continue  # dead already; its parent reaps it
+            if known.get(entry.encode()) != fields[19]:  # not one the driver sent (or reused)
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if needle not in fh.read().split(b"\\0"):
+                        continue
             os.kill(int(entry), signal.SIGKILL)
             quiet_since = time.monotonic()
-        except OSError:
+        except (OSError, IndexError):
             pass
     time.sleep(0.2)
 """
+
+
+def _processes_under(roots: list[int]) -> list[tuple[int, str]]:
+    """`roots` and every live process below them, each with its start time (from /proc)."""
+    parent: dict[int, int] = {}
+    start: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b") ", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z":
+            parent[int(entry.name)] = int(fields[1])
+            start[int(entry.name)] = fields[19].decode()
+    found = {pid for pid in roots if pid in start}
+    grew = True
+    while grew:
+        below = {pid for pid, ppid in parent.items() if ppid in found} - found
+        found |= below
+        grew = bool(below)
+    return [(pid, start[pid]) for pid in sorted(found)]
 
 
 @contextlib.contextmanager
@@ -301,6 +334,12 @@ def embedded_ray_dies_with_this_process():
     os.environ[EMBEDDED_RAY_ENV] = token
     try:
         yield
+        # What ray.init started: the marked processes and everything under them (the raylet's
+        # agents carry no marker).
+        started = _processes_under(processes_with_env(EMBEDDED_RAY_ENV, token))
+        with contextlib.suppress(OSError):
+            watchdog.stdin.write(" ".join(f"{pid}:{t}" for pid, t in started).encode() + b"\n")
+            watchdog.stdin.flush()
     finally:
         if previous is None:
             os.environ.pop(EMBEDDED_RAY_ENV, None)

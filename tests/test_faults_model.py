@@ -256,13 +256,24 @@ def test_what_counts_as_the_environment():
 
 DRIVER = textwrap.dedent(
     """
-    import subprocess, sys, time
+    import os, subprocess, sys
     from runners import containment
+    # a raylet: marked (it inherits the driver's environment); it starts an agent with an
+    # environment of its own (no marker), as Ray's raylet starts its dashboard and runtime-env
+    # agents, whose process titles then overwrite what /proc shows of their environment
+    raylet = (
+        "import os, subprocess, sys, time\\n"
+        "env = {k: v for k, v in os.environ.items() if k != sys.argv[1]}\\n"
+        "agent = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], env=env)\\n"
+        "print(agent.pid, flush=True)\\n"
+        "time.sleep(600)\\n"
+    )
     with containment.embedded_ray_dies_with_this_process():  # what ray.init would start
-        agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                 start_new_session=True)  # reparented to init, as Ray's agents
-    print(agent.pid, flush=True)
-    time.sleep(600)
+        proc = subprocess.Popen([sys.executable, "-c", raylet, containment.EMBEDDED_RAY_ENV],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        agent = int(proc.stdout.readline())
+    print(proc.pid, agent, flush=True)
+    import time; time.sleep(600)
     """
 )
 
@@ -278,12 +289,13 @@ def test_what_an_embedded_ray_started_dies_with_its_killed_driver():
         text=True,
     )
     try:
-        agent = int(driver.stdout.readline())
+        worker, agent = map(int, driver.stdout.readline().split())
         assert containment.EMBEDDED_RAY_ENV not in os.environ
         time.sleep(1.0)
-        assert alive(agent)  # nothing is killed while the driver lives
+        assert alive(worker) and alive(agent)  # nothing is killed while the driver lives
         driver.kill()
         driver.wait(10)
-        assert wait_dead(agent, 10.0), "the embedded Ray's process outlived its driver"
+        assert wait_dead(worker, 10.0), "the embedded Ray's raylet outlived its driver"
+        assert wait_dead(agent, 10.0), "the raylet's agent (no marker) outlived its driver"
     finally:
         driver.kill()
