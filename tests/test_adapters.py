@@ -91,6 +91,16 @@ TIMM_SAMPLE = [
     "resnet50", "vit_small_patch16_224", "efficientnet_b0", "convnext_tiny",
     "mobilenetv3_small_100", "swin_tiny_patch4_window7_224", "maxvit_tiny_tf_224",
     "cspresnet50", "vitamin_small_224",
+    "vgg11",  # the pre-logits ConvMlp narrowed by its mlp_ratio
+    "hgnet_tiny", "selecsls42",  # stages described by position
+    "dla46x_c", "resnest50d",  # grouped bottlenecks keep their width when the groups shrink
+    "resnetv2_50x1_bit",  # GroupNorm of 32 groups inside the bottleneck
+    "halonet26t",  # halo attention blocks that tile the tiny feature map
+    "hardcorenas_f",  # EfficientNet-style block strings
+    "resnest50d_4s2x40d",  # split attention: radix x cardinality groups
+    "resnet50_gn", "regnetz_b16_evos",  # GroupNorm / EvoNorm group sizes
+    "resnet50_clip", "repvgg_b1",  # an attention-pool head; widths written as floats
+    "repghostnet_200",  # a whole-float width multiplier (width=2.0), not a width
 ]  # fmt: skip
 
 
@@ -101,6 +111,35 @@ def test_timm_architectures_shrink_by_their_constructor(arch):
     run = train_once("timm", resolved)
     assert run["spec"].changes, "the shrink changed nothing"
     assert run["params"] <= MAX_PARAMS
+
+
+def test_timm_positional_stages_and_grouped_bottlenecks_shrink_by_role():
+    from model_configs.shrink import timm as tshrink
+
+    shrinker = tshrink.Shrinker(4.0, "SelecSls")
+    features = [(32, 0, 64, 64, True, 2), (64, 64, 64, 128, False, 1)]
+    # the first input width is the fixed stem's; every other width shrinks by one function
+    assert shrinker.positional("iwww__", features) == [(32, 0, 16, 16, True, 2),
+                                                       (16, 16, 16, 32, False, 1)]  # fmt: skip
+    hgnet = tshrink.Shrinker(4.0, "HighPerfGpuNet")
+    out = hgnet.value("model_cfg", {"stage2": [224, 128, 448, 3, True, False, 3, 5]}, "")
+    assert out["stage2"] == [64, 32, 112, 1, True, False, 3, 2]
+    args = {"cardinality": 32, "base_width": 4}
+    tshrink.fit_groups(args)  # the bottleneck keeps planes * base_width / 64 * cardinality
+    assert args == {"cardinality": 4, "base_width": 32}
+    assert tshrink.Shrinker(8.0, "VGG").args({"mlp_ratio": 1.0})["mlp_ratio"] == 1 / 64
+    arch_def = [["ds_r1_k3_s1_e1_c16"], ["ir_r2_k5_s2_e3_c64_se0.25", "ir_r1_k5_s1_e3_c64"]]
+    assert tshrink.Shrinker(4.0).arch_def(arch_def) == [["ds_r1_k3_s1_e1_c16"],
+                                                        ["ir_r1_k5_s2_e3_c16_se0.25"]]  # fmt: skip
+    resnest = tshrink.Shrinker(8.0, "ResNet").args(
+        {"channels": (64, 128, 256, 512), "base_width": 40, "cardinality": 2,
+         "block_args": {"radix": 4}}
+    )  # fmt: skip
+    assert all(int(p * resnest["base_width"] / 64) % 4 == 0 for p in resnest["channels"])
+    assert tshrink.Shrinker(4.0, "RepGhostNet").args({"width": 2.0})["width"] == 0.25
+    assert tshrink.Shrinker(4.0, "RepVGG").args({"c": 128.0})["c"] == 32.0
+    gn = tshrink.Shrinker(8.0, "ResNet").args({"channels": (64, 128), "norm_layer": "groupnorm"})
+    assert all(c % 32 == 0 for c in gn["channels"])
 
 
 def test_timm_config_json_and_unknown_architectures(tmp_path):
@@ -255,6 +294,13 @@ def test_sentence_transformers_refuses_module_types_outside_the_library(tmp_path
         ("yolo11-pose", "PoseModel"),
         ("yolov8-obb", "OBBModel"),
         ("yolo11-cls", "ClassificationModel"),
+        ("yolo26-sem", "SemanticSegmentationModel"),
+        ("yolo26-depth", "DepthModel"),
+        ("rtdetr-resnet50", "RTDETRDetectionModel"),  # its loss on the eval-mode outputs
+        ("yolov9e", "DetectionModel"),  # written channel counts scaled with the widths
+        ("yolov8-cls-resnet50", "ClassificationModel"),
+        ("yolov8-worldv2", "WorldModel"),  # text embeddings as an input
+        ("yoloe-11-seg", "YOLOESegModel"),
     ],
 )
 def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
@@ -262,6 +308,27 @@ def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
     resolved = next(r for r in adapter.iter_architectures() if r.model_id == f"ultralytics/{yaml}")
     run = train_once("ultralytics", resolved)
     assert run["spec"].architecture == cls
+
+
+def test_ultralytics_scales_the_channel_counts_a_yaml_writes():
+    """YOLOv9-E's CBLinear splits must equal the widths of the layers CBFuse adds them to; the
+    ResNet classifier's layers chain (each takes the previous one's 4x expanded output)."""
+    adapter = get_adapter("ultralytics")
+    by_name = {r.model_id.split("/")[-1]: r for r in adapter.iter_architectures()}
+    layers = adapter.shrink(by_name["yolov9e"]).config["backbone"]
+    assert layers[14][2] == "CBLinear" and layers[14][3][0] == [8, 16, 32, 64, 128]
+    assert layers[3][3][1:3] == [16, 8]  # RepNCSPELAN4 [256, 128, 64]: hidden widths / 8
+    resnet = adapter.shrink(by_name["yolov8-cls-resnet50"]).config["backbone"]
+    assert [layer[3][:2] for layer in resnet] == [[3, 8], [8, 8], [32, 16], [64, 32], [128, 64]]
+    spec = adapter.shrink(by_name["yolov9c"])
+    assert any(k.endswith("RepNCSPELAN4") for k in spec.changes)
+
+
+def test_ultralytics_open_vocabulary_models_take_text_embeddings_as_inputs():
+    adapter = get_adapter("ultralytics")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("/yoloe-11"))
+    run = train_once("ultralytics", resolved)
+    assert run["inputs"]["tpe"].shape == (2, 4, 512)  # batch, classes, MobileCLIP's width
 
 
 def test_ultralytics_catalog_repo_maps_to_its_yaml():
@@ -293,6 +360,47 @@ def test_pyannote_models_and_pipelines(repo):
 def test_speechbrain_interfaces(repo):
     resolved = get_adapter("speechbrain").default_config(entry(repo, "speechbrain"))
     train_once("speechbrain", resolved)
+
+
+def test_pyannote_sseriouss_builds_its_encoder_from_a_config_dict_never_a_download():
+    adapter = get_adapter("pyannote-audio")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("SSeRiouSS"))
+    assert resolved.config["models"]["model"]["args"]["wav2vec"] == "WAVLM_BASE"
+    run = train_once("pyannote-audio", resolved)
+    wav2vec = run["spec"].config["models"]["model"]["args"]["wav2vec"]
+    assert isinstance(wav2vec, dict) and wav2vec["encoder_embed_dim"] == 32
+    assert len(wav2vec["extractor_conv_layer_config"]) == 7  # WavLM's seven conv layers
+
+
+def test_speechbrain_contextnet_keeps_both_widths_and_its_downsamplings():
+    adapter = get_adapter("speechbrain")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("ContextNet"))
+    args = train_once("speechbrain", resolved)["spec"].config["args"]
+    assert args["num_blocks"] == 4 and args["strides"].count(2) == 3
+    assert len(set(args["conv_channels"])) == 2
+
+
+@pytest.mark.parametrize("name", ["ESPnetVGG", "GatedNN"])
+def test_speechbrain_asr_encoders_train_on_fbank_features(name):
+    adapter = get_adapter("speechbrain")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(f"/{name}"))
+    run = train_once("speechbrain", resolved)
+    args = run["spec"].config["args"]
+    assert args["input_shape"] == [None, None, run["spec"].config["n_mels"]]
+    assert run["spec"].task == "asr-encoder"
+
+
+@pytest.mark.parametrize("encoder", ["", "-conformer", "-branchformer"])
+def test_speechbrain_transformer_asr_trains_its_decoder_on_a_transcript(encoder):
+    adapter = get_adapter("speechbrain")
+    name = f"speechbrain/TransformerASR{encoder}"
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id == name)
+    run = train_once("speechbrain", resolved)
+    args = run["spec"].config["args"]
+    assert args["num_encoder_layers"] == args["num_decoder_layers"] == 2
+    assert args["d_model"] % args["nhead"] == 0 and args["input_size"] == 24
+    logits = run["model"](**run["inputs"])
+    assert logits.shape == (*run["inputs"]["tokens"].shape, args["tgt_vocab"])
 
 
 def test_speechbrain_never_reads_hyperparams_and_says_why():

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
-from reports.schema import SkipReason
+from reports.schema import ConfigSource, SkipReason
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "libraries"
 
@@ -116,6 +116,17 @@ class Adapter(ABC):
         fresh.load_state_dict(load_file(str(path)), strict=True)
         return fresh.eval()
 
+    # ----- helpers the adapters share -----
+    def library_default(self, model_id: str, config: dict[str, Any], detail: str = "") -> Any:
+        """A config from the library's own bundled defaults, labelled so."""
+        return ResolvedConfig(
+            model_id=model_id,
+            library=self.library,
+            config=config,
+            source=ConfigSource.LIBRARY_DEFAULT.value,
+            detail=detail,
+        )
+
     # ----- coverage -----
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         """One default config per architecture the library offers (for the coverage bench)."""
@@ -128,6 +139,42 @@ class Adapter(ABC):
             return {}
         table = json.loads(path.read_text()).get("known_failures", {})
         return {k: v for k, v in table.items() if not k.startswith("_")}
+
+
+def no_config(message: str, model_id: str | None) -> ConfigError:
+    """The `no_config` skip: nothing offline says what this repo's model is."""
+    return ConfigError(message, reason=SkipReason.NO_CONFIG.value, model_id=model_id)
+
+
+def find_class(
+    name: str,
+    modules: tuple[str, ...],
+    *,
+    where: str,
+    model_id: str | None = None,
+    after_import: Any = None,
+) -> Any:
+    """The class `name` from the first of these modules that has it (a module that does not
+    import is passed over); a `no_model_class` skip naming `where` otherwise. Only these
+    modules are looked in: a repo never names the code that is run."""
+    import importlib
+
+    for module_name in modules:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        finally:
+            if after_import is not None:
+                after_import()
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise ConfigError(
+        f"{name!r} is not a class of {where}",
+        reason=SkipReason.NO_MODEL_CLASS.value,
+        model_id=model_id,
+    )
 
 
 def read_json(path: Path, *, model_id: str) -> dict[str, Any]:

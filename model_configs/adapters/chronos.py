@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data, repo_name
+from model_configs.adapters.base import Adapter, library_data, no_config, repo_name
 from model_configs.adapters.transformers import save_pretrained_round_trip
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 CONTEXT = 64  # series steps the tiny model sees
@@ -52,11 +52,10 @@ class ChronosAdapter(Adapter):
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         kind = _kind_from_name(entry.model_id)
         if kind is None:
-            raise ConfigError(
+            raise no_config(
                 "no config.json available offline, and the repo name names no Chronos kind "
                 "(chronos-t5-*, chronos-bolt-*, chronos-2*)",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         stand_in = library_data(self.library)["kinds"][kind]
         if stand_in["pipeline_class"] == "Chronos2Pipeline":
@@ -74,11 +73,9 @@ class ChronosAdapter(Adapter):
             ]
         config["chronos_config"] = copy.deepcopy(stand_in["chronos_config"])
         config["chronos_pipeline_class"] = stand_in["pipeline_class"]
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config=config,
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            config,
             detail=f"chronos {stand_in['pipeline_class']} stand-in (kind {kind!r} from the repo "
             "name; sizes from the library's config defaults)",
         )

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, read_json, repo_name
+from model_configs.adapters.base import Adapter, no_config, read_json, repo_name
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 EMBED = 32
@@ -47,17 +47,14 @@ class OpenClipAdapter(Adapter):
 
         name = model_name_in(entry.model_id)
         if name is None:
-            raise ConfigError(
+            raise no_config(
                 "no open_clip_config.json available offline, and the repo name contains no "
                 f"open_clip {open_clip.__version__} model name",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config={"model_name": name, **copy.deepcopy(open_clip.get_model_config(name))},
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            {"model_name": name, **copy.deepcopy(open_clip.get_model_config(name))},
             detail=f"open_clip {open_clip.__version__} bundled config {name!r} (named in the "
             "repo id)",
         )
@@ -95,11 +92,10 @@ class OpenClipAdapter(Adapter):
                 model_id=resolved.model_id,
             )
         if text.get("hf_model_name"):
-            raise ConfigError(
+            raise no_config(
                 f"the text tower is the Hub model {text['hf_model_name']!r}, whose config "
                 "open_clip reads from the Hub (AutoConfig.from_pretrained); not available offline",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=resolved.model_id,
+                resolved.model_id,
             )
         changes: dict[str, list[Any]] = {}
         if isinstance(cfg.get("embed_dim"), int) and cfg["embed_dim"] > EMBED:
@@ -204,11 +200,9 @@ class OpenClipAdapter(Adapter):
         import open_clip
 
         for name in open_clip.list_models():
-            yield ResolvedConfig(
-                model_id=f"open_clip/{name}",
-                library=self.library,
-                config={"model_name": name, **copy.deepcopy(open_clip.get_model_config(name))},
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"open_clip/{name}",
+                {"model_name": name, **copy.deepcopy(open_clip.get_model_config(name))},
             )
 
 

@@ -23,10 +23,10 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data
+from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 SAMPLES = 16_000  # one second at 16 kHz
@@ -41,8 +41,18 @@ SHRINK: dict[str, dict[str, Any]] = {
 # and rebuilds its `resnet` trunk through pyannote's own ResNet constructor, narrower and with
 # one block per stage (the rows record it).
 WESPEAKER = {"num_blocks": [1, 1, 1, 1], "m_channels": 8, "embed_dim": 32, "num_mel_bins": 40}
-# Classes whose constructor downloads pretrained weights.
-DOWNLOADS = {"SSeRiouSS": "loads torchaudio's pretrained WavLM"}
+# SSeRiouSS names its self-supervised front end as a torchaudio pipeline ("WAVLM_BASE"), whose
+# constructor downloads the pretrained weights; its other branch, the one pyannote's
+# `from_pretrained` takes, builds the encoder from a config dict understood by torchaudio's
+# `wav2vec2_model`. The tiny model takes that branch with the pipeline's own layout (its
+# `_params`, read without a download), narrower and shallower. `wav2vec2_model` has no
+# WavLM gated relative position bias (`encoder_num_buckets`, `encoder_max_distance`): the
+# encoder is a wav2vec 2.0 transformer of WavLM's shape, and the row's changes say so.
+TINY_WAV2VEC: dict[str, Any] = {"encoder_embed_dim": 32, "encoder_num_layers": 2,
+                                "encoder_num_heads": 2, "encoder_ff_interm_features": 64,
+                                "encoder_pos_conv_kernel": 16, "encoder_pos_conv_groups": 4,
+                                "encoder_layer_drop": 0.0}  # fmt: skip
+TINY_EXTRACTOR_WIDTH = 16  # the conv feature extractor's channels (512 in WavLM / wav2vec 2.0)
 MODEL_MODULES = ("pyannote.audio.models.segmentation", "pyannote.audio.models.embedding",
                  "pyannote.audio.models.separation")  # fmt: skip
 
@@ -66,21 +76,18 @@ class PyannoteAdapter(Adapter):
         repos = library_data(self.library)["repos"]
         mapped = repos.get(entry.model_id)
         if mapped is None:
-            raise ConfigError(
+            raise no_config(
                 "no config.yaml available offline, and the adapter's table does not know this "
                 "repo's model class",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         models = {
             part: copy.deepcopy(library_data(self.library)["models"][name])
             for part, name in mapped["models"].items()
         }
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config={"models": models},
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            {"models": models},
             detail=f"pyannote.audio classes from the adapter's table ({mapped['reason']})",
         )
 
@@ -100,11 +107,10 @@ class PyannoteAdapter(Adapter):
             ) from exc
         model = (data or {}).get("model") if isinstance(data, dict) else None
         if not isinstance(model, dict) or "_target_" not in model:
-            raise ConfigError(
+            raise no_config(
                 f"{path}: a pipeline or a config without model._target_; pipelines resolve "
                 "offline through the adapter's table only",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=model_id,
+                model_id,
             )
         target = str(model.pop("_target_"))
         name = target.rsplit(".", 1)[-1]
@@ -133,14 +139,11 @@ class PyannoteAdapter(Adapter):
         for part, m in models.items():
             cls_name = str(m["class"])
             _model_class(cls_name, resolved.model_id)  # refuse anything outside pyannote's models
-            if cls_name in DOWNLOADS:
-                raise ShrinkError(
-                    f"{cls_name} {DOWNLOADS[cls_name]} when it is built (a download; no weights "
-                    "are ever loaded here)",
-                    model_id=resolved.model_id,
-                    stage="load",
-                )
             args = copy.deepcopy(m.get("args") or {})
+            if cls_name == "SSeRiouSS":
+                before = args.get("wav2vec")
+                args["wav2vec"] = _tiny_wav2vec(before, resolved.model_id)
+                changes[f"{part}.wav2vec"] = [before, args["wav2vec"]]
             for key, value in SHRINK.get(cls_name, {}).items():
                 if isinstance(value, dict):
                     old = dict(args.get(key) or {})
@@ -193,27 +196,41 @@ class PyannoteAdapter(Adapter):
         """Every model class pyannote.audio offers, with the adapter's default arguments."""
         table = library_data(self.library)["models"]
         for name, m in table.items():
-            yield ResolvedConfig(
-                model_id=f"pyannote/{name}",
-                library=self.library,
-                config={"models": {"model": copy.deepcopy(m)}},
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"pyannote/{name}",
+                {"models": {"model": copy.deepcopy(m)}},
             )
 
 
-def _model_class(name: str, model_id: str | None = None) -> Any:
-    import importlib
+def _tiny_wav2vec(wav2vec: Any, model_id: str | None) -> dict[str, Any]:
+    """SSeRiouSS's encoder as the config dict its constructor takes (see TINY_WAV2VEC)."""
+    import inspect
 
-    for module_name in MODEL_MODULES:
-        module = importlib.import_module(module_name)
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    raise ConfigError(
-        f"{name!r} is not a model class of pyannote.audio.models",
-        reason=SkipReason.NO_MODEL_CLASS.value,
-        model_id=model_id,
-    )
+    import torchaudio
+
+    if isinstance(wav2vec, str) and hasattr(torchaudio.pipelines, wav2vec):
+        params = dict(getattr(torchaudio.pipelines, wav2vec)._params)
+    elif isinstance(wav2vec, dict):
+        params = dict(wav2vec)
+    else:  # a checkpoint path: torch.load of a file (weights), never done here
+        raise ShrinkError(
+            f"SSeRiouSS's wav2vec {wav2vec!r} is neither a torchaudio pipeline nor a config "
+            "dict (a checkpoint path: its weights would be loaded)",
+            model_id=model_id,
+            stage="load",
+        )
+    takes = inspect.signature(torchaudio.models.wav2vec2_model).parameters
+    tiny = {k: v for k, v in params.items() if k in takes}
+    layers = tiny.get("extractor_conv_layer_config") or [(512, 10, 5)] + [(512, 3, 2)] * 4
+    tiny["extractor_conv_layer_config"] = [
+        [TINY_EXTRACTOR_WIDTH, int(kernel), int(stride)] for _, kernel, stride in layers
+    ]
+    tiny.update(TINY_WAV2VEC)
+    return tiny
+
+
+def _model_class(name: str, model_id: str | None = None) -> Any:
+    return find_class(name, MODEL_MODULES, where="pyannote.audio.models", model_id=model_id)
 
 
 def _default_specs(name: str) -> dict[str, Any] | None:
@@ -238,7 +255,12 @@ def _specifications(spec: dict[str, Any]) -> Any:
 
 def _build_part(m: dict[str, Any]) -> Any:
     cls = _model_class(m["class"])
-    model = cls(**copy.deepcopy(m["args"]))
+    args = copy.deepcopy(m["args"])
+    if isinstance(args.get("wav2vec"), dict):  # JSON lists back to the (width, k, s) tuples
+        conv = args["wav2vec"].get("extractor_conv_layer_config")
+        if conv:
+            args["wav2vec"]["extractor_conv_layer_config"] = [tuple(c) for c in conv]
+    model = cls(**args)
     if "resnet" in m:
         from pyannote.audio.models.embedding.wespeaker.resnet import BasicBlock, ResNet
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, read_json
+from model_configs.adapters.base import Adapter, no_config, read_json
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -94,10 +94,9 @@ class SentenceTransformersAdapter(Adapter):
                 cfg = read_json(sub / "config.json", model_id=model_id)
             stack.append({"type": kind, "path": str(m.get("path") or ""), "config": cfg})
         if backbone is None:
-            raise ConfigError(
+            raise no_config(
                 "modules.json names no Transformer module with a config.json",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=model_id,
+                model_id,
             )
         return ResolvedConfig(
             model_id=model_id,

@@ -8,25 +8,26 @@ the repo's instructions running, so this adapter never loads it. The architectur
 the adapter's table (`model_configs/data/libraries/speechbrain.json`: the repo's classes and
 their arguments), built from `speechbrain.lobes` classes only. The model is what the repo's
 interface runs: `Fbank` features, `InputNormalization`, the embedding or VAD model, and a
-classifier head where the repo has one (language id), fed a waveform batch. Loss: the head's
-cross-entropy, an in-batch contrastive loss for embeddings, BCE for frame-wise VAD.
+classifier head where the repo has one (language id), fed a waveform batch; the encoder-decoder
+ASR models (TransformerASR) are also fed a transcript's tokens and end in SpeechBrain's
+`seq_lin` output layer. Loss: the head's
+cross-entropy, an in-batch contrastive loss for embeddings and for the ASR encoders'
+outputs (ESPnetVGG, GatedNN), BCE for frame-wise VAD, next-token cross-entropy for ASR.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data
+from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
 
 BATCH = 2
 SAMPLES = 16_000
+TOKENS = 8
 N_MELS = 24
 # Per-class caps: (argument, cap) for ints; lists are capped element-wise.
 CAPS: dict[str, dict[str, int]] = {
@@ -42,7 +43,20 @@ CAPS: dict[str, dict[str, int]] = {
     },  # fmt: skip
     "Cnn14": {"emb_dim": 32},
     "VanillaNN": {"dnn_blocks": 2, "dnn_neurons": 16},
-    "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8},
+    "ContextNet": {"out_channels": 32, "num_layers": 2, "inner_dim": 8, "num_blocks": 4},
+    "ESPnetVGG": {"rnn_layers": 1, "rnn_neurons": 16, "projection_neurons": 16},
+    "GatedNN": {"blocks": 2, "neurons": 16},
+    # the encoder-decoder ASR models (transformer, conformer or branchformer encoder); two
+    # layers each side, heads dividing d_model
+    "TransformerASR": {
+        "tgt_vocab": 32,
+        "d_model": 16,
+        "nhead": 2,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "d_ffn": 32,
+        "csgu_linear_units": 32,
+    },
     "Classifier": {"lin_neurons": 16, "out_neurons": 8},
 }
 # Width lists a class takes, and their tiny values (the constraints stated with them).
@@ -52,6 +66,11 @@ LISTS: dict[str, dict[str, list[int]]] = {
     "Xvector": {"tdnn_channels": [32, 32, 32, 32, 64]},
     "ResNet": {"channels": [8, 8, 16, 16], "block_sizes": [1, 1, 1, 1]},
     "CRDNN": {"cnn_channels": [8, 16]},
+    # ContextNet's 21 blocks are 10 of 256 channels then 11 of 512, three of them striding by
+    # 2: four blocks keep both widths (scaled by 1/16) and the three downsamplings
+    "ContextNet": {"conv_channels": [16, 16, 32, 32], "strides": [1, 2, 2, 2]},
+    # the VGG front end's two conv blocks (64, 128 channels), each halving time and frequency
+    "ESPnetVGG": {"cnn_channels": [8, 16]},
 }
 LOBES = "speechbrain.lobes.models"
 
@@ -71,21 +90,16 @@ class SpeechBrainAdapter(Adapter):
         data = library_data(self.library)
         mapped = data["repos"].get(entry.model_id)
         if mapped is None:
-            raise ConfigError(
+            raise no_config(
                 "SpeechBrain describes models in hyperparams.yaml, which runs what it names, so "
                 "it is not read; the adapter's table does not know this repo",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
         if mapped.get("skip"):
-            raise ConfigError(
-                mapped["skip"], reason=SkipReason.NO_CONFIG.value, model_id=entry.model_id
-            )
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config=copy.deepcopy(mapped["model"]),
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+            raise no_config(mapped["skip"], entry.model_id)
+        return self.library_default(
+            entry.model_id,
+            copy.deepcopy(mapped["model"]),
             detail=f"speechbrain.lobes classes from the adapter's table ({mapped['reason']})",
         )
 
@@ -141,7 +155,11 @@ class SpeechBrainAdapter(Adapter):
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        return {"wavs": torch.randn(BATCH, SAMPLES, generator=gen) * 0.1}
+        inputs = {"wavs": torch.randn(BATCH, SAMPLES, generator=gen) * 0.1}
+        if spec.config.get("task") == "asr":  # the transcript's tokens the decoder is fed
+            vocab = int(spec.config["args"]["tgt_vocab"])
+            inputs["tokens"] = torch.randint(1, vocab, (BATCH, TOKENS), generator=gen)
+        return inputs
 
     def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
         import torch
@@ -152,6 +170,10 @@ class SpeechBrainAdapter(Adapter):
         if task == "classification":  # the head's scores per class
             logits = out.reshape(out.shape[0], -1)
             return F.cross_entropy(logits, torch.arange(out.shape[0]) % logits.shape[-1])
+        if task == "asr":  # next-token cross-entropy of the decoder's scores
+            vocab = out.shape[-1]
+            tokens = inputs["tokens"]
+            return F.cross_entropy(out[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         if task == "vad":
             probs = torch.sigmoid(out)
             target = torch.zeros_like(probs)
@@ -163,11 +185,9 @@ class SpeechBrainAdapter(Adapter):
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         for name, model in library_data(self.library)["architectures"].items():
-            yield ResolvedConfig(
-                model_id=f"speechbrain/{name}",
-                library=self.library,
-                config=copy.deepcopy(model),
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"speechbrain/{name}",
+                copy.deepcopy(model),
             )
 
 
@@ -200,20 +220,20 @@ def drop_lazy_placeholders() -> None:
 def _lobe(name: str, model_id: str | None = None) -> Any:
     """A class of speechbrain.lobes.models (module named after the class, or ECAPA's)."""
     import_speechbrain()
-    for module_name in (name, "ECAPA_TDNN", "ResNet", "Xvector", "CRDNN", "ContextNet"):
-        try:
-            module = importlib.import_module(f"{LOBES}.{module_name}")
-        except ImportError:
-            continue
-        finally:
-            drop_lazy_placeholders()
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    raise ConfigError(
-        f"{name!r} is not a class of {LOBES}",
-        reason=SkipReason.NO_MODEL_CLASS.value,
-        model_id=model_id,
+    modules = tuple(
+        f"{LOBES}.{m}"
+        for m in (
+            name,
+            "ECAPA_TDNN",
+            "ResNet",
+            "Xvector",
+            "CRDNN",
+            "ContextNet",
+            "transformer.TransformerASR",
+        )
+    )
+    return find_class(
+        name, modules, where=LOBES, model_id=model_id, after_import=drop_lazy_placeholders
     )
 
 
@@ -226,13 +246,13 @@ def _defaults(name: str) -> dict[str, Any]:
 
 def _set_input_size(name: str, args: dict[str, Any]) -> None:
     """The feature width each class is told (its own argument name for it)."""
-    if name in ("ECAPA_TDNN", "ResNet"):
+    if name in ("ECAPA_TDNN", "ResNet", "TransformerASR"):
         args["input_size"] = N_MELS
     elif name == "Xvector":
         args["in_channels"] = N_MELS
     elif name == "Cnn14":
         args["mel_bins"] = N_MELS
-    elif name in ("CRDNN", "VanillaNN", "ContextNet"):
+    elif name in ("CRDNN", "VanillaNN", "ContextNet", "ESPnetVGG", "GatedNN"):
         args["input_shape"] = [None, None, N_MELS]
 
 
@@ -264,15 +284,23 @@ def _interface_class() -> Any:
                 self.classifier = Classifier(**head)
             else:
                 self.classifier = None
+            # the ASR models' decoder output layer (seq_lin in SpeechBrain's recipes)
+            self.seq_lin = (
+                torch.nn.Linear(int(args["d_model"]), int(args["tgt_vocab"]))
+                if config.get("task") == "asr"
+                else None
+            )
             self.output = (  # the VAD's frame-wise output layer
                 torch.nn.Linear(int(args.get("dnn_neurons", 512)), 1)
                 if config.get("task") == "vad"
                 else None
             )
 
-        def forward(self, wavs: Any) -> Any:
+        def forward(self, wavs: Any, tokens: Any = None) -> Any:
             lengths = torch.ones(wavs.shape[0], device=wavs.device)
             feats = self.mean_var_norm(self.compute_features(wavs), lengths)
+            if self.seq_lin is not None:  # encoder-decoder: (encoder_out, decoder_out, ...)
+                return self.seq_lin(self.model(feats, tokens, lengths)[1])
             out = self.model(feats)
             if isinstance(out, tuple):
                 out = out[0]

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, repo_name
+from model_configs.adapters.base import Adapter, no_config, repo_name
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
-from reports.schema import ConfigSource, SkipReason
+from reports.schema import SkipReason
 
 BATCH = 2
 IMAGE_SIDES = (64, 32, 96, 128, 160, 224)  # tried in order at shrink time
@@ -37,17 +37,14 @@ class TimmAdapter(Adapter):
 
         arch = repo_name(entry.model_id).split(".", 1)[0]
         if not timm.is_model(arch):
-            raise ConfigError(
+            raise no_config(
                 f"no config.json available offline, and {arch!r} (from the repo name) is not "
                 f"a timm {timm.__version__} architecture",
-                reason=SkipReason.NO_CONFIG.value,
-                model_id=entry.model_id,
+                entry.model_id,
             )
-        return ResolvedConfig(
-            model_id=entry.model_id,
-            library=self.library,
-            config={"architecture": arch},
-            source=ConfigSource.LIBRARY_DEFAULT.value,
+        return self.library_default(
+            entry.model_id,
+            {"architecture": arch},
             detail=f"timm {timm.__version__} defaults for architecture {arch!r} (from the repo id)",
         )
 
@@ -104,11 +101,9 @@ class TimmAdapter(Adapter):
         import timm
 
         for name in timm.list_models():
-            yield ResolvedConfig(
-                model_id=f"timm/{name}",
-                library=self.library,
-                config={"architecture": name},
-                source=ConfigSource.LIBRARY_DEFAULT.value,
+            yield self.library_default(
+                f"timm/{name}",
+                {"architecture": name},
             )
 
 
@@ -298,7 +293,8 @@ def _build(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     builder.pop("features_only", None)
     if builder.get("model_cfg") is not None:  # a config dataclass: shrunk with the arguments
         args["model_cfg"] = builder.pop("model_cfg")
-    factor = tshrink.width_factor(args) * float(config.get("width_factor_step", 1))
+    factor = tshrink.width_factor(args, captured.cls.__name__)
+    factor *= float(config.get("width_factor_step", 1))
     shrunk = tshrink.Shrinker(factor, captured.cls.__name__).args(args)
     if "model_cfg" in shrunk:
         builder["model_cfg"] = shrunk.pop("model_cfg")

@@ -235,6 +235,21 @@ def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+GROUP_NORM_GROUPS = 32  # timm's GroupNorm default
+
+
+def _group_norm(layer: Any) -> bool:
+    """A norm layer argument naming GroupNorm ('groupnorm', 'gn', the class, a partial of it)."""
+    if isinstance(layer, str):
+        return layer.lower() in ("groupnorm", "gn", "groupnormact", "groupnorm1")
+    target = getattr(layer, "func", layer)
+    return "GroupNorm" in getattr(target, "__name__", "") and "1" not in target.__name__
+
+
+def _whole_float(v: Any) -> bool:
+    return isinstance(v, float) and v.is_integer()
+
+
 def _chain_blocks(before: Any, after: Any) -> Any:
     """A block list whose dicts name `in_chs` and `out_chs` (Xception): the first block keeps
     its input width (a stem outside the list makes it), each next one takes the previous
@@ -270,6 +285,10 @@ class Shrinker:
         self.depth = DEPTH_FLOOR.get(model_class, 1)  # blocks kept per stage
         self.keep = KEEP_ARGS.get(model_class, set())
         self.step = WIDTH_STEP_BY_CLASS.get(model_class, WIDTH_STEP)
+        self.model_class = model_class
+        self.layouts = POSITIONAL_LAYOUTS.get(model_class, {})
+        self.fixed = FIXED_ARGS.get(model_class, {})
+        self.caps = NESTED_CAPS.get(model_class, {})
 
     def width(self, w: int) -> int:
         if w <= self.step:
@@ -281,14 +300,22 @@ class Shrinker:
         """The shrunk value of argument `key` (recursing into dataclasses, dicts and lists)."""
         if key in NOT_A_SIZE or key in self.keep:
             return v
+        if key in self.caps and _is_int(v):
+            return min(v, self.caps[key])
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return self.dataclass(v, path)
         if isinstance(v, dict):
-            out = {k: self.value(str(k), x, f"{path}.{k}") for k, x in v.items()}
+            out = {
+                k: self.positional(layout, x) if (layout := _layout(self.layouts, str(k)))
+                else self.value(str(k), x, f"{path}.{k}")
+                for k, x in v.items()
+            }  # fmt: skip
             fit_heads(out)
             return out
         if key == "block_args" and isinstance(v, list):
             return self.block_args(v)
+        if key == "arch_def" and isinstance(v, list) and all(isinstance(x, list) for x in v):
+            return self.arch_def(v)
         if isinstance(v, (list, tuple)) and v and any(_config_like(x) for x in v):
             # blocks of dataclasses / dicts, possibly nested (ByobNet's interleaved blocks)
             blocks = type(v)(
@@ -307,12 +334,15 @@ class Shrinker:
             return DEPTH
         if key in WIDTH_KEYS and _is_int(v) and v > 0:
             return self.width(v)
+        # before the whole-float rule: RepGhostNet's `width=2.0` is a multiplier, not 2 channels
+        if key in FLOAT_WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
+            return WIDTH_MULT
+        if key in WIDTH_KEYS and _whole_float(v) and v > 0:  # RepVGG's `c=64 * 2.0`
+            return float(self.width(int(v)))
         if key in WIDTH_KEYS and _int_seq(v):
             return type(v)(self.width(x) for x in v)
         if key in GROWTH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool):
             return type(v)(max(4, round(v / self.factor))) if v > 4 else v
-        if key in FLOAT_WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
-            return WIDTH_MULT
         if key in WIDTH_MULT_KEYS and isinstance(v, float) and v > WIDTH_MULT:
             return WIDTH_MULT
         if key in DEPTH_MULT_KEYS and isinstance(v, float) and v > DEPTH_MULT:
@@ -326,6 +356,29 @@ class Shrinker:
         if key in WINDOW_KEYS and _int_seq(v):
             return type(v)(min(x, WINDOW) for x in v)
         return v
+
+    def positional(self, layout: str, v: Any) -> Any:
+        """A stage described by position (HGNet's `[in, mid, out, blocks, ...]`) or a list of
+        such tuples (SelecSLS's blocks), shrunk by the roles its layout gives each position:
+        `w` a width, `i` an input width (the first entry's is kept: a fixed stem makes it),
+        `d` a block count, `l` layers inside a block, `_` as it is."""
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, (list, tuple)) for x in v):
+            return type(v)(self._entry(layout, x, first=i == 0) for i, x in enumerate(v))
+        return self._entry(layout, v, first=False) if isinstance(v, (list, tuple)) else v
+
+    def _entry(self, layout: str, entry: Any, *, first: bool) -> Any:
+        out = list(entry)
+        for i, role in enumerate(layout[: len(out)]):
+            x = out[i]
+            if not _is_int(x):
+                continue
+            if role == "w" or (role == "i" and not first):
+                out[i] = self.width(x) if x > 0 else x
+            elif role == "d":
+                out[i] = min(x, self.depth)
+            elif role == "l":
+                out[i] = min(x, DEPTH)
+        return type(entry)(out)
 
     def dataclass(self, obj: Any, path: str) -> Any:
         changes = {}
@@ -367,8 +420,26 @@ class Shrinker:
             out.append(new_blocks)
         return out
 
+    def arch_def(self, stages: list[list[str]]) -> list[list[str]]:
+        """EfficientNet-style block strings (`ir_r1_k5_s2_e6_c40_se0.25`, HardCoReNAS): the first
+        block of each stage, its repeats at most the depth kept, its `c` channels narrower."""
+        import re
+
+        def block(text: str) -> str:
+            text = re.sub(r"_c(\d+)", lambda m: f"_c{self.width(int(m.group(1)))}", text)
+            return re.sub(r"_r(\d+)", lambda m: f"_r{min(int(m.group(1)), self.depth)}", text)
+
+        return [[block(stage[0])] for stage in stages if stage]
+
     def args(self, args: dict[str, Any]) -> dict[str, Any]:
+        if _group_norm(args.get("norm_layer")):
+            # GroupNorm's 32 groups must divide every normalised width (ResNet-GN)
+            self.step = max(self.step, GROUP_NORM_GROUPS)
         out = {k: self.value(k, v, k) for k, v in args.items()}
+        out.update(self.fixed)
+        hook = CLASS_HOOKS.get(self.model_class)
+        if hook is not None:
+            hook(out)
         if "num_heads" not in self.keep:
             fit_heads(out)
         fit_groups(out)
@@ -419,13 +490,18 @@ KEEP_ARGS: dict[str, set[str]] = {
 WIDTH_STEP_BY_CLASS: dict[str, int] = {
     # MetaFormer's attention stages use heads of 32 channels: widths in multiples of 32
     "MetaFormer": 32,
-    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups: widths in multiples of 32
-    "ResNetV2": 32,
+    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups, also inside its bottleneck (a
+    # quarter of the stage width): stage widths in multiples of 4 x 32
+    "ResNetV2": 128,
 }
 KEEP_FIELDS: dict[str, set[str]] = {
     # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
     # leaves fewer than four stages, which RegNet asserts against. Widths still shrink.
     "RegNetCfg": {"depth", "group_size", "w0", "wa"},
+    # ByobNet multiplies its block widths by width_factor: the widths themselves shrink by the
+    # one factor, so the multiplier stays (shrinking both narrows past group and norm sizes:
+    # EvoNorm's groups of 16, the quad stem's eighths)
+    "ByoModelCfg": {"width_factor"},
 }
 
 
@@ -438,25 +514,99 @@ def _regnet(shrinker: Shrinker, fields: dict[str, Any]) -> None:
         fields["w0"], fields["wa"] = new_w0, float(wa) * new_w0 / w0
 
 
+# Stages some families describe by position rather than by name, keyed by the model class and
+# the config key (fnmatch pattern); roles as in Shrinker.positional.
+POSITIONAL_LAYOUTS: dict[str, dict[str, str]] = {
+    # HGNet: stageN = [in_chs, mid_chs, out_chs, blocks, downsample, light_block, kernel_size,
+    # layer_num]
+    "HighPerfGpuNet": {"stage[0-9]": "wwwd___l"},
+    # SelecSLS: features = [(in_chs, skip_chs, mid_chs, out_chs, is_first, stride)], its stem
+    # a fixed 32 channels; head = [(in_chs, out_chs, kernel_size, stride)]
+    "SelecSls": {"features": "iwww__", "head": "ww__"},
+}
+# Sizes a family names in nested layer arguments, capped, each with its reason.
+NESTED_CAPS: dict[str, dict[str, int]] = {
+    # ByobNet's halo and bilinear-attention layers (HaloNet, BAT; `self_attn_kwargs` /
+    # `attn_kwargs`) tile the feature map in blocks of block_size (8) with halo_size (3) around
+    # each: the 2x2 feature map of a 64px image at stride 32 takes blocks of 2 with a halo of 1
+    "ByobNet": {"block_size": WINDOW, "halo_size": 1},
+}
+# Constructor arguments set to a fixed value for a family, each with its reason.
+FIXED_ARGS: dict[str, dict[str, Any]] = {
+    # VGG's pre-logits ConvMlp is a 7x7 conv to a hidden width of 4096 * mlp_ratio, then a 1x1
+    # to 4096 features: the class fixes the 4096, its mlp_ratio narrows the 7x7 conv's output
+    "VGG": {"mlp_ratio": 1 / 64},
+}
+
+
+def _layout(layouts: dict[str, str], key: str) -> str | None:
+    import fnmatch
+
+    return next((lay for pat, lay in layouts.items() if fnmatch.fnmatchcase(key, pat)), None)
+
+
+def _byob(shrinker: Shrinker, fields: dict[str, Any]) -> None:
+    """ByobNet's attention-pool heads (CLIP ResNets: `attn_abs`, `attn_rot`) split their
+    embedding (head_hidden_size, else the last stage's width) into heads of 64 channels, a size
+    the class fixes: the pool gets one head of 64 (the narrowed stage width is below it)."""
+    hidden = fields.get("head_hidden_size")
+    if str(fields.get("head_type", "")).startswith("attn"):
+        fields["head_hidden_size"] = max(64, hidden // 64 * 64) if _is_int(hidden) else 64
+
+
+def _split_attention(args: dict[str, Any]) -> None:
+    """ResNeSt (a ResNet whose blocks take `radix`): split attention convolves
+    `int(planes * base_width / 64) * cardinality` channels in cardinality x radix groups, so
+    that width over the cardinality must be a multiple of the radix at every narrowed stage:
+    base_width rises to the nearest value that makes it so."""
+    radix = (args.get("block_args") or {}).get("radix", 1)
+    planes, base = args.get("channels"), args.get("base_width")
+    if not (_is_int(radix) and radix > 1 and _int_seq(planes) and _is_int(base)):
+        return
+    for candidate in range(base, base * 8):
+        if all(int(p * candidate / 64) % radix == 0 for p in planes):
+            args["base_width"] = candidate
+            return
+
+
+# Per-class steps after the generic walk of the arguments, each with its reason.
+CLASS_HOOKS: dict[str, Any] = {"ResNet": _split_attention}
+
 # Per-family steps after the generic walk of a config dataclass, each with its reason above.
-FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet}
+FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet, "ByoModelCfg": _byob}
 GROUP_SIZE = 8  # channels per conv group (RegNet, NFNet, ByobNet gs): below the narrow widths
 
 
+MAX_GROUPS = 4
+
+
 def fit_groups(args: dict[str, Any]) -> None:
-    """Conv groups (ResNeXt cardinality) small enough to divide the narrower channels."""
+    """Conv groups (ResNeXt cardinality) small enough to divide the narrower channels. A grouped
+    bottleneck whose width is `planes * base_width / 64 * cardinality` (ResNeXt, DLA-X, ResNeSt)
+    keeps that width: base_width grows by the factor the groups shrank by, so each group is
+    wider but the bottleneck keeps its share of the stage width (and a multiple of the groups)."""
     for key in ("cardinality", "groups", "num_groups"):
         v = args.get(key)
-        if _is_int(v) and v > 4:
-            args[key] = 4
+        if _is_int(v) and v > MAX_GROUPS:
+            args[key] = MAX_GROUPS
+            base = args.get("base_width")
+            if key == "cardinality" and _is_int(base):
+                args["base_width"] = base * v // MAX_GROUPS
 
 
-def width_factor(args: dict[str, Any]) -> float:
+def width_factor(args: dict[str, Any], model_class: str = "") -> float:
     """One factor for every width: the widest width found comes down to MAX_WIDTH."""
     widths: list[int] = []
+    layouts = POSITIONAL_LAYOUTS.get(model_class, {})
 
     def walk(key: str, v: Any) -> None:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        layout = _layout(layouts, key)
+        if layout and isinstance(v, (list, tuple)):
+            entries = v if v and all(isinstance(x, (list, tuple)) for x in v) else [v]
+            for entry in entries:
+                widths.extend(x for x, r in zip(entry, layout, strict=False)
+                              if r in "wi" and _is_int(x))  # fmt: skip
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
             for f in dataclasses.fields(v):
                 walk(f.name, getattr(v, f.name))
         elif isinstance(v, dict):
@@ -473,9 +623,17 @@ def width_factor(args: dict[str, Any]) -> float:
                     walk(key, x)
         elif key == "model_cfg" and isinstance(v, list):
             widths.extend(x for x in v if _is_int(x))
+        elif key == "arch_def" and isinstance(v, list):
+            import re
+
+            for stage in v:
+                for text in stage if isinstance(stage, list) else []:
+                    widths.extend(int(c) for c in re.findall(r"_c(\d+)", str(text)))
         elif key in WIDTH_KEYS and key not in ("num_features", "head_hidden_size"):
             if _is_int(v):
                 widths.append(v)
+            elif _whole_float(v):
+                widths.append(int(v))
             elif _int_seq(v):
                 widths.extend(v)
 
