@@ -128,13 +128,28 @@ def pair_counts(rows: list[dict[str, Any]]) -> Counter:
     return Counter((r["model_id"], r["stage"]) for r in rows)
 
 
+def describe(pid: int) -> str:
+    """`pid (parent ppid): command line`, for what a trial left behind."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cmd = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} (parent {stat[1]}): {cmd.strip()[:160]}"
+
+
 def left_behind(mark: str, grace_s: float = 10.0) -> list[int]:
-    """Processes of a trial still alive `grace_s` after its driver ended (then killed)."""
+    """Processes of a trial still alive `grace_s` after its driver ended (then killed; what
+    they were goes to stderr)."""
     deadline = time.monotonic() + grace_s
     alive = containment.processes_with_env(MARK, mark)
     while alive and time.monotonic() < deadline:
         time.sleep(0.25)
         alive = containment.processes_with_env(MARK, mark)
+    for pid in alive:
+        print(f"left behind {grace_s:g} s after its driver: {describe(pid)}", file=sys.stderr)
     for pid in alive:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -537,7 +552,9 @@ def section_env(trials: int, work: Path) -> list[Line]:
 
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
-    catalog, ids = write_trial_catalog(work / "kill", max(30, 5 * kills), "kk")
+    # Large enough that every kill lands mid-run (on the 2-core machine 150 models took 19
+    # kills of 1-20 s each, with Ray starting again after every one, to finish).
+    catalog, ids = write_trial_catalog(work / "kill", max(90, 10 * kills), "kk")
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")
     cmd = [
@@ -579,18 +596,21 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
         counts = pair_counts(read_rows(store, "kill"))
         lost = sum(1 for pair, n in seen.items() if n and counts[pair] == 0)
         dup = sum(c - 1 for c in counts.values() if c > 1)
-        line.trials += 1
         line.lost += lost
         line.duplicated += dup
         line.orphans += len(orphans)
-        errored = driver.returncode not in (0, -signal.SIGKILL)
+        seen = counts
+        if finished:  # not a kill: not a trial (what it lost or left still counts)
+            print(
+                f"kill section: the run finished before kill {line.trials + 1} of {kills}",
+                file=sys.stderr,
+            )
+            break
+        line.trials += 1
+        errored = driver.returncode != -signal.SIGKILL
         if errored:
             print(err[-2000:], file=sys.stderr)
         line.survived += int(not lost and not dup and not orphans and not errored)
-        seen = counts
-        if finished:
-            print("kill section: the run finished before every kill was made", file=sys.stderr)
-            break
     final = subprocess.run(
         cmd,
         cwd=ROOT,

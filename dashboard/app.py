@@ -1,7 +1,8 @@
 """The dashboard: HTML pages and a JSON API over one store, both built from `reports/`.
 
 Pages: `/` overview, `/models` table, `/models/{org}/{name}` one model, `/ops` missing ops,
-`/runs` runs and the diff between two. Each has its JSON twin under `/api/`. Everything is
+`/ops/{op}` one ATen op (its OpInfo samples, the models that fall back on it), `/op-sweep` the
+op sweep, `/runs` runs and the diff between two. Each has its JSON twin under `/api/`. Everything is
 rendered by Jinja2 with autoescape on; charts are inline SVG; no asset comes from the internet.
 """
 
@@ -22,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reports import diff as diff_mod
+from reports import op_sweep
 from reports import ops as ops_mod
 from reports.errors import StoreError, UsageError
 from reports.ids import unsafe_model_id
@@ -41,6 +43,12 @@ STATIC = HERE / "static"
 
 class NotFound(Exception):
     """A model or run the store does not have (HTTP 404)."""
+
+
+def op_url(op: str, run_id: str | None = None, op_run_id: str | None = None) -> str:
+    """`/ops/aten%3A%3Aadd` (the op quoted whole), with the runs to show."""
+    params = {k: v for k, v in (("run", run_id), ("op_run", op_run_id)) if v}
+    return "/ops/" + quote(op, safe="") + (("?" + urlencode(params)) if params else "")
 
 
 def model_url(model_id: str, run_id: str | None = None) -> str:
@@ -74,7 +82,11 @@ def create_app(
     app.state.query = q
     env = html_site.environment([TEMPLATES])
     env.globals.update(
-        model_url=model_url, stages=STAGES, store_uri=q.store.uri, store_warming=lambda: q.warming
+        model_url=model_url,
+        op_url=op_url,
+        stages=STAGES,
+        store_uri=q.store.uri,
+        store_warming=lambda: q.warming,
     )
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -266,10 +278,12 @@ def create_app(
             raise UsageError(f"limit must be between 1 and 10000, not {limit}")
         run_id = run_param(run)
         rows = ops_mod.missing_ops(q, run_id)
+        op_run = op_sweep.op_run_for_model_run(q, run_id)
         return {
             "run_id": run_id,
             "total": len(rows),
-            "ops": rows[:limit],
+            "ops": op_sweep.with_op_sweep(q, run_id, rows[:limit], op_run),
+            "op_run_id": op_run,
             "denominators": run_report_denominators(q, run_id),
         }
 
@@ -280,6 +294,91 @@ def create_app(
     @app.get("/ops", response_class=HTMLResponse)
     def ops_page(request: Request, run: str | None = None, limit: int = Query(200)) -> Response:
         return render_page(request, "ops.html", data=ops_data(run, limit))
+
+    # ---- the op sweep and one op's page ---------------------------------------------------
+
+    def op_run_param(op_run: str | None) -> str | None:
+        if op_run is None:
+            return None
+        try:
+            check_run_id(op_run)
+        except StoreError as exc:
+            raise UsageError(exc.message) from None
+        found = op_sweep.op_query(q).resolve(op_run)
+        if found is None:
+            raise NotFound(f"no op-sweep run {op_run!r} in {q.store.uri!r}")
+        return found
+
+    def op_sweep_data(run: str | None) -> dict[str, Any]:
+        op_run = op_run_param(run) or op_sweep.op_query(q).resolve()
+        runs = op_sweep.op_query(q).runs()
+        if op_run is None:
+            return {"op_run_id": None, "runs": runs, "report": None, "ops": []}
+        report = op_sweep.op_sweep_section_data(q, None, op_run_id=op_run)
+        assert report is not None
+        joined = report.get("joined") or {}
+        return {
+            "op_run_id": op_run,
+            "model_run_id": joined.get("model_run_id"),
+            "runs": runs,
+            "report": report,
+            "ops": op_sweep.op_table(q, op_run),
+        }
+
+    @app.get("/api/op-sweep")
+    def api_op_sweep(run: str | None = None) -> Any:
+        return _json(op_sweep_data(run))
+
+    @app.get("/op-sweep", response_class=HTMLResponse)
+    def op_sweep_page(request: Request, run: str | None = None) -> Response:
+        from reports.render.op_sections import op_sweep_sections
+
+        data = op_sweep_data(run)
+        links = set(data["ops"] and [o["op"] for o in data["ops"]])
+        return render_page(
+            request,
+            "op_sweep.html",
+            data=data,
+            sections=op_sweep_sections(data["report"]),
+            op_link_or_none=lambda cell: (
+                op_url(cell, None, data["op_run_id"]) if cell in links else None
+            ),
+        )
+
+    def op_data(op: str, run: str | None, op_run: str | None) -> dict[str, Any]:
+        if not op_sweep.valid_op_name(op):
+            raise UsageError(
+                "op must be an ATen op name (letters, digits, '_', ':' and '.'), "
+                f"at most {op_sweep.OP_NAME_MAX} characters"
+            )
+        run_id = run_param(run) if (run is not None or q.run_ids()) else None
+        page = op_sweep.op_page(q, op, model_run_id=run_id, op_run_id=op_run_param(op_run))
+        if not page["found"]:
+            raise NotFound(
+                f"{page['op']} was dispatched by no OpInfo sample of op-sweep run "
+                f"{page['op_run_id'] or '(none)'} and no model of run {run_id or '(none)'} "
+                "fell back on it"
+            )
+        return page
+
+    @app.get("/api/ops/{op:path}")
+    def api_op(op: str, run: str | None = None, op_run: str | None = None) -> Any:
+        return _json(op_data(op, run, op_run))
+
+    @app.get("/ops/{op:path}", response_class=HTMLResponse)
+    def op_page(
+        request: Request, op: str, run: str | None = None, op_run: str | None = None
+    ) -> Response:
+        page = op_data(op, run, op_run)
+        api = "/api/ops/" + quote(page["op"], safe="")
+        params = {k: v for k, v in (("run", run), ("op_run", op_run)) if v}
+        return render_page(
+            request,
+            "op.html",
+            p=page,
+            model_link=lambda mid: model_url(mid, page["model_run_id"]),
+            api_url=api + (("?" + urlencode(params)) if params else ""),
+        )
 
     # ---- runs and diff -------------------------------------------------------------------
 
@@ -336,6 +435,9 @@ def create_app(
                 "&sort=&order=&page=&per_page=": "one page of the models table",
                 "/api/models/{org}/{name}?run=": "one model (ids without an org: /api/models/{name})",
                 "/api/ops?run=&limit=": "missing ops ranked by the downloads they touch",
+                "/api/ops/{op}?run=&op_run=": "one ATen op: its OpInfo samples and the models "
+                "whose fallbacks include it",
+                "/api/op-sweep?run=": "an op-sweep run: denominators, ops, join to the models",
                 "/api/runs?a=&b=": "every run, with the diff of two (default: the last two)",
                 "/api/diff?a=&b=": "the diff of two runs",
                 "/api/health": "liveness and number of runs",

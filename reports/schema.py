@@ -98,6 +98,62 @@ class FallbackSource(str, enum.Enum):
         return self.value
 
 
+class OpStatus(str, enum.Enum):
+    """Closed status vocabulary for one OpInfo sample (forward or backward) in the op sweep."""
+
+    PASS = "pass"  # matched the CPU within the OpInfo's tolerance (natively or by fallback)
+    FAIL = "fail"  # raised on the device (the CPU reference did not)
+    WRONG = "wrong"  # ran, but outputs or gradients differ from the CPU beyond tolerance
+    TIMEOUT = "timeout"  # did not finish within the per-sample timeout (the process was killed)
+    CRASH = "crash"  # the process running it died (segfault, abort, out of memory)
+    SKIP = "skip"  # not run on the device, with an OpSkipReason
+    NOT_RUN = "not_run"  # backward, when the forward pass did not run to the end
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OP_FAILED_STATUSES = frozenset({OpStatus.FAIL, OpStatus.TIMEOUT, OpStatus.CRASH})
+
+
+class OpSkipReason(str, enum.Enum):
+    """Why a sample was not compared on the device. The first three are PyTorch's own
+    applicability (`OP_SKIP_PYTORCH`), the last two the device's (`OP_SKIP_DEVICE`)."""
+
+    DTYPE_NOT_SUPPORTED = "dtype_not_supported"  # the OpInfo does not support the dtype on CPU
+    NO_AUTOGRAD = "no_autograd"  # backward: the op has no gradient for this dtype (or at all)
+    PYTORCH_DECLARED = "pytorch_declared"  # the OpInfo skips its CPU comparison (non-determinism)
+    REFERENCE_FAILED = "reference_failed"  # the sample raised on the CPU too: nothing to compare
+    DEVICE_UNSUPPORTED_FEATURE = "device_unsupported_feature"  # a dtype the device lacks
+    DEVICE_DECLARED = "device_declared"  # on the device's own skip list
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OP_SKIP_PYTORCH = frozenset(
+    {
+        OpSkipReason.DTYPE_NOT_SUPPORTED,
+        OpSkipReason.NO_AUTOGRAD,
+        OpSkipReason.PYTORCH_DECLARED,
+        OpSkipReason.REFERENCE_FAILED,
+    }
+)
+OP_SKIP_DEVICE = frozenset({OpSkipReason.DEVICE_UNSUPPORTED_FEATURE, OpSkipReason.DEVICE_DECLARED})
+
+
+class OpExecution(str, enum.Enum):
+    """How one dispatched ATen op ran on the device within a sample."""
+
+    NATIVE = "native"  # no CPU fallback recorded while it ran
+    FALLBACK = "fallback"  # it (or an op it decomposed into) fell back to the CPU
+    FAILED = "failed"  # it raised
+    NOT_RUN = "not_run"  # seen on the CPU reference only (the sample was skipped on the device)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 # ---------------------------------------------------------------------------------------------
 # Tables. Column order is the order below; every column is nullable unless marked otherwise.
 
@@ -213,11 +269,113 @@ RUNS_SCHEMA = pa.schema(
     ]
 )
 
+# The op-level sweep (`hfsweep ops`): PyTorch's OpInfo samples on the device against the CPU.
+# `ops`: one row per OpInfo x dtype x sample x phase (forward / backward); `dispatched` lists the
+# ATen ops the sample dispatched on the device and how each ran. A phase that does not apply to a
+# whole OpInfo x dtype (a dtype the op lacks, no autograd) is one row with `sample_index` null.
+OP_DISPATCH_TYPE = pa.struct(
+    [
+        pa.field("op", pa.string()),  # "aten::name.overload" as dispatched
+        pa.field("execution", pa.string()),  # OpExecution
+        pa.field("fallbacks", pa.list_(pa.string())),  # overloads that fell back while it ran
+        pa.field("calls", pa.int32()),
+        pa.field("native_lowering", pa.bool_()),  # the device declares a kernel (null: unknown)
+    ]
+)
+
+OPS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("opinfo", pa.string(), nullable=False),  # OpInfo name[.variant_test_name]
+        pa.field("opinfo_name", pa.string(), nullable=False),
+        pa.field("variant", pa.string()),
+        pa.field("dtype", pa.string(), nullable=False),  # fp32 | bf16 | fp16
+        pa.field("sample_index", pa.int32()),
+        pa.field("sample", pa.string()),  # a short description: shapes and arguments
+        pa.field("phase", pa.string(), nullable=False),  # forward | backward
+        pa.field("status", pa.string(), nullable=False),  # OpStatus
+        pa.field("reason", pa.string()),  # OpSkipReason for status=skip
+        pa.field("detail", pa.string()),  # the skip's or the mismatch's explanation
+        pa.field("error_type", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("error_signature", pa.string()),
+        pa.field("failing_op", pa.string()),
+        pa.field("max_abs_error", pa.float64()),
+        pa.field("max_rel_error", pa.float64()),
+        pa.field("atol", pa.float64()),
+        pa.field("rtol", pa.float64()),
+        pa.field("expected_failure", pa.bool_()),  # PyTorch marks this comparison xfail
+        pa.field("no_native_lowering", pa.bool_()),  # some dispatched op has no native kernel
+        pa.field("dispatched", pa.list_(OP_DISPATCH_TYPE)),
+        pa.field("fallback_op_count", pa.int32()),
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("device_emulated", pa.bool_(), nullable=False),
+        pa.field("device_profile", pa.string()),
+        pa.field("device_profile_hash", pa.string()),
+        pa.field("duration_s", pa.float64()),
+        pa.field("worker", pa.string()),
+        pa.field("finished_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+# One row per ATen op (base name, `aten::add` for add.Tensor / add_.Tensor / add.out) x dtype,
+# written at the end of each op-sweep run; the same numbers `reports/op_sweep.py` computes.
+OP_SUMMARY_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("dtype", pa.string(), nullable=False),
+        pa.field("samples", pa.int64(), nullable=False),  # sample phases that dispatched it
+        pa.field("passed", pa.int64()),
+        pa.field("native", pa.int64()),  # passed with this op running natively
+        pa.field("fallback", pa.int64()),  # this op fell back (whatever the sample's result)
+        pa.field("failed", pa.int64()),  # the sample failed at this op (or timed out, crashed)
+        pa.field("wrong", pa.int64()),
+        pa.field("skipped", pa.int64()),  # device skips of samples that dispatch it on the CPU
+        pa.field("pass_rate", pa.float64()),  # passed / (samples - skipped)
+        pa.field("native_lowering", pa.bool_()),
+        pa.field("overloads", pa.list_(pa.string())),
+        pa.field("fallback_overloads", pa.list_(pa.string())),
+        pa.field("opinfos", pa.list_(pa.string())),
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("device_emulated", pa.bool_(), nullable=False),
+    ]
+)
+
+OP_RUNS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),  # running | finished | interrupted
+        pa.field("started_at", pa.timestamp("us", tz="UTC")),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("device", pa.string()),
+        pa.field("device_emulated", pa.bool_()),
+        pa.field("device_profile", pa.string()),
+        pa.field("device_profile_hash", pa.string()),
+        pa.field("dtypes", pa.string()),  # comma-separated
+        pa.field("inputs", pa.string()),  # sample | reference (OpInfo's sample_inputs or more)
+        pa.field("opinfos_requested", pa.int64()),
+        pa.field("opinfo_filter", pa.string()),  # the --ops list, or null for all of op_db
+        pa.field("torch_version", pa.string()),
+        pa.field("expecttest_version", pa.string()),
+        pa.field("ray_version", pa.string()),
+        pa.field("device_package_version", pa.string()),
+        pa.field("project_version", pa.string()),
+        pa.field("git_sha", pa.string()),
+        pa.field("python_version", pa.string()),
+        pa.field("hostname", pa.string()),
+        pa.field("command", pa.string()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
     "configs": CONFIGS_SCHEMA,
     "runs": RUNS_SCHEMA,
+    "ops": OPS_SCHEMA,
+    "op_summary": OP_SUMMARY_SCHEMA,
+    "op_runs": OP_RUNS_SCHEMA,
 }
 
 

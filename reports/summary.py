@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, failures, ops
+from reports import coverage, failures, op_sweep, ops
 from reports.query import StoreQuery
 
 
-def run_report(q: StoreQuery, run_id: str | None = None, *, top: int = 20) -> dict[str, Any]:
-    """Denominators, funnel, headline, breakdowns, failure clusters, skips, missing ops, trend."""
+def run_report(
+    q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
+) -> dict[str, Any]:
+    """Denominators, funnel, headline, breakdowns, failure clusters, skips, missing ops, trend,
+    and the op sweep on the same device (`op_run_id`, else the newest) joined to them."""
     run_id = q.resolve_run(run_id)
+    op_run = op_sweep.op_run_for_model_run(q, run_id, op_run_id)
     return {
         "run_id": run_id,
         "store": q.store.uri,
@@ -24,6 +28,13 @@ def run_report(q: StoreQuery, run_id: str | None = None, *, top: int = 20) -> di
         },
         "failure_clusters": failures.failure_clusters(q, run_id, limit=top),
         "skip_reasons": failures.skip_reasons(q, run_id),
-        "missing_ops": ops.missing_ops(q, run_id, limit=top),
+        "missing_ops": op_sweep.with_op_sweep(
+            q, run_id, ops.missing_ops(q, run_id, limit=top), op_run
+        ),
         "coverage_over_runs": coverage.coverage_over_runs(q),
+        "op_sweep": (
+            op_sweep.op_sweep_report(q, op_sweep.op_query(q), op_run, model_run_id=run_id, top=top)
+            if op_run
+            else None
+        ),
     }

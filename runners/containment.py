@@ -242,3 +242,67 @@ def processes_with_env(name: str, value: str) -> list[int]:
         if state != "Z":
             out.append(int(entry.name))
     return out
+
+
+# ---- an embedded Ray dies with its driver ------------------------------------------------------
+
+# Every process an embedded Ray starts (GCS, raylet, workers, the raylet's dashboard and
+# runtime-env agents, the models' children) inherits this variable from the driver. Ray kills
+# its GCS and raylet when the driver dies, but the agents, reparented to init, first try to
+# report the raylet's death to the GCS that is gone, and linger; a watchdog kills what is left.
+EMBEDDED_RAY_ENV = "HFSWEEP_EMBEDDED_RAY"
+_watchdogs: list[object] = []  # each keeps its pipe open for as long as this process lives
+
+_WATCHDOG = """
+import os, signal, sys, time
+sys.stdin.buffer.read()  # returns when the driver is gone: the kernel closed its end
+needle = sys.argv[1].encode()
+quiet_since = time.monotonic()
+deadline = time.monotonic() + 30.0
+while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            quiet_since = time.monotonic()
+        except OSError:
+            pass
+    time.sleep(0.2)
+"""
+
+
+@contextlib.contextmanager
+def embedded_ray_dies_with_this_process():
+    """Around `ray.init()` of an embedded Ray: mark what it starts, and start a watchdog (its
+    own session, fed by a pipe only this process writes) that kills every marked process once
+    this process is gone, however it died. Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    import secrets
+    import subprocess
+
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"
+    env = {k: v for k, v in os.environ.items() if k != EMBEDDED_RAY_ENV}
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, f"{EMBEDDED_RAY_ENV}={token}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    _watchdogs.append(watchdog)
+    previous = os.environ.get(EMBEDDED_RAY_ENV)
+    os.environ[EMBEDDED_RAY_ENV] = token
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(EMBEDDED_RAY_ENV, None)
+        else:
+            os.environ[EMBEDDED_RAY_ENV] = previous

@@ -22,6 +22,7 @@ from reports.errors import SweepError, UsageError, format_error
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sweep.commands.run", "sweep the catalog's top models on a device (Ray job)"),
+    "ops": ("sweep.commands.ops", "run PyTorch's OpInfo samples on a device against the CPU"),
     "check": ("sweep.commands.check", "run one model (Hub id or local config) and print results"),
     "catalog": ("sweep.commands.catalog", "show or refresh the model catalog"),
     "report": ("sweep.commands.report", "summarise a run from the store"),

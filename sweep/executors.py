@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from model_configs.spec import CatalogEntry
 from reports.errors import UsageError, safe_text
 from reports.schema import Stage, Status
-from runners import faults
+from runners import containment, faults
 from runners.outcome import ModelOutcome, failed_before
 from sweep.plan import Planned, Task
 
@@ -282,13 +282,14 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
-        ray.init(
-            address="local",  # a new embedded Ray, even where `ray start` ran on this machine
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+        with containment.embedded_ray_dies_with_this_process():  # even if the driver is killed
+            ray.init(
+                address="local",  # a new embedded Ray, even where `ray start` ran here
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
     return ray
 
 

@@ -252,3 +252,38 @@ def test_what_counts_as_the_environment():
     assert is_environment_error(DeviceError("the device did not set up"))
     assert is_environment_error(EnvironmentFault("killed from outside"))
     assert not is_environment_error(ValueError("shape mismatch"))
+
+
+DRIVER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from runners import containment
+    with containment.embedded_ray_dies_with_this_process():  # what ray.init would start
+        agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 start_new_session=True)  # reparented to init, as Ray's agents
+    print(agent.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_what_an_embedded_ray_started_dies_with_its_killed_driver():
+    """Before: a driver killed with SIGKILL left its Ray's dashboard and runtime-env agents
+    running (reparented to init, they wait on the GCS that died with the driver)."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        agent = int(driver.stdout.readline())
+        assert containment.EMBEDDED_RAY_ENV not in os.environ
+        time.sleep(1.0)
+        assert alive(agent)  # nothing is killed while the driver lives
+        driver.kill()
+        driver.wait(10)
+        assert wait_dead(agent, 10.0), "the embedded Ray's process outlived its driver"
+    finally:
+        driver.kill()

@@ -3,7 +3,8 @@ start themselves, reached through the standard AWS variables, as a cluster would
 
 Every reader and writer is exercised on an `s3://` URI: the store's own reads and writes, the
 reports (compared with the same store on disk), the dashboard, and `hfsweep run` / resume /
-`report` / `lookup` / `diff` as subprocesses that know the server only from the environment."""
+`report` / `lookup` / `diff` and `hfsweep ops` (with its resume) as subprocesses that know the
+server only from the environment."""
 
 from __future__ import annotations
 
@@ -150,6 +151,36 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     p = hfsweep("diff", "s3a", "s3b", "--store", uri, env=s3_env)
     assert p.returncode == 0, p.stderr
     assert "s3a" in p.stdout and "s3b" in p.stdout
+
+
+def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
+    uri = f"s3://{BUCKET}/ops"
+    args = ["ops", "--ops", "add,sum", "--dtypes", "fp32", "--device", "cpu", "--local"]
+    args += ["--store", uri, "--run-id", "ops-s3"]
+    p = hfsweep(*args, env=s3_env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    store = Store(uri)
+    rows = store.read("ops", "ops-s3").to_pylist()
+    assert {r["opinfo"] for r in rows} == {"add", "sum"}
+    assert {r["status"] for r in rows} <= {"pass", "skip"}  # cpu: the self-check
+    summary = store.read("op_summary", "ops-s3").to_pylist()
+    assert "aten::add" in {r["op"] for r in summary}
+    assert [r["status"] for r in store.read("op_runs", "ops-s3").to_pylist()][-1] == "finished"
+    assert any(k.startswith("ops/ops/run_id=ops-s3/part-") for k in s3_objects("ops/ops/"))
+    # resume: nothing again, nothing doubled; the summary is replaced, not added to
+    p = hfsweep(*args, env=s3_env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "2 OpInfo x dtype already done, 0 rows written" in p.stderr
+    assert store.read("ops", "ops-s3").num_rows == len(rows)
+    assert store.read("op_summary", "ops-s3").num_rows == len(summary)
+    p = hfsweep("report", "--store", uri, "--format", "json", env=s3_env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "ops-s3" in p.stdout
+    client = TestClient(create_app(uri, refresh_s=0, warm=False))
+    page = client.get("/api/ops/aten::add")
+    assert page.status_code == 200, page.text[:500]
+    assert page.json()["op_run_id"] == "ops-s3"
+    assert client.get("/op-sweep").status_code == 200
 
 
 def test_unreachable_bucket_is_one_clear_error(s3_env) -> None:

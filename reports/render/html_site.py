@@ -1,6 +1,7 @@
 """A self-contained static site of one run (inline CSS and SVG, no scripts, nothing fetched):
 `index.html` (the report with charts), `models.html` (the most downloaded models),
-`models.csv` (every model), `report.json`. Publish the folder as is."""
+`models.csv` (every model), `report.json`, and with an op sweep on the same device
+`op-sweep.html` and `ops/<op>.html`. Publish the folder as is."""
 
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[P
     written.append(_write(out / "models.html", page))
     written.append(_write(out / "report.json", jsondoc.render(report)))
     written.append(_write_csv(q, report["run_id"], out / "models.csv"))
+    from reports.render.op_site import write_op_pages
+
+    written += write_op_pages(q, report, out, env, common, _write)
     return written
 
 

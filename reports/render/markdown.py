@@ -22,7 +22,24 @@ def render(report: dict[str, Any]) -> str:
     notice = emulated_notice(report["denominators"])
     if notice:
         lines += [f"> **{notice}**", ""]
-    for section in report_sections(report):
+    return "\n".join(lines + _sections(report_sections(report)))
+
+
+def render_sections(data: dict[str, Any]) -> str:
+    """An op-sweep report alone (a store without model runs)."""
+    from reports.render import op_sections
+
+    d = data["denominators"]
+    lines = [f"# hfsweep op sweep: run {_cell(d['run_id'])}, device {_cell(d['device_label'])}", ""]
+    notice = op_sections.emulated_notice(d)
+    if notice:
+        lines += [f"> **{notice}**", ""]
+    return "\n".join(lines + _sections(op_sections.op_sweep_sections(data)))
+
+
+def _sections(sections: list[Any]) -> list[str]:
+    lines: list[str] = []
+    for section in sections:
         lines += [f"## {section.title}", ""]
         if section.rows:
             lines.append("| " + " | ".join(_cell(h) for h in section.headers) + " |")
@@ -37,4 +54,4 @@ def render(report: dict[str, Any]) -> str:
         lines += [f"_{_cell(n)}_" for n in section.notes]
         if section.notes:
             lines.append("")
-    return "\n".join(lines)
+    return lines

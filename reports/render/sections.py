@@ -253,6 +253,7 @@ def ops_section(report: dict[str, Any]) -> Section:
             fmt.text(r["sources"]),
             fmt.count(r["sole_models"]),
             fmt.downloads(r["sole_downloads"]),
+            op_sweep_cell(r.get("op_sweep")),
         ]
         for r in report["missing_ops"]
     ]
@@ -270,13 +271,22 @@ def ops_section(report: dict[str, Any]) -> Section:
             "source",
             "only obstacle",
             "dl on device if lowered",
+            "op sweep pass rate",
         ],
         rows,
         [
             "'only obstacle': models that passed every stage with this op as their only CPU "
-            "fallback; lowering it makes their downloads run entirely on the device."
+            "fallback; lowering it makes their downloads run entirely on the device.",
+            "'op sweep pass rate': the op's own results over PyTorch's OpInfo samples on the "
+            "device (`hfsweep ops`), with its verdict; '-' when no op-sweep run covers it.",
         ],
     )
+
+
+def op_sweep_cell(s: dict[str, Any] | None) -> str:
+    if not s:
+        return "-"
+    return f"{fmt.pct(s.get('pass_rate'))} ({s['verdict'].replace('_', ' ')})"
 
 
 def trend_section(report: dict[str, Any]) -> Section:
@@ -311,4 +321,7 @@ def report_sections(report: dict[str, Any]) -> list[Section]:
     ]
     out += [breakdown_section(k, v) for k, v in report["breakdowns"].items()]
     out.append(trend_section(report))
+    from reports.render.op_sections import op_sweep_sections
+
+    out += op_sweep_sections(report.get("op_sweep"))
     return out

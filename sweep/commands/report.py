@@ -22,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="folder to write into (html: a self-contained static site; required for html)",
     )
     p.add_argument("--top", type=int, default=20, help="rows per ranked table (default 20)")
+    p.add_argument(
+        "--ops-run",
+        help="op-sweep run to join (default: the newest on the model run's device)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
             "--format html writes a static site: give --out DIR", hint="e.g. --out site/"
         )
     q = StoreQuery(args.store)
-    report = run_report(q, args.run, top=args.top)
+    ops_run = getattr(args, "ops_run", None)
+    if args.run is None and not q.run_ids():
+        only = _op_sweep_only(q, args, ops_run)
+        if only is not None:
+            return only
+    report = run_report(q, args.run, top=args.top, op_run_id=ops_run)
     if args.format == "html":
         files = html_site.write_site(q, report, args.out)
         print(
@@ -50,6 +59,40 @@ def run(args: argparse.Namespace) -> int:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / FILE_NAMES[args.format]
+        path.write_text(output, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(output)
+    return 0
+
+
+def _op_sweep_only(q, args: argparse.Namespace, ops_run: str | None) -> int | None:
+    """A store with op-sweep runs and no model run: report the op sweep alone."""
+    import json
+
+    from reports.op_sweep import op_sweep_section_data
+    from reports.render import markdown
+    from reports.render.op_sections import render_op_text
+
+    data = op_sweep_section_data(q, None, op_run_id=ops_run, top=args.top)
+    if data is None:
+        return None
+    if args.format == "html":
+        from reports.render.op_site import write_op_site
+
+        files = write_op_site(q, data, args.out)
+        print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+        return 0
+    if args.format == "json":
+        output = json.dumps(data, indent=2, default=str) + "\n"
+    elif args.format == "markdown":
+        output = markdown.render_sections(data)
+    else:
+        output = render_op_text(data)
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / FILE_NAMES[args.format].replace("report", "op-report")
         path.write_text(output, encoding="utf-8")
         print(f"wrote {path}", file=sys.stderr)
     else:

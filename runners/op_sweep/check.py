@@ -1,0 +1,614 @@
+"""Run one OpInfo sample on a device and on the CPU, and compare (forward, then backward).
+
+Which ATen ops a sample dispatched is seen by a `TorchDispatchMode` (below autograd, so the
+backward's ops are seen too); which of them fell back is read from the device's own fallback log
+(`Device.record_fallbacks`) around each op, so a fallback is charged to the op that caused it,
+even when it happened inside that op's decomposition. A runner never raises for a sample's
+failure: it returns rows.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
+
+from reports.schema import OpExecution, OpSkipReason, OpStatus
+from runners.devices.base import Device, FallbackLog
+from runners.signature import error_signature, op_in_message, short_message
+
+Lowering = Callable[[str], "bool | None"]
+
+
+@dataclass
+class _Dispatched:
+    calls: int = 0
+    fallbacks: dict[str, None] = field(default_factory=dict)  # ordered set
+    failed: bool = False
+
+
+class DispatchRecorder(TorchDispatchMode):
+    """Every ATen op a block dispatches, and what fell back to the CPU while each one ran."""
+
+    def __init__(self, log: FallbackLog | None = None, *, track_dtypes: bool = False):
+        super().__init__()
+        self.log = log
+        self.ops: dict[str, _Dispatched] = {}
+        self.track_dtypes = track_dtypes
+        self.dtypes: dict[torch.dtype, None] = {}  # of every op's outputs, when tracked
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.name()
+        entry = self.ops.get(name)
+        if entry is None:
+            entry = self.ops[name] = _Dispatched()
+        entry.calls += 1
+        log = self.log
+        before = {k: v.count for k, v in log.ops.items()} if log is not None else None
+        try:
+            out = func(*args, **(kwargs or {}))
+            if self.track_dtypes:
+                for x in tree_leaves(out):
+                    if isinstance(x, torch.Tensor):
+                        self.dtypes[x.dtype] = None
+            return out
+        except BaseException:
+            entry.failed = True
+            raise
+        finally:
+            if log is not None and before is not None:
+                for op, fb in log.ops.items():
+                    if fb.count != before.get(op, 0):
+                        entry.fallbacks[op] = None
+
+    def attribute(self, log: FallbackLog) -> None:
+        """Charge the fallbacks a device reported only after the block (a profiler-based log)
+        to the dispatched ops of the same base name, or list them as ops of their own."""
+        from runners.devices.profiles import base_name
+
+        seen = {f for entry in self.ops.values() for f in entry.fallbacks}
+        for op, fb in log.ops.items():
+            if op in seen:
+                continue
+            owners = [e for name, e in self.ops.items() if base_name(name) == base_name(op)]
+            if not owners:
+                owners = [self.ops.setdefault(op, _Dispatched(calls=fb.count))]
+            for entry in owners:
+                entry.fallbacks[op] = None
+
+    def failed_op(self) -> str | None:
+        for name, entry in self.ops.items():
+            if entry.failed:
+                return name
+        return None
+
+
+def dispatched_rows(
+    recorder: DispatchRecorder, lowering: Lowering, *, ran: bool = True
+) -> list[dict[str, Any]]:
+    rows = []
+    for name, entry in recorder.ops.items():
+        if not ran:
+            execution = OpExecution.NOT_RUN
+        elif entry.failed:
+            execution = OpExecution.FAILED
+        elif entry.fallbacks:
+            execution = OpExecution.FALLBACK
+        else:
+            execution = OpExecution.NATIVE
+        rows.append(
+            {
+                "op": name,
+                "execution": execution.value,
+                "fallbacks": list(entry.fallbacks) if ran else [],
+                "calls": entry.calls,
+                "native_lowering": lowering(name),
+            }
+        )
+    return rows
+
+
+# ---- moving samples ------------------------------------------------------------------------
+
+
+def _to(device: torch.device) -> Callable[[Any], Any]:
+    def move(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().to(device).requires_grad_(x.requires_grad)
+        return x
+
+    return move
+
+
+def moved(
+    sample: Any, device: torch.device, host_only: frozenset[int] = frozenset()
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The sample's (input, args, kwargs) as fresh leaves on `device`, except the tensors the
+    OpInfo keeps on the CPU whatever the device (`tensor_split`'s index tensor); a `device=`
+    keyword (factory functions) is pointed at `device` too."""
+    leaves, spec = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    move, stay = _to(device), _to(torch.device("cpu"))
+    with torch.no_grad():
+        leaves = [
+            (stay if i in host_only else move)(x) if isinstance(x, torch.Tensor) else x
+            for i, x in enumerate(leaves)
+        ]
+    inp, args, kwargs = tree_unflatten(leaves, spec)
+    if "device" in kwargs and kwargs["device"] is not None:
+        kwargs["device"] = device
+    return inp, tuple(args), kwargs
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [x for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _to_cpu(tree: Any) -> Any:
+    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def describe(sample: Any, limit: int = 300) -> str:
+    try:
+        text = sample.summary()
+    except Exception:
+        text = repr(sample)
+    text = " ".join(text.replace(', device="cpu"', "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def sample_dtypes(sample: Any) -> list[torch.dtype]:
+    found: dict[torch.dtype, None] = {}
+    for x in tree_leaves((sample.input, sample.args, sample.kwargs)):
+        if isinstance(x, torch.Tensor):
+            found[x.dtype] = None
+        elif isinstance(x, torch.dtype):
+            found[x] = None
+    return list(found)
+
+
+# ---- comparing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    detail: str | None = None
+
+
+def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float] | None:
+    if actual.shape != expected.shape or not (
+        expected.is_floating_point() or expected.is_complex()
+    ):
+        if actual.shape == expected.shape and actual.numel():
+            diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs()
+            return float(diff.max()), float(diff.max())
+        return None
+    if not expected.numel():
+        return 0.0, 0.0
+    a = actual.detach().to(torch.complex128 if expected.is_complex() else torch.float64)
+    e = expected.detach().to(a.dtype)
+    both_nan = torch.isnan(a) & torch.isnan(e)
+    both_inf = torch.isinf(a) & torch.isinf(e) & (a == e)
+    diff = (a - e).abs()
+    diff = torch.where(both_nan | both_inf, torch.zeros_like(diff), diff)
+    diff = torch.nan_to_num(diff, nan=math.inf)
+    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+    return float(diff.max()), float(rel.max())
+
+
+def compare(actual: Any, expected: Any, *, atol: float, rtol: float) -> Comparison:
+    """Device results (moved to the CPU) against the CPU's, with torch.testing.assert_close."""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    a_leaves, a_spec = tree_flatten(actual)
+    e_leaves, e_spec = tree_flatten(expected)
+    if len(a_leaves) == len(e_leaves):
+        for a, e in zip(a_leaves, e_leaves, strict=True):
+            if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
+                errs = _errors(a, e)
+                if errs is not None:
+                    max_abs = errs[0] if max_abs is None else max(max_abs, errs[0])
+                    max_rel = errs[1] if max_rel is None else max(max_rel, errs[1])
+    try:
+        torch.testing.assert_close(
+            actual,
+            expected,
+            atol=atol,
+            rtol=rtol,
+            equal_nan=True,
+            check_device=False,
+            check_stride=False,
+        )
+    except AssertionError as exc:
+        return Comparison(False, max_abs, max_rel, short_message(str(exc), 400))
+    except (TypeError, ValueError, RuntimeError) as exc:  # structures that cannot be compared
+        if a_spec == e_spec and all(
+            a == e for a, e in zip(a_leaves, e_leaves, strict=True) if not _is_tensor(a)
+        ):
+            return Comparison(True, max_abs, max_rel)
+        return Comparison(False, max_abs, max_rel, short_message(f"{type(exc).__name__}: {exc}"))
+    return Comparison(True, max_abs, max_rel)
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+# ---- one sample ----------------------------------------------------------------------------
+
+
+@dataclass
+class SampleContext:
+    """What is fixed for every sample of one OpInfo x dtype."""
+
+    op: Any  # the OpInfo
+    key: str
+    dtype: str
+    torch_dtype: torch.dtype
+    atol: float
+    rtol: float
+    backward_skip: tuple[str, str] | None
+    expected_failure: bool
+    lowering: Lowering
+    seed: int = 0
+
+
+def _row(ctx: SampleContext, index: int, sample_text: str, phase: str, **fields: Any) -> dict:
+    return {
+        "opinfo": ctx.key,
+        "opinfo_name": ctx.op.name,
+        "variant": ctx.op.variant_test_name or None,
+        "dtype": ctx.dtype,
+        "sample_index": index,
+        "sample": sample_text,
+        "phase": phase,
+        "atol": ctx.atol,
+        "rtol": ctx.rtol,
+        "expected_failure": ctx.expected_failure,
+        **fields,
+    }
+
+
+def _error_fields(exc: BaseException, recorder: DispatchRecorder | None) -> dict[str, Any]:
+    message = str(exc)
+    failing = getattr(exc, "op", None) or (recorder.failed_op() if recorder else None)
+    return {
+        "error_type": type(exc).__name__,
+        "error_message": short_message(message),
+        "error_signature": error_signature(type(exc).__name__, message),
+        "failing_op": failing or op_in_message(message),
+    }
+
+
+def _finish(row: dict[str, Any], dispatched: list[dict[str, Any]], start: float) -> dict:
+    row["dispatched"] = dispatched
+    row["fallback_op_count"] = len({f for d in dispatched for f in d["fallbacks"]})
+    row["no_native_lowering"] = any(d["native_lowering"] is False for d in dispatched)
+    row["duration_s"] = time.perf_counter() - start
+    return row
+
+
+def _seed(seed: int) -> None:
+    """Seed the host generator only (random ops of a sample draw from it on the CPU and, on an
+    emulated device, on the device too; `torch.manual_seed` would also reseed every device)."""
+    torch.random.default_generator.manual_seed(seed)
+
+
+def _grad_inputs(tree: Any) -> list[torch.Tensor]:
+    return [t for t in _tensors(tree) if t.requires_grad]
+
+
+def _grad_outputs(out: Any) -> list[torch.Tensor]:
+    return [
+        t
+        for t in _tensors(out)
+        if t.requires_grad and (t.is_floating_point() or t.is_complex()) and t.grad_fn is not None
+    ]
+
+
+def check_sample(
+    ctx: SampleContext,
+    index: int,
+    sample: Any,
+    device: Device,
+    *,
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    host_only: frozenset[int] = frozenset(),
+    on_row: Callable[[dict[str, Any]], None],
+) -> None:
+    """Compare one sample's forward (and backward, where it applies) on `device` with the CPU.
+
+    `device_skip(phase, dtypes)` gives (OpSkipReason, detail) when the device declares it will
+    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample of
+    real tensors whose op computes in complex numbers needs complex support too). Each row goes to `on_row` as soon as it is known (forward before backward), so
+    that a crash during the backward leaves the forward's row.
+    """
+    text = describe(sample)
+    op = ctx.op
+    phases = ["forward"] if ctx.backward_skip is not None else ["forward", "backward"]
+    start = time.perf_counter()
+
+    # The CPU reference first: it decides whether there is anything to compare at all, and its
+    # dispatched ops describe a sample the device skips.
+    cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
+    cpu_fw = DispatchRecorder(track_dtypes=True)
+    _seed(ctx.seed)
+    try:
+        with cpu_fw:
+            expected_raw = op(cpu_input, *cpu_args, **cpu_kwargs)
+        expected = sample.output_process_fn_grad(expected_raw)
+    except Exception as exc:
+        detail = (
+            f"the sample raised on the CPU: {type(exc).__name__}: {short_message(str(exc), 200)}"
+        )
+        for phase in phases:
+            on_row(
+                _finish(
+                    _row(
+                        ctx,
+                        index,
+                        text,
+                        phase,
+                        status=OpStatus.SKIP.value,
+                        reason=OpSkipReason.REFERENCE_FAILED.value,
+                        detail=detail,
+                    ),
+                    dispatched_rows(cpu_fw, ctx.lowering, ran=False),
+                    start,
+                )
+            )
+        return
+    cpu_bw = DispatchRecorder(track_dtypes=True)
+    backward_ref: tuple[list[torch.Tensor], list[Any]] | None = None
+    backward_skip = ctx.backward_skip
+    if "backward" in phases:
+        outs = _grad_outputs(expected)
+        ins = _grad_inputs((cpu_input, cpu_args, cpu_kwargs))
+        if not outs or not ins:
+            backward_skip = (
+                OpSkipReason.NO_AUTOGRAD.value,
+                "this sample's outputs carry no gradient to its inputs",
+            )
+        else:
+            gen = torch.Generator().manual_seed(ctx.seed + 1)
+            grads_out = [torch.randn(o.shape, dtype=o.dtype, generator=gen) for o in outs]
+            try:
+                with cpu_bw:
+                    grads = torch.autograd.grad(outs, ins, grads_out, allow_unused=True)
+                backward_ref = (grads_out, list(grads))
+            except Exception as exc:
+                backward_skip = (
+                    OpSkipReason.REFERENCE_FAILED.value,
+                    f"the backward raised on the CPU: {type(exc).__name__}: "
+                    f"{short_message(str(exc), 200)}",
+                )
+    expected_cpu = _to_cpu(expected)
+
+    # ---- forward on the device
+    skip = device_skip("forward", list(cpu_fw.dtypes))
+    if skip is not None:
+        on_row(
+            _finish(
+                _row(
+                    ctx,
+                    index,
+                    text,
+                    "forward",
+                    status=OpStatus.SKIP.value,
+                    reason=skip[0],
+                    detail=skip[1],
+                ),
+                dispatched_rows(cpu_fw, ctx.lowering, ran=False),
+                start,
+            )
+        )
+        if "backward" in phases:
+            bw_skip = device_skip("backward", list(cpu_bw.dtypes)) or skip
+            on_row(
+                _finish(
+                    _row(
+                        ctx,
+                        index,
+                        text,
+                        "backward",
+                        status=OpStatus.SKIP.value,
+                        reason=(backward_skip or bw_skip)[0],
+                        detail=(backward_skip or bw_skip)[1],
+                    ),
+                    dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+                    time.perf_counter(),
+                )
+            )
+        return
+    dev = device.torch_device
+    d_input, d_args, d_kwargs = moved(sample, dev, host_only)
+    fw = DispatchRecorder()
+    actual: Any = None
+    forward_ok = False
+    with device.record_fallbacks() as log:
+        fw.log = log
+        _seed(ctx.seed)
+        try:
+            with fw:
+                actual_raw = op(d_input, *d_args, **d_kwargs)
+            device.synchronize()
+            actual = sample.output_process_fn_grad(actual_raw)
+            forward_ok = True
+        except Exception as exc:
+            fields = _error_fields(exc, fw)
+    fw.attribute(log)
+    dispatched = dispatched_rows(fw, ctx.lowering)
+    if not forward_ok:
+        on_row(
+            _finish(
+                _row(ctx, index, text, "forward", status=OpStatus.FAIL.value, **fields),
+                dispatched,
+                start,
+            )
+        )
+        if "backward" in phases:
+            reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
+            if backward_skip is not None:
+                reason = {
+                    "status": OpStatus.SKIP.value,
+                    "reason": backward_skip[0],
+                    "detail": backward_skip[1],
+                }
+            on_row(_finish(_row(ctx, index, text, "backward", **reason), [], time.perf_counter()))
+        return
+    cmp = compare(_to_cpu(actual), expected_cpu, atol=ctx.atol, rtol=ctx.rtol)
+    on_row(
+        _finish(
+            _row(
+                ctx,
+                index,
+                text,
+                "forward",
+                status=OpStatus.PASS.value if cmp.ok else OpStatus.WRONG.value,
+                detail=cmp.detail,
+                max_abs_error=cmp.max_abs_error,
+                max_rel_error=cmp.max_rel_error,
+            ),
+            dispatched,
+            start,
+        )
+    )
+    if "backward" not in phases:
+        return
+
+    # ---- backward on the device
+    start = time.perf_counter()
+    skip = backward_skip or device_skip("backward", list(cpu_bw.dtypes))
+    if skip is not None:
+        on_row(
+            _finish(
+                _row(
+                    ctx,
+                    index,
+                    text,
+                    "backward",
+                    status=OpStatus.SKIP.value,
+                    reason=skip[0],
+                    detail=skip[1],
+                ),
+                dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+                start,
+            )
+        )
+        return
+    assert backward_ref is not None
+    grads_out, expected_grads = backward_ref
+    outs = _grad_outputs(actual)
+    ins = _grad_inputs((d_input, d_args, d_kwargs))
+    bw = DispatchRecorder()
+    if len(outs) != len(grads_out) or [o.shape for o in outs] != [g.shape for g in grads_out]:
+        on_row(
+            _finish(
+                _row(
+                    ctx,
+                    index,
+                    text,
+                    "backward",
+                    status=OpStatus.WRONG.value,
+                    detail="the device's outputs carry gradients unlike the CPU's",
+                ),
+                [],
+                start,
+            )
+        )
+        return
+    grads_ok = False
+    with device.record_fallbacks() as log:
+        bw.log = log
+        try:
+            g_out = [g.to(dev) for g in grads_out]
+            with bw:
+                grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
+            device.synchronize()
+            grads_ok = True
+        except Exception as exc:
+            fields = _error_fields(exc, bw)
+    bw.attribute(log)
+    dispatched = dispatched_rows(bw, ctx.lowering)
+    if not grads_ok:
+        on_row(
+            _finish(
+                _row(ctx, index, text, "backward", status=OpStatus.FAIL.value, **fields),
+                dispatched,
+                start,
+            )
+        )
+        return
+    cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
+    on_row(
+        _finish(
+            _row(
+                ctx,
+                index,
+                text,
+                "backward",
+                status=OpStatus.PASS.value if cmp.ok else OpStatus.WRONG.value,
+                detail=cmp.detail,
+                max_abs_error=cmp.max_abs_error,
+                max_rel_error=cmp.max_rel_error,
+            ),
+            dispatched,
+            start,
+        )
+    )
+
+
+def iter_samples(
+    op: Any, dtype: torch.dtype, *, inputs: str, requires_grad: bool, seed: int
+) -> Iterator[tuple[Any, frozenset[int]]]:
+    """The OpInfo's samples on the CPU, in a fixed order for a fixed seed (a restarted process
+    regenerates the same list and skips what was done), each with the positions of the tensors
+    it keeps on the CPU whatever the device."""
+    import random
+
+    _seed(seed)
+    random.seed(seed)
+    source = op.reference_inputs if inputs == "reference" else op.sample_inputs
+    # The same generator on the meta device, in step, tells which tensors the OpInfo makes on
+    # the CPU whatever the device it is asked for; the host RNG is restored around each step so
+    # the CPU samples are those of a plain run.
+    probe: Iterator[Any] | None = None
+    try:
+        probe = iter(source("meta", dtype, requires_grad=False))
+    except Exception:
+        probe = None
+    for sample in source("cpu", dtype, requires_grad=requires_grad):
+        if probe is not None:
+            state = torch.random.get_rng_state()
+            py_state = random.getstate()
+            try:
+                host_only = _host_only(sample, next(probe))
+            except Exception:  # value-dependent generators cannot run on meta: move all
+                probe, host_only = None, frozenset()
+            finally:
+                torch.random.set_rng_state(state)
+                random.setstate(py_state)
+        else:
+            host_only = frozenset()
+        yield sample, host_only
+
+
+def _host_only(sample: Any, twin: Any) -> frozenset[int]:
+    leaves = tree_leaves((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    meta = tree_leaves((twin.input, tuple(twin.args), dict(twin.kwargs)))
+    if len(leaves) != len(meta):
+        return frozenset()
+    return frozenset(
+        i
+        for i, (a, b) in enumerate(zip(leaves, meta, strict=True))
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.device.type == "cpu"
+    )

@@ -1,0 +1,96 @@
+"""The op pages in real headless Chromium against a real uvicorn server on 127.0.0.1: from the
+missing-ops ranking to an op's page (its samples by dtype, the models that fall back on it and
+their downloads), and the op sweep's own page; a hostile sample text runs no script."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.op_store_builder import EVIL_SAMPLE, build_op_run
+from tests.report_store_builder import build_hand_store
+from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, pytestmark  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    import uvicorn
+
+    from dashboard.app import create_app
+
+    root = tmp_path_factory.mktemp("op-browser") / "store"
+    build_hand_store(root)
+    build_op_run(root)
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(str(root), refresh_s=0), host="127.0.0.1", port=port, log_level="warning"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(base + "/api/health", timeout=2).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield base
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def test_missing_ops_to_op_page(server: str, browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(server + "/ops?run=r2")
+    histc = page.locator("#ops tbody tr", has_text="aten::histc")
+    assert "100.0% (correct not native)" in histc.inner_text()
+    histc.locator("a", has_text="aten::histc").click()
+    page.wait_for_url("**/ops/aten%3A%3Ahistc**")
+    assert page.locator("#op-name").inner_text() == "aten::histc"
+    assert page.locator(".emulated").is_visible()
+    assert "correct not native" in page.locator("#verdict").inner_text()
+    dtypes = page.locator("#op-dtypes tbody tr")
+    assert dtypes.count() == 1 and dtypes.first.inner_text().split()[:3] == ["fp32", "2", "2"]
+    assert page.locator("#op-samples tbody tr").count() == 2
+    models = page.locator("#op-models tbody tr")
+    assert models.count() == 2
+    assert models.first.inner_text().startswith("org/b-pass-fallback")
+    assert "800" in page.locator("#op-models-total").inner_text()
+    models.first.locator("a").click()
+    page.wait_for_url("**/models/org/b-pass-fallback**")
+    assert page.locator("#model-id").inner_text() == "org/b-pass-fallback"
+    assert requests and all(u.startswith(server) for u in requests)
+    page.close()
+
+
+def test_op_sweep_page_and_hostile_sample(server: str, browser) -> None:
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(server + "/op-sweep")
+    assert "Op sweep, run o1" in page.locator("h1").inner_text()
+    denominators = page.locator("table.section-op_denominators").inner_text()
+    assert "skipped by PyTorch's applicability" in denominators
+    assert "of which for ops with no native lowering" in denominators
+    assert page.locator("#op-table tbody tr").count() == 5
+    page.locator("#op-table a", has_text="aten::evil").click()
+    page.wait_for_url("**/ops/aten%3A%3Aevil**")
+    assert EVIL_SAMPLE in page.locator("#op-samples").inner_text()
+    assert dialogs == []
+    page.close()

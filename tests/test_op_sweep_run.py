@@ -1,0 +1,299 @@
+"""The op sweep end to end on a few OpInfos (the fast subset CI runs): `hfsweep ops` on `cpu` is a
+self-check (all native, nothing wrong), on the emulated neuron device every row says so and the
+fallbacks are charged to the ops that caused them; a sample that crashes or hangs is a row;
+declared skips, resume and the Ray driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.errors import UnknownNameError, UsageError
+from reports.schema import OP_SKIP_PYTORCH, OpSkipReason
+from reports.store import Store
+from tests.conftest import HFSWEEP
+
+FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put,kthvalue"
+
+
+def _ops(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run(
+        [*HFSWEEP, "ops", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def _rows(store: Path) -> list[dict]:
+    return Store(store).read("ops").to_pylist()
+
+
+# ---- op_db and declarations -------------------------------------------------------------------
+
+
+def test_select_opinfos_names_and_variants() -> None:
+    from runners.op_sweep.opdb import select_opinfos
+
+    assert select_opinfos(["nn.functional.layer_norm"]) == ["nn.functional.layer_norm"]
+    assert set(select_opinfos(["normal"])) >= {"normal", "normal.number_mean"}
+    with pytest.raises(UnknownNameError, match="did you mean nn.functional.layer_norm"):
+        select_opinfos(["nn.functional.layernorm"])
+
+
+def test_applicability_and_tolerances() -> None:
+    import torch
+
+    from runners.op_sweep.opdb import applicability, get_opinfo, parse_dtypes, tolerance
+
+    zeta = applicability(get_opinfo("special.zeta"), torch.bfloat16, "cpu")
+    assert zeta.forward is not None and zeta.forward[0] == OpSkipReason.DTYPE_NOT_SUPPORTED
+    empty = applicability(get_opinfo("empty"), torch.float32, "cpu")
+    assert empty.forward is not None and "non-deterministic" in empty.forward[1]
+    assert applicability(get_opinfo("add"), torch.float32, "cpu").forward is None
+    # layer_norm declares a looser fp32 tolerance than assert_close's default
+    assert tolerance(get_opinfo("nn.functional.layer_norm"), torch.float32) > (1e-5, 1.3e-6)
+    assert tolerance(get_opinfo("add"), torch.float32) == (1e-5, 1.3e-6)
+    assert parse_dtypes("bf16,fp32") == ["bf16", "fp32"]
+    with pytest.raises(UnknownNameError):
+        parse_dtypes("fp64")
+
+
+def test_declarations(tmp_path: Path) -> None:
+    from runners.op_sweep.declarations import load_declarations
+
+    neuron = load_declarations("neuron:0")
+    assert "Float64" in (neuron.unsupported_dtype("float64") or "")
+    assert "Complex" in (neuron.unsupported_dtype("complex64") or "")
+    assert load_declarations("cpu").unsupported_dtype("float64") is None
+    extra = tmp_path / "skips.json"
+    extra.write_text(json.dumps({"skips": [{"opinfo": "sum", "reason": "r", "phase": "backward"}]}))
+    merged = load_declarations("neuron", extra)
+    assert merged.skip_for("sum", "sum", "fp32", "backward") == "r"
+    assert merged.skip_for("sum", "sum", "fp32", "forward") is None
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_declarations("cpu", bad)
+
+
+# ---- end to end ---------------------------------------------------------------------------------
+
+
+def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    out = _ops("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Op sweep: denominators" in out.stdout
+    rows = _rows(store)
+    statuses = {r["status"] for r in rows}
+    assert statuses <= {"pass", "skip"}, statuses
+    assert sum(r["status"] == "pass" for r in rows) > 100
+    for r in rows:
+        assert r["device"] == "cpu" and r["device_emulated"] is False
+        for d in r["dispatched"] or []:
+            assert d["execution"] in ("native", "not_run") and not d["fallbacks"]
+            assert d["native_lowering"] is True
+        if r["status"] == "skip":
+            assert OpSkipReason(r["reason"]) in OP_SKIP_PYTORCH  # the CPU declares nothing
+    # every OpInfo x dtype asked for has rows, backward ones included
+    keys = [*FAST_OPS.split(","), "softmax.with_dtype"]  # a plain name takes every variant
+    assert {(r["opinfo"], r["dtype"]) for r in rows} == {
+        (k, d) for k in keys for d in ("fp32", "bf16", "fp16")
+    }
+    assert {r["phase"] for r in rows if r["opinfo"] == "nn.functional.layer_norm"} == {
+        "forward",
+        "backward",
+    }
+    runs = Store(store).read("op_runs").to_pylist()
+    assert {r["status"] for r in runs} == {"running", "finished"}
+    assert runs[0]["torch_version"] and runs[0]["expecttest_version"]
+    summary = Store(store).read("op_summary").to_pylist()
+    assert summary and all(s["fallback"] == 0 and s["wrong"] == 0 for s in summary)
+
+
+def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    out = _ops(
+        "--ops", FAST_OPS, "--dtypes", "fp32,bf16", "--device", "neuron", "--local",
+        "--store", str(store),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "EMULATED DEVICE" in out.stdout
+    rows = _rows(store)
+    assert all(r["device"] == "neuron" and r["device_emulated"] for r in rows)
+    assert all(r["device_profile"] and r["device_profile_hash"] for r in rows)
+    ran = [r for r in rows if r["status"] not in ("skip", "not_run")]
+    assert ran and all(r["dispatched"] is not None for r in ran)
+    fell_back = [d for r in ran for d in r["dispatched"] if d["execution"] == "fallback"]
+    assert fell_back, "the emulated device lowers only its profile: something falls back"
+    for d in fell_back:  # a fallback is charged to the op that caused it
+        assert d["fallbacks"]
+    for r in ran:  # the per-row count is the distinct fallback overloads of its ops
+        assert r["fallback_op_count"] == len({f for d in r["dispatched"] for f in d["fallbacks"]})
+    assert {r["status"] for r in rows} <= {"pass", "skip", "fail", "wrong", "not_run"}
+    # the report reads it back and labels it emulated
+    report = subprocess.run(
+        [*HFSWEEP, "report", "--store", str(store)], capture_output=True, text=True, timeout=120
+    )
+    assert report.returncode == 0, report.stderr[-1000:]
+    assert "Op sweep: denominators" in report.stdout and "EMULATED" in report.stdout
+
+
+def test_declared_skips_and_resume(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    skips = tmp_path / "skips.json"
+    skips.write_text(
+        json.dumps(
+            {
+                "unsupported_dtypes": {"bfloat16": "no bf16 here (test)"},
+                "skips": [{"opinfo": "sum", "reason": "sum is declared broken (test)"}],
+            }
+        )
+    )
+    args = ["--ops", "sum,add", "--dtypes", "fp32,bf16", "--device", "cpu", "--local"]
+    args += ["--store", str(store), "--run-id", "resume-me", "--skips", str(skips)]
+    first = _ops(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = _rows(store)
+    sums = [
+        r
+        for r in rows
+        if r["opinfo"] == "sum" and r["sample_index"] is not None and r["dtype"] == "fp32"
+    ]
+    assert sums and all(r["reason"] == "device_declared" for r in sums)
+    assert all("declared broken" in r["detail"] for r in sums)
+    bf16_add = [r for r in rows if r["opinfo"] == "add" and r["dtype"] == "bf16"]
+    assert bf16_add and all(r["reason"] == "device_unsupported_feature" for r in bf16_add)
+    assert "skipped by the device" in first.stdout
+    again = _ops(*args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "4 OpInfo x dtype already done, 0 rows written" in again.stderr
+    assert len(_rows(store)) == len(rows)
+    other = _ops("--ops", "sum", "--dtypes", "fp32", "--device", "cpu", "--local", "--store",
+                 str(store), "--run-id", "resume-me")  # fmt: skip
+    assert other.returncode == 2 and "dtypes=fp32,bf16" in other.stderr
+
+
+def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
+    out = _ops("--ops", "nn.functional.layernorm", "--store", str(tmp_path / "s"))
+    assert out.returncode == 2
+    assert "Unknown OpInfo name" in out.stderr and "Traceback" not in out.stderr
+    out = _ops("--dtypes", "fp64", "--store", str(tmp_path / "s"))
+    assert out.returncode == 2 and "Unknown dtype" in out.stderr
+    listed = _ops("--list", "--ops", "normal")
+    assert listed.returncode == 0 and "normal.number_mean" in listed.stdout
+
+
+# ---- isolation ----------------------------------------------------------------------------------
+
+
+def _crashy_samples(op, device, dtype, requires_grad, **kwargs):
+    import torch
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    for i in range(4):
+        yield SampleInput(torch.full((2,), float(i), dtype=dtype))
+
+
+def _crashy(x):
+    value = int(x[0].item())
+    if value == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if value == 2:
+        time.sleep(60)
+    return x * 2
+
+
+def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
+    import torch
+    from torch.testing._internal.opinfo.core import OpInfo
+
+    from runners.op_sweep import opdb
+    from runners.op_sweep.isolation import SweepOptions, Unit, run_units_isolated
+
+    fake = OpInfo(
+        "hfsweep_crashy",
+        op=_crashy,
+        dtypes=(torch.float32,),
+        sample_inputs_func=_crashy_samples,
+        supports_autograd=False,
+        supports_out=False,
+    )
+    opdb._by_key()["hfsweep_crashy"] = fake  # children are forked: they see it too
+    try:
+        unit = Unit("hfsweep_crashy", "hfsweep_crashy", None, ("fp32",))
+        start = time.monotonic()
+        rows = list(run_units_isolated([unit], SweepOptions(device="cpu", timeout_s=3)))
+        elapsed = time.monotonic() - start
+    finally:
+        del opdb._by_key()["hfsweep_crashy"]
+    by_sample = {(r["sample_index"], r["phase"]): r for r in rows}
+    assert by_sample[(0, "forward")]["status"] == "pass"
+    crash = by_sample[(1, "forward")]
+    assert crash["status"] == "crash" and "SIGSEGV" in crash["error_message"]
+    hang = by_sample[(2, "forward")]
+    assert hang["status"] == "timeout" and "3 s" in hang["error_message"]
+    assert by_sample[(3, "forward")]["status"] == "pass"  # the sweep went on
+    assert by_sample[(None, "backward")]["reason"] == "no_autograd"  # one row for the op
+    assert elapsed < 40
+
+
+# ---- the Ray driver -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ray_driver(tmp_path: Path) -> None:
+    """Through the CLI, with its own embedded Ray (a session-wide Ray would not survive the
+    two-node cluster test's `ray stop`)."""
+    store = tmp_path / "store"
+    out = _ops(
+        "--ops", "add,sum,softmax", "--dtypes", "fp32", "--device", "cpu", "--group-size", "2",
+        "--num-cpus", "2", "--store", str(store), "--no-report",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "4 OpInfos x 1 dtypes" in out.stderr  # softmax has a with_dtype variant
+    rows = _rows(store)
+    assert {r["opinfo"] for r in rows} == {"add", "sum", "softmax", "softmax.with_dtype"}
+    assert all(r["worker"].startswith("ray:") for r in rows)
+    assert {r["status"] for r in rows} <= {"pass", "skip"}
+
+
+def test_fallbacks_reported_after_the_block_are_charged_by_base_name() -> None:
+    """A device whose log fills only when the block ends (TorchNeuron's profiler events):
+    fallbacks go to the dispatched op of the same base name, or become ops of their own."""
+    import torch
+
+    from runners.devices.base import FallbackLog
+    from runners.op_sweep.check import DispatchRecorder, dispatched_rows
+
+    recorder = DispatchRecorder()
+    with recorder:
+        torch.ones(3).add(1).sum()
+    log = FallbackLog()
+    log.record("aten::add.out")
+    log.record("aten::_internal_helper", n=2)
+    recorder.attribute(log)
+    rows = {r["op"]: r for r in dispatched_rows(recorder, lambda op: op != "aten::add.Tensor")}
+    assert rows["aten::add.Tensor"]["execution"] == "fallback"
+    assert rows["aten::add.Tensor"]["fallbacks"] == ["aten::add.out"]
+    assert rows["aten::add.Tensor"]["native_lowering"] is False
+    assert rows["aten::sum"]["execution"] == "native"
+    assert rows["aten::_internal_helper"]["calls"] == 2
+
+
+def test_lowering_declarations_by_device() -> None:
+    from runners.devices import get_device
+    from runners.op_sweep.run import lowering_of
+
+    assert lowering_of(get_device("cpu"))("aten::anything") is True
+    neuron = get_device("neuron")
+    lowering = lowering_of(neuron)
+    assert lowering("aten::add.Tensor") is True  # in every bundled profile
+    assert lowering("aten::kthvalue") is False  # no registration in TorchNeuron's snapshot
+    assert lowering("aten::histc") is True  # registered there (the torch-mlir list lacks it)
+    assert lowering_of(get_device("neuron", profile="torch-mlir"))("aten::histc") is False
