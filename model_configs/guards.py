@@ -76,8 +76,9 @@ def count_on_meta(spec: TinySpec) -> int | None:
     adapter = get_adapter(spec.library)
     for name in (adapter.package, *adapter.build_imports):
         if name:  # on the CPU, not inside the meta context (see Adapter.build_imports)
-            with contextlib.suppress(ImportError):
-                importlib.import_module(name)
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(name)
+                getattr(module, spec.architecture, None)  # a lazy package imports the class
     try:
         with torch.device("meta"):
             model = adapter.build_model(spec)

@@ -343,6 +343,41 @@ def test_ultralytics_built_first_in_a_fresh_process_moves_between_devices():
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
+@pytest.mark.parametrize(
+    ("library", "model_id"),
+    [("diffusers", "UNet2DConditionModel"), ("transformers", "vit")],
+)
+def test_a_first_build_leaves_no_import_time_tensor_on_meta(library, model_id):
+    """A lazy package imports a class's module when the class is first looked up: the
+    budget's meta build must not be that first look-up (diffusers' `FLUX_MAG_RATIOS` and
+    `E2M1_LUT`, torchaudio's kaldi `EPSILON` through transformers were made on `meta`)."""
+    adapter = get_adapter(library)
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(model_id))
+    spec = adapter.shrink(resolved)
+    script = textwrap.dedent(
+        """
+        import inspect, pickle, sys
+        import torch
+        from model_configs import build
+        spec = pickle.loads(sys.stdin.buffer.read())
+        build.build_model(spec)
+        on_meta = []
+        for name, module in list(sys.modules.items()):
+            for key, value in list(vars(module).items()):
+                values = vars(value).items() if inspect.isclass(value) else [(key, value)]
+                for attr, tensor in list(values):
+                    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+                        on_meta.append(f"{name}.{key}.{attr}")
+        assert not on_meta, on_meta
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(spec), capture_output=True,
+        timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
 def test_ultralytics_scales_the_channel_counts_a_yaml_writes():
     """YOLOv9-E's CBLinear splits must equal the widths of the layers CBFuse adds them to; the
     ResNet classifier's layers chain (each takes the previous one's 4x expanded output)."""

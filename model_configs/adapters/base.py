@@ -34,6 +34,7 @@ class Adapter(ABC):
     install_note: ClassVar[str] = ""  # added to the missing-package message (licence, ...)
     # What `build_model` imports: imported before the build budget's build on `meta`, since a
     # module first imported inside `torch.device("meta")` makes its import-time tensors there.
+    # The package, and its attribute named as the architecture, are imported anyway.
     build_imports: ClassVar[tuple[str, ...]] = ()
 
     # ----- the optional package -----
