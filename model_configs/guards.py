@@ -10,11 +10,15 @@ it, and what a tiny model may cost before it is built with real memory.
   is refused (`ParameterBudgetError`, the load stage's `fail`, naming the count) before a byte
   of weights is allocated. A declared size the shrinker does not know to shrink (an unknown
   key, a sub-config it does not walk) is caught here. Where a library cannot build on `meta`,
-  the shrunk config's integers are held to `MAX_DIMENSION` instead.
+  the shrunk config's integers are held to `MAX_DIMENSION` instead. What the build imports is
+  imported before, on the CPU (`Adapter.build_imports`): a module first imported inside the
+  meta context would make its import-time tensors there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from typing import Any
 
 from model_configs.pass_rule import MAX_PARAMS
@@ -70,6 +74,11 @@ def count_on_meta(spec: TinySpec) -> int | None:
     from model_configs.adapters import get_adapter
 
     adapter = get_adapter(spec.library)
+    for name in (adapter.package, *adapter.build_imports):
+        if name:  # on the CPU, not inside the meta context (see Adapter.build_imports)
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(name)
+                getattr(module, spec.architecture, None)  # a lazy package imports the class
     try:
         with torch.device("meta"):
             model = adapter.build_model(spec)

@@ -5,7 +5,11 @@ trained once, and held to the pass rule)."""
 from __future__ import annotations
 
 import json
+import pickle
+import subprocess
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from model_configs.adapters import ADAPTERS, adapter_names, get_adapter, library
 from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports.errors import ConfigError, UnknownNameError
+from tests.conftest import ROOT
 
 
 def train_once(library: str, resolved: ResolvedConfig, **shrink_kw) -> dict:
@@ -308,6 +313,69 @@ def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
     resolved = next(r for r in adapter.iter_architectures() if r.model_id == f"ultralytics/{yaml}")
     run = train_once("ultralytics", resolved)
     assert run["spec"].architecture == cls
+
+
+def test_ultralytics_built_first_in_a_fresh_process_moves_between_devices():
+    """The build budget builds on `meta` first. A worker that never imported ultralytics (its
+    plan ran in another worker) imported it inside that meta context, so the heads' class-level
+    tensors (`Detect.anchors`, `.strides`) were made on `meta`, and every later `.to(device)` of
+    a YOLO model failed ("Cannot copy out of meta tensor"): Bingsu/adetailer in a sweep."""
+    adapter = get_adapter("ultralytics")
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id == "ultralytics/yolov8")
+    spec = adapter.shrink(resolved)  # planning imports ultralytics: here, not in the child
+    script = textwrap.dedent(
+        """
+        import pickle, sys
+        import torch
+        from model_configs import build
+        spec = pickle.loads(sys.stdin.buffer.read())
+        assert not any(m.startswith("ultralytics") for m in sys.modules)
+        model = build.build_model(spec)  # the budget's build on meta, then the real one
+        from ultralytics.nn.modules.head import Detect
+        assert Detect.anchors.device.type == "cpu", Detect.anchors.device
+        model.to("cpu")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(spec), capture_output=True,
+        timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("library", "model_id"),
+    [("diffusers", "UNet2DConditionModel"), ("transformers", "vit")],
+)
+def test_a_first_build_leaves_no_import_time_tensor_on_meta(library, model_id):
+    """A lazy package imports a class's module when the class is first looked up: the
+    budget's meta build must not be that first look-up (diffusers' `FLUX_MAG_RATIOS` and
+    `E2M1_LUT`, torchaudio's kaldi `EPSILON` through transformers were made on `meta`)."""
+    adapter = get_adapter(library)
+    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(model_id))
+    spec = adapter.shrink(resolved)
+    script = textwrap.dedent(
+        """
+        import inspect, pickle, sys
+        import torch
+        from model_configs import build
+        spec = pickle.loads(sys.stdin.buffer.read())
+        build.build_model(spec)
+        on_meta = []
+        for name, module in list(sys.modules.items()):
+            for key, value in list(vars(module).items()):
+                values = vars(value).items() if inspect.isclass(value) else [(key, value)]
+                for attr, tensor in list(values):
+                    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+                        on_meta.append(f"{name}.{key}.{attr}")
+        assert not on_meta, on_meta
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(spec), capture_output=True,
+        timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 def test_ultralytics_scales_the_channel_counts_a_yaml_writes():

@@ -81,6 +81,39 @@ def test_tiny_model_forward_backward_equals_cpu(neuron: NeuronEmulatedDevice, ki
 
 
 @forked
+def test_conjugate_and_negative_views_read_as_on_cpu(neuron: NeuronEmulatedDevice) -> None:
+    """`conj()` and `_neg_view()` are bits on the tensor, not in its memory. Complex RoPE's
+    backward multiplies by `conj()` (Z-Image, Qwen-Image): an alias that dropped the bit gave
+    wrong gradients under TorchNeuron's registrations, and PyTorch's own fallback for the bit
+    recursed through `_copy_from` until a SIGSEGV under the Torch-MLIR lists."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3, dtype=torch.complex64, generator=generator)
+    freqs = torch.randn(4, 3, dtype=torch.complex64, generator=generator)
+    x = torch.randn(4, 6, generator=generator)
+    weights = torch.randn(4, 6, generator=generator)
+
+    def rope_grad(device: torch.device | str) -> torch.Tensor:
+        leaf = x.clone().to(device).requires_grad_()
+        rotated = torch.view_as_complex(leaf.reshape(4, 3, 2)) * freqs.to(device)
+        (torch.view_as_real(rotated).flatten(1) * weights.to(device)).sum().backward()
+        assert leaf.grad is not None
+        return leaf.grad
+
+    torch_mlir = NeuronEmulatedDevice(profile="torch-mlir")
+    try:
+        for device in (neuron, torch_mlir):
+            device.activate()
+            on_device = a.to("neuron")
+            assert torch.equal(on_device.conj().cpu(), a.conj())
+            assert torch.equal(on_device.conj().resolve_conj().cpu(), a.conj())
+            assert torch.equal((on_device * freqs.to("neuron").conj()).cpu(), a * freqs.conj())
+            assert torch.equal(torch._neg_view(x.to("neuron")).cpu(), -x)
+            assert max_diff(rope_grad("neuron"), rope_grad("cpu")) < 1e-6, device.profile
+    finally:
+        neuron.activate()
+
+
+@forked
 def test_views_and_inplace_keep_aliasing(neuron: NeuronEmulatedDevice) -> None:
     base = torch.arange(12, dtype=torch.float32).to("neuron")
     view = base.view(3, 4)

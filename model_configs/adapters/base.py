@@ -32,6 +32,10 @@ class Adapter(ABC):
     extra: ClassVar[str | None] = None  # the pyproject extra that installs it
     config_files: ClassVar[tuple[str, ...]] = ("config.json",)  # what the Hub serves for it
     install_note: ClassVar[str] = ""  # added to the missing-package message (licence, ...)
+    # What `build_model` imports: imported before the build budget's build on `meta`, since a
+    # module first imported inside `torch.device("meta")` makes its import-time tensors there.
+    # The package, and its attribute named as the architecture, are imported anyway.
+    build_imports: ClassVar[tuple[str, ...]] = ()
 
     # ----- the optional package -----
     def missing_packages(self) -> list[str]:

@@ -70,6 +70,8 @@ class UltralyticsAdapter(Adapter):
     extra = "ultralytics"
     config_files = ()  # weights only
     install_note = "ultralytics is AGPL-3.0, so it is an optional extra"
+    # its heads keep class-level tensors (`Detect.anchors`, `.strides`) that `.to()` moves
+    build_imports = ("ultralytics.nn.tasks",)
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         _quiet()

@@ -141,11 +141,23 @@ def _make_tensor(
     return t
 
 
+def _with_math_bits(alias: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`alias` (over the same memory as `like`) read as `like` is: a lazy conjugate (`conj()`)
+    or negation (`_neg_view()`) is a bit on the tensor, not in its memory, and an alias that
+    dropped it would read the plain values (complex RoPE's backward multiplies by `conj()`)."""
+    if like.is_conj():
+        torch._C._set_conj(alias, True)
+    if like.is_neg():
+        torch._C._set_neg(alias, True)
+    return alias
+
+
 def _host_alias(t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor over the same memory as the neuron tensor `t`."""
-    return torch.empty(0, dtype=t.dtype).set_(
+    """A CPU tensor over the same memory as the neuron tensor `t` (its math bits too)."""
+    alias = torch.empty(0, dtype=t.dtype).set_(
         _host_storage(t), t.storage_offset(), t.size(), t.stride()
     )
+    return _with_math_bits(alias, t)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -358,6 +370,7 @@ class _HostCall:
             alias = torch.empty(0, dtype=x.dtype).set_(
                 host, x.storage_offset(), x.size(), x.stride()
             )
+            _with_math_bits(alias, x)
             self.aliases.append((alias, x))
             self.bytes_d2h += x.numel() * x.element_size()
             return alias
@@ -384,7 +397,8 @@ class _HostCall:
                 if host.nbytes():
                     self.storages[ptr] = storage
                 self.bytes_h2d += y.numel() * y.element_size()
-            return _make_tensor(storage, y.storage_offset(), y.size(), y.stride(), y.dtype)
+            made = _make_tensor(storage, y.storage_offset(), y.size(), y.stride(), y.dtype)
+            return _with_math_bits(made, y)
         if isinstance(y, (list, tuple)):
             return type(y)(self.from_host(v) for v in y)
         return y
@@ -1090,6 +1104,12 @@ def install_backend() -> None:
         ("convolution_backward_overrideable", _convolution_backward),
     ]:
         aten.impl(name, _opaque_to_dynamo(fn), "PrivateUse1")
+    # `_copy_from` reads a lazy conjugate / negation itself (`_with_math_bits`). PyTorch's
+    # fallback for those bits would materialise the source with `clone`, whose `copy_` calls
+    # `_copy_from` with the same bit again: unbounded recursion, a SIGSEGV on the stack.
+    for name in ("_copy_from", "_copy_from_and_resize"):
+        for key in ("Conjugate", "Negative"):
+            aten.impl(name, torch.library.fallthrough_kernel, key)
     for key in ("PrivateUse1", "AutogradPrivateUse1"):  # the composite it replaces is both
         aten.impl(
             "scaled_dot_product_attention",
