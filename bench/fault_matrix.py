@@ -554,7 +554,7 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
     # Large enough that every kill lands mid-run (on the 2-core machine 150 models took 19
     # kills of 1-20 s each, with Ray starting again after every one, to finish).
-    catalog, ids = write_trial_catalog(work / "kill", max(90, 10 * kills), "kk")
+    catalog, ids = write_trial_catalog(work / "kill", max(90, 25 * kills), "kk")
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")
     cmd = [
