@@ -297,6 +297,16 @@ def _finish(row: dict[str, Any], dispatched: list[dict[str, Any]], start: float)
     return row
 
 
+def _verdict(cmp: Any) -> dict[str, Any]:
+    """A comparison's row fields: pass or wrong, and by how much."""
+    return {
+        "status": OpStatus.PASS.value if cmp.ok else OpStatus.WRONG.value,
+        "detail": cmp.detail,
+        "max_abs_error": cmp.max_abs_error,
+        "max_rel_error": cmp.max_rel_error,
+    }
+
+
 def _seed(seed: int) -> None:
     """Seed the host generator only (random ops of a sample draw from it on the CPU and, on an
     emulated device, on the device too; `torch.manual_seed` would also reseed every device)."""
@@ -337,6 +347,9 @@ def check_sample(
     phases = ["forward"] if ctx.backward_skip is not None else ["forward", "backward"]
     start = time.perf_counter()
 
+    def emit(phase: str, dispatched: list[dict[str, Any]], started: float, **fields: Any) -> None:
+        on_row(_finish(_row(ctx, index, text, phase, **fields), dispatched, started))
+
     # The CPU reference first: it decides whether there is anything to compare at all, and its
     # dispatched ops describe a sample the device skips.
     cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
@@ -351,20 +364,13 @@ def check_sample(
             f"the sample raised on the CPU: {type(exc).__name__}: {short_message(str(exc), 200)}"
         )
         for phase in phases:
-            on_row(
-                _finish(
-                    _row(
-                        ctx,
-                        index,
-                        text,
-                        phase,
-                        status=OpStatus.SKIP.value,
-                        reason=OpSkipReason.REFERENCE_FAILED.value,
-                        detail=detail,
-                    ),
-                    dispatched_rows(cpu_fw, ctx.lowering, ran=False),
-                    start,
-                )
+            emit(
+                phase,
+                dispatched_rows(cpu_fw, ctx.lowering, ran=False),
+                start,
+                status=OpStatus.SKIP.value,
+                reason=OpSkipReason.REFERENCE_FAILED.value,
+                detail=detail,
             )
         return
     cpu_bw = DispatchRecorder(track_dtypes=True)
@@ -396,37 +402,23 @@ def check_sample(
     # ---- forward on the device
     skip = device_skip("forward", list(cpu_fw.dtypes))
     if skip is not None:
-        on_row(
-            _finish(
-                _row(
-                    ctx,
-                    index,
-                    text,
-                    "forward",
-                    status=OpStatus.SKIP.value,
-                    reason=skip[0],
-                    detail=skip[1],
-                ),
-                dispatched_rows(cpu_fw, ctx.lowering, ran=False),
-                start,
-            )
+        emit(
+            "forward",
+            dispatched_rows(cpu_fw, ctx.lowering, ran=False),
+            start,
+            status=OpStatus.SKIP.value,
+            reason=skip[0],
+            detail=skip[1],
         )
         if "backward" in phases:
             bw_skip = device_skip("backward", list(cpu_bw.dtypes)) or skip
-            on_row(
-                _finish(
-                    _row(
-                        ctx,
-                        index,
-                        text,
-                        "backward",
-                        status=OpStatus.SKIP.value,
-                        reason=(backward_skip or bw_skip)[0],
-                        detail=(backward_skip or bw_skip)[1],
-                    ),
-                    dispatched_rows(cpu_bw, ctx.lowering, ran=False),
-                    time.perf_counter(),
-                )
+            emit(
+                "backward",
+                dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+                time.perf_counter(),
+                status=OpStatus.SKIP.value,
+                reason=(backward_skip or bw_skip)[0],
+                detail=(backward_skip or bw_skip)[1],
             )
         return
     dev = device.torch_device
@@ -448,13 +440,7 @@ def check_sample(
     fw.attribute(log)
     dispatched = dispatched_rows(fw, ctx.lowering)
     if not forward_ok:
-        on_row(
-            _finish(
-                _row(ctx, index, text, "forward", status=OpStatus.FAIL.value, **fields),
-                dispatched,
-                start,
-            )
-        )
+        emit("forward", dispatched, start, status=OpStatus.FAIL.value, **fields)
         if "backward" in phases:
             reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
             if backward_skip is not None:
@@ -463,24 +449,14 @@ def check_sample(
                     "reason": backward_skip[0],
                     "detail": backward_skip[1],
                 }
-            on_row(_finish(_row(ctx, index, text, "backward", **reason), [], time.perf_counter()))
+            emit("backward", [], time.perf_counter(), **reason)
         return
     cmp = compare(_to_cpu(actual), expected_cpu, atol=ctx.atol, rtol=ctx.rtol)
-    on_row(
-        _finish(
-            _row(
-                ctx,
-                index,
-                text,
-                "forward",
-                status=OpStatus.PASS.value if cmp.ok else OpStatus.WRONG.value,
-                detail=cmp.detail,
-                max_abs_error=cmp.max_abs_error,
-                max_rel_error=cmp.max_rel_error,
-            ),
-            dispatched,
-            start,
-        )
+    emit(
+        "forward",
+        dispatched,
+        start,
+        **_verdict(cmp),
     )
     if "backward" not in phases:
         return
@@ -489,20 +465,13 @@ def check_sample(
     start = time.perf_counter()
     skip = backward_skip or device_skip("backward", list(cpu_bw.dtypes))
     if skip is not None:
-        on_row(
-            _finish(
-                _row(
-                    ctx,
-                    index,
-                    text,
-                    "backward",
-                    status=OpStatus.SKIP.value,
-                    reason=skip[0],
-                    detail=skip[1],
-                ),
-                dispatched_rows(cpu_bw, ctx.lowering, ran=False),
-                start,
-            )
+        emit(
+            "backward",
+            dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+            start,
+            status=OpStatus.SKIP.value,
+            reason=skip[0],
+            detail=skip[1],
         )
         return
     assert backward_ref is not None
@@ -511,19 +480,12 @@ def check_sample(
     ins = _grad_inputs((d_input, d_args, d_kwargs))
     bw = DispatchRecorder()
     if len(outs) != len(grads_out) or [o.shape for o in outs] != [g.shape for g in grads_out]:
-        on_row(
-            _finish(
-                _row(
-                    ctx,
-                    index,
-                    text,
-                    "backward",
-                    status=OpStatus.WRONG.value,
-                    detail="the device's outputs carry gradients unlike the CPU's",
-                ),
-                [],
-                start,
-            )
+        emit(
+            "backward",
+            [],
+            start,
+            status=OpStatus.WRONG.value,
+            detail="the device's outputs carry gradients unlike the CPU's",
         )
         return
     grads_ok = False
@@ -540,30 +502,14 @@ def check_sample(
     bw.attribute(log)
     dispatched = dispatched_rows(bw, ctx.lowering)
     if not grads_ok:
-        on_row(
-            _finish(
-                _row(ctx, index, text, "backward", status=OpStatus.FAIL.value, **fields),
-                dispatched,
-                start,
-            )
-        )
+        emit("backward", dispatched, start, status=OpStatus.FAIL.value, **fields)
         return
     cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
-    on_row(
-        _finish(
-            _row(
-                ctx,
-                index,
-                text,
-                "backward",
-                status=OpStatus.PASS.value if cmp.ok else OpStatus.WRONG.value,
-                detail=cmp.detail,
-                max_abs_error=cmp.max_abs_error,
-                max_rel_error=cmp.max_rel_error,
-            ),
-            dispatched,
-            start,
-        )
+    emit(
+        "backward",
+        dispatched,
+        start,
+        **_verdict(cmp),
     )
 
 
