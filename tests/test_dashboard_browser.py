@@ -4,74 +4,29 @@ script."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from tests.browser_support import browser_marks, chromium, served_dashboard
 from tests.report_store_builder import EVIL_ID, build_hand_store
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = browser_marks
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import uvicorn
-
-    from dashboard.app import create_app
-
     root = tmp_path_factory.mktemp("browser") / "store"
     build_hand_store(root)
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(str(root), refresh_s=0), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/api/health", timeout=2).read()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield base
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with served_dashboard(root) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def test_overview_search_model_page(server: str, browser) -> None:

@@ -4,53 +4,30 @@ their downloads), and the op sweep's own page; a hostile sample text runs no scr
 
 from __future__ import annotations
 
-import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
+from tests.browser_support import browser_marks, chromium, served_dashboard
 from tests.op_store_builder import EVIL_SAMPLE, build_op_run
 from tests.report_store_builder import build_hand_store
-from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _free_port, pytestmark  # noqa: F401
+
+pytestmark = browser_marks
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import uvicorn
-
-    from dashboard.app import create_app
-
     root = tmp_path_factory.mktemp("op-browser") / "store"
     build_hand_store(root)
     build_op_run(root)
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(str(root), refresh_s=0), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/api/health", timeout=2).read()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield base
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with served_dashboard(root) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def test_missing_ops_to_op_page(server: str, browser) -> None:
