@@ -16,6 +16,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HFSWEEP = [sys.executable, "-m", "sweep"]
+# A config.json for `hfsweep check PATH`: a llama small enough to run every stage in seconds.
+TINY_LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+}
 
 
 @pytest.fixture(scope="session")

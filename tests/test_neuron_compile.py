@@ -22,7 +22,7 @@ from runners.neuron_compile import (
     short_reason,
 )
 from runners.stages import RecompileWatch, failing_op
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
 
 
@@ -256,20 +256,7 @@ def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
     import json
 
     config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"],
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_hidden_layers": 1,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "vocab_size": 128,
-            }
-        )
-    )
+    config.write_text(json.dumps(TINY_LLAMA))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for mode in ("raise", "eager"):
         done = subprocess.run(

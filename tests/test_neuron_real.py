@@ -15,19 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, TINY_LLAMA
 
 STANDIN = FIXTURES / "torch_neuronx_standin"
-TINY_LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-}
 
 
 def run_python(code: str, *, path: Path = STANDIN, env: dict | None = None, timeout: int = 300):
