@@ -233,6 +233,17 @@ CONFIGS_SCHEMA = pa.schema(
     ]
 )
 
+# Where and how a run (model sweep or op sweep) was made: the tail of both runs tables.
+_PROVENANCE_FIELDS = [
+    pa.field("ray_version", pa.string()),
+    pa.field("device_package_version", pa.string()),
+    pa.field("project_version", pa.string()),
+    pa.field("git_sha", pa.string()),
+    pa.field("python_version", pa.string()),
+    pa.field("hostname", pa.string()),
+    pa.field("command", pa.string()),
+]
+
 RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -259,13 +270,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("torch_version", pa.string()),
         pa.field("transformers_version", pa.string()),
         pa.field("diffusers_version", pa.string()),
-        pa.field("ray_version", pa.string()),
-        pa.field("device_package_version", pa.string()),
-        pa.field("project_version", pa.string()),
-        pa.field("git_sha", pa.string()),
-        pa.field("python_version", pa.string()),
-        pa.field("hostname", pa.string()),
-        pa.field("command", pa.string()),
+        *_PROVENANCE_FIELDS,
     ]
 )
 
@@ -358,13 +363,7 @@ OP_RUNS_SCHEMA = pa.schema(
         pa.field("opinfo_filter", pa.string()),  # the --ops list, or null for all of op_db
         pa.field("torch_version", pa.string()),
         pa.field("expecttest_version", pa.string()),
-        pa.field("ray_version", pa.string()),
-        pa.field("device_package_version", pa.string()),
-        pa.field("project_version", pa.string()),
-        pa.field("git_sha", pa.string()),
-        pa.field("python_version", pa.string()),
-        pa.field("hostname", pa.string()),
-        pa.field("command", pa.string()),
+        *_PROVENANCE_FIELDS,
     ]
 )
 

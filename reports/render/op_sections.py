@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render import fmt
+from reports.render import fmt, sections
 from reports.render.sections import Section
 
 PYTORCH_REASON_LABELS = {
@@ -20,12 +20,7 @@ DEVICE_REASON_LABELS = {
 
 
 def emulated_notice(d: dict[str, Any]) -> str | None:
-    if not d.get("device_emulated"):
-        return None
-    return (
-        f"EMULATED DEVICE: these op-sweep results come from an emulated {d.get('device') or 'device'} "
-        "(a stand-in that runs on the CPU), not from real hardware."
-    )
+    return sections.emulated_notice(d, "op-sweep results")
 
 
 def denominators_section(d: dict[str, Any]) -> Section:

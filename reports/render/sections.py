@@ -18,11 +18,11 @@ class Section:
     indent: list[int] = field(default_factory=list)  # per row, for the denominators tree
 
 
-def emulated_notice(d: dict[str, Any]) -> str | None:
+def emulated_notice(d: dict[str, Any], what: str = "results") -> str | None:
     if not d.get("device_emulated"):
         return None
     return (
-        f"EMULATED DEVICE: these results come from an emulated {d.get('device') or 'device'} "
+        f"EMULATED DEVICE: these {what} come from an emulated {d.get('device') or 'device'} "
         "(a stand-in that runs on the CPU), not from real hardware."
     )
 
