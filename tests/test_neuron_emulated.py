@@ -467,7 +467,10 @@ def test_python_scalars_wrapped_as_tensors(neuron: NeuronEmulatedDevice) -> None
 def test_native_op_with_a_decomposition_runs_as_one_op(neuron: NeuronEmulatedDevice) -> None:
     """`native_layer_norm` has no kernel for new backends but a decomposition (it uses
     `addcmul`). A profile that declares it native must not report the decomposition's ops;
-    a profile that does not declare it must report them, as a backend without the op would."""
+    a profile that does not declare it must report them, as a backend without the op would.
+    The decomposition rounds differently from the fused kernel (a few float32 ulps), so its
+    result is compared with float32's standard tolerances, on seeded inputs."""
+    torch.manual_seed(0)
     x = torch.randn(2, 5, 8)
     weight, bias = torch.randn(8), torch.randn(8)
     expected = torch.nn.functional.layer_norm(x, (8,), weight, bias)
@@ -488,7 +491,7 @@ def test_native_op_with_a_decomposition_runs_as_one_op(neuron: NeuronEmulatedDev
     with without.record_fallbacks() as log:
         again = torch.nn.functional.layer_norm(inputs[0], (8,), inputs[1], inputs[2])
     assert "aten::addcmul.out" in log.ops
-    assert max_diff(again, expected) < 1e-6
+    torch.testing.assert_close(again.cpu(), expected)
 
 
 @pytest.mark.parametrize(
