@@ -172,7 +172,12 @@ def method_of(config: dict[str, Any] | None, tags: tuple[str, ...] | list[str] =
 
 
 def method_of_entry(entry: CatalogEntry, resolved: ResolvedConfig | None) -> str | None:
-    """The method of a catalog entry, once resolved (or not: a skip before its config)."""
+    """The method of a catalog entry, once resolved (or not: a skip before its config). Tags
+    speak for transformers checkpoints (and for repos no adapter took); another library's
+    resolved model has only its config's word (a diffusers single-file repo tagged `gguf` for
+    the GGUF files beside its safetensors runs the safetensors)."""
+    if resolved is not None and resolved.library != "transformers":
+        return method_of(resolved.config)
     return method_of(resolved.config if resolved is not None else None, entry.tags)
 
 
