@@ -207,6 +207,7 @@ def quantized_checkpoints(q: StoreQuery, run_id: str) -> dict[str, Any]:
     )
     for r in rows:
         r["stages_passed"] = {stage: r.pop(stage) for stage in STAGES}
+        r["skip_reasons"] = [x for x in (r["skip_reasons"] or []) if x]
     total = {k: sum(r[k] for r in rows) for k in (
         "models", "downloads", "run", "run_downloads", "skipped", "skipped_downloads",
         "passed", "passed_downloads",

@@ -94,7 +94,7 @@ def denominators_section(d: dict[str, Any]) -> Section:
         add(1, "skipped", quantized["skipped"], quantized["skipped_downloads"])
         for r in quantized["by_method"]:
             if r["skipped"]:
-                why = ", ".join(x for x in r["skip_reasons"] if x)
+                why = ", ".join(r["skip_reasons"])
                 add(2, f"{r['method']} ({why})", r["skipped"], r["skipped_downloads"])
     notes = [
         f"Shares are of the {fmt.count(models)} models in this run and of their "
@@ -122,7 +122,7 @@ def quantized_section(report: dict[str, Any]) -> Section:
             fmt.count(r["run"]),
             *(fmt.count(r["stages_passed"].get(stage)) for stage in STAGE_NAMES),
             fmt.count(r["skipped"]),
-            ", ".join(x for x in r["skip_reasons"] if x),
+            ", ".join(r["skip_reasons"]),
         ]
         for r in q["by_method"]
     ]
