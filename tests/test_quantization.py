@@ -161,6 +161,8 @@ def test_mlx_recognised_by_its_own_key_and_a_block_without_method_is_unknown() -
     assert quantization.method_of({"quantization_config": {"quant_method": "hqq"}}) == "hqq"
     assert quantization.get("hqq").path == "skip"  # a method the table does not assess
     assert quantization.method_of({"model_type": "llama"}) is None
+    assert quantization.method_of(None, ("4-bit", "text-generation")) == "unknown"  # width only
+    assert quantization.method_of(None, ("fp8", "compressed-tensors")) == "compressed-tensors"
 
 
 @pytest.mark.parametrize(
@@ -467,3 +469,19 @@ def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path:
     assert page.status_code == 200 and page.json()["model"]["quantization"] == "awq"
     html = client.get(f"/models/{SWEPT[0]}").text
     assert 'id="quantization">fp8<' in html
+
+
+def test_check_a_local_quantized_config_names_the_method(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.conftest import HFSWEEP, ROOT
+
+    _, model_type, block = REAL_BLOCKS["gptq"]
+    path = config_file(tmp_path, model_type, {"quantization_config": block})
+    proc = subprocess.run(
+        [*HFSWEEP, "check", str(path), "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "quant:   gptq (the method this checkpoint needs)" in proc.stdout
+    assert "unsupported_quantization" in proc.stdout and "gptqmodel" in proc.stdout
