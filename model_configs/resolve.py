@@ -8,7 +8,8 @@ defaults for the architecture the entry names (transformers `AutoConfig.for_mode
 catalog's model type, a diffusers pipeline's known components, timm's architecture from the
 repo name, ...). A repo the catalog tags quantized whose config has no `quantization_config`
 gets its method's (`model_configs.quantization`), or a skip. Anything else raises ConfigError
-with a SkipReason, so the model still gets its rows. The adapters live in `model_configs.adapters`, one per Hub library.
+with a SkipReason, so the model still gets its rows. The adapters live in
+`model_configs.adapters`, one per Hub library.
 """
 
 from __future__ import annotations

@@ -146,7 +146,8 @@ _MODEL_RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS model_runs (
   run_id VARCHAR, model_id VARCHAR, rank INTEGER, downloads BIGINT, library VARCHAR,
   pipeline_tag VARCHAR, model_type VARCHAR, architecture VARCHAR, config_source VARCHAR,
-  quantization VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN, dtype VARCHAR,
+  quantization VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN,
+  dtype VARCHAR,
   {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
   error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, stages_passed INTEGER,
