@@ -51,7 +51,17 @@ def sweep(
     if device == "cpu":
         command += ["--compile-backend", "aot_eager"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # run from the checkout the hfsweep belongs to (CHECKOUT/.venv/bin/hfsweep): Ray puts the
+    # driver's working directory on its workers' sys.path, so another cwd would plan with the
+    # code found there
+    checkout = Path(hfsweep).absolute().parent.parent.parent
+    done = subprocess.run(
+        command,
+        env=env,
+        cwd=checkout if (checkout / "sweep").is_dir() else None,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     if done.returncode not in (0, 1):
         sys.stderr.write(done.stderr.decode(errors="replace")[-4000:])
         raise SystemExit(f"hfsweep run exited {done.returncode} ({device}, {run_id})")
@@ -119,10 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-hfsweep", help="another checkout's hfsweep (the baseline)")
     parser.add_argument("--before-store", type=Path, help="a store holding baseline runs")
     parser.add_argument("--run-prefix", default="quant")
+    parser.add_argument("--models", help="only these of the quantized repos (a quick check)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     entries, method, total = quantized_entries(args.top)
+    if args.models:
+        wanted = set(args.models.split(","))
+        entries = [e for e in entries if e.model_id in wanted]
     ids = [e.model_id for e in entries]
     dl = sum(e.downloads or 0 for e in entries)
     print(
