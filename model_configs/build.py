@@ -8,7 +8,9 @@ Every adapter (`model_configs.adapters`, one per Hub library) provides:
   purpose="generate" they are what `model.generate(**inputs)` takes.
 - `compute_loss(spec, model, outputs, inputs) -> torch.Tensor`: a scalar loss whose gradient
   reaches the model's parameters (the model's own loss when it returns one).
-- `save_and_load(spec, model, folder)`: the library's own save (safetensors) and load.
+- `save_and_load(spec, model, folder)`: the library's own save (safetensors) and load (for a
+  quantized checkpoint: written in its method's format, loaded through the library's quantizer).
+- `to_dtype(spec, model, dtype)`: the loaded model in the run's dtype.
 - `iter_architectures() -> Iterator[ResolvedConfig]`: a default config for every architecture
   the library offers (used by the coverage benches and tests).
 """
@@ -40,6 +42,12 @@ def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
 
 def save_and_load(spec: TinySpec, model: Any, folder: Path) -> Any:
     return get_adapter(spec.library).save_and_load(spec, model, folder)
+
+
+def to_dtype(spec: TinySpec, model: Any, dtype: Any) -> Any:
+    """The loaded model in the run's dtype, the library's way (a quantized checkpoint keeps
+    its quantized storage)."""
+    return get_adapter(spec.library).to_dtype(spec, model, dtype)
 
 
 def missing_package(exc: BaseException) -> str | None:

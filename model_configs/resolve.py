@@ -6,8 +6,10 @@ adapter whose package is not installed); then the files the Hub serves for the e
 from the Hub when online, both through `model_configs.hub`); then, offline, the adapter's
 defaults for the architecture the entry names (transformers `AutoConfig.for_model` for the
 catalog's model type, a diffusers pipeline's known components, timm's architecture from the
-repo name, ...). Anything else raises ConfigError with a SkipReason, so the model still gets its
-rows. The adapters live in `model_configs.adapters`, one per Hub library.
+repo name, ...). A repo the catalog tags quantized whose config has no `quantization_config`
+gets its method's (`model_configs.quantization`), or a skip. Anything else raises ConfigError
+with a SkipReason, so the model still gets its rows. The adapters live in
+`model_configs.adapters`, one per Hub library.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from model_configs.hub import cached_configs
+from model_configs.quantization import with_catalog_tags
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports import settings
 from reports.errors import ConfigError
@@ -64,6 +67,12 @@ def resolve_entry(
         )
     adapter = get_adapter(library)
     adapter.require_package(entry.model_id)
+    return with_catalog_tags(entry, _resolve_with(adapter, entry, config_dir, offline, hub))
+
+
+def _resolve_with(
+    adapter: Any, entry: CatalogEntry, config_dir: Path | None, offline: bool, hub: Any
+) -> ResolvedConfig:
     if config_dir is not None:
         folder = cached_configs(config_dir, entry.model_id)  # a recorded gated / gone: a skip
         if folder is not None:

@@ -18,9 +18,20 @@ from reports.query import (
     STAGES,
     StoreQuery,
 )
-from reports.schema import FAILED_STATUSES, SkipReason
+from reports.schema import FAILED_STATUSES, ConfigSource, SkipReason
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
+# Config sources that are not the repo's own config: a library's defaults for the architecture
+# the catalog names (offline, the bundled catalog holds no config files).
+DEFAULT_CONFIG_SOURCES = tuple(
+    s.value
+    for s in (
+        ConfigSource.TRANSFORMERS_DEFAULT,
+        ConfigSource.DIFFUSERS_DEFAULT,
+        ConfigSource.LIBRARY_DEFAULT,
+        ConfigSource.NAME_MAPPED,
+    )
+)
 HEADLINE_TASK = "text-generation"
 HEADLINE_TOP = 100
 
@@ -114,6 +125,18 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             {"run": run_id},
         )
         partial = _by_skip_reason(q, run_id, OUTCOME_PARTIAL)
+        sources = q.fetch(
+            f"""
+            SELECT coalesce(config_source, 'none') AS source, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND outcome <> '{OUTCOME_SKIPPED}'
+            GROUP BY ALL ORDER BY models DESC, source
+            """,
+            {"run": run_id},
+        )
+        for r in sources:
+            r["default"] = r["source"] in DEFAULT_CONFIG_SOURCES
+        from_default = [r for r in sources if r["default"]]
         requested = run.get("models_requested")
         emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
         device = t["device"] or run.get("device")
@@ -147,9 +170,49 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "passed_on_device_downloads": t["on_device_downloads"],
             "passed_with_fallback": t["passed"] - t["on_device"],
             "passed_with_fallback_downloads": t["passed_downloads"] - t["on_device_downloads"],
+            "swept_by_config_source": sources,
+            "built_from_default": sum(r["models"] for r in from_default),
+            "built_from_default_downloads": sum(r["downloads"] for r in from_default),
+            "quantized": quantized_checkpoints(q, run_id),
         }
 
     return q.memo("denominators", run_id, build)
+
+
+def quantized_checkpoints(q: StoreQuery, run_id: str) -> dict[str, Any]:
+    """Quantized checkpoints as their own denominator: per method (the rows' `quantization`),
+    models and downloads run and skipped, and how far the run ones got (stages passed)."""
+    q.ensure_summaries([run_id])
+    stage_counts = ",\n".join(
+        f"count(*) FILTER (WHERE s_{stage} = 'pass') AS \"{stage}\"" for stage in STAGES
+    )
+    rows = q.fetch(
+        f"""
+        SELECT quantization AS method, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+          count(*) FILTER (WHERE outcome <> '{OUTCOME_SKIPPED}') AS run,
+          coalesce(sum(downloads) FILTER (WHERE outcome <> '{OUTCOME_SKIPPED}'), 0) AS run_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}') AS skipped,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}'), 0)
+            AS skipped_downloads,
+          count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS passed,
+          coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+            AS passed_downloads,
+          list_sort(list(DISTINCT skip_reason) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}'))
+            AS skip_reasons,
+          {stage_counts}
+        FROM model_runs WHERE run_id = $run AND quantization IS NOT NULL
+        GROUP BY quantization ORDER BY models DESC, method
+        """,
+        {"run": run_id},
+    )
+    for r in rows:
+        r["stages_passed"] = {stage: r.pop(stage) for stage in STAGES}
+        r["skip_reasons"] = [x for x in (r["skip_reasons"] or []) if x]
+    total = {k: sum(r[k] for r in rows) for k in (
+        "models", "downloads", "run", "run_downloads", "skipped", "skipped_downloads",
+        "passed", "passed_downloads",
+    )}  # fmt: skip
+    return {**total, "by_method": rows}
 
 
 def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:

@@ -256,6 +256,7 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
                 "model_type",
                 "architecture",
                 "config_source",
+                "quantization",
                 "config_hash",
                 "shrunk_config_hash",
                 "param_count",

@@ -60,6 +60,9 @@ class SkipReason(str, enum.Enum):
     UNKNOWN_MODEL_TYPE = "unknown_model_type"  # the installed library does not know it
     NO_MODEL_CLASS = "no_model_class"  # no class in the library can build this config
     MISSING_PACKAGE = "missing_package"  # the model needs an optional package not installed
+    # a quantized checkpoint whose method has no path here (its kernels are CUDA-only, its
+    # package is not installable, ...): the message names the method and what it needs
+    UNSUPPORTED_QUANTIZATION = "unsupported_quantization"
     NOT_FOUND = "not_found"  # the repo does not exist (or is private)
     GATED = "gated"  # the repo needs an accepted licence to read
     DEVICE_UNSUPPORTED_FEATURE = "device_unsupported_feature"  # e.g. a dtype the device lacks
@@ -168,6 +171,9 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("model_type", pa.string()),
         pa.field("architecture", pa.string()),
         pa.field("config_source", pa.string(), nullable=False),
+        # the quantization method the checkpoint needs (model_configs.quantization: fp8, mxfp4,
+        # compressed-tensors, awq, gptq, bitsandbytes, mlx, gguf, ...); null: not quantized
+        pa.field("quantization", pa.string()),
         pa.field("config_hash", pa.string()),
         pa.field("shrunk_config_hash", pa.string()),
         pa.field("param_count", pa.int64()),

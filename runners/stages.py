@@ -120,7 +120,7 @@ class LoadStage(StageRunner):
         with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
             loaded = build.save_and_load(ctx.spec, built, Path(tmp))
         del built
-        loaded = loaded.to(ctx.dtype).eval()
+        loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
         ctx.cpu_inputs = _cast_inputs(
             build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype

@@ -39,6 +39,7 @@ class Planned:
     config_hash: str | None = None
     library: str | None = None
     model_type: str | None = None
+    quantization: str | None = None  # the method a quantized checkpoint needs (its rows say it)
 
     def slim(self) -> Planned:
         return replace(self, resolved=None)
@@ -73,6 +74,7 @@ def plan_entry(
 ) -> Planned:
     """Resolve and shrink one entry; never raises for the model's own problems."""
     from model_configs import guards
+    from model_configs.quantization import method_of_entry
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
     from runners import faults
@@ -95,6 +97,7 @@ def plan_entry(
         if is_environment_error(exc):  # the Hub kept failing, a core package is missing, the
             raise  # disk is full...: the machine's problem, never this model's result
         planned.outcome = failed_before(stages, Status.FAIL, type(exc).__name__, safe_text(exc))
+    planned.quantization = method_of_entry(entry, planned.resolved)
     return planned
 
 

@@ -45,6 +45,7 @@ def model_rows(
         "architecture": (spec.architecture if spec else None)
         or (entry.architectures_hint[0] if entry.architectures_hint else None),
         "config_source": (spec.config_source if spec else None) or planned.config_source,
+        "quantization": planned.quantization,
         "config_hash": planned.config_hash,
         "shrunk_config_hash": spec.hash if spec else None,
         "param_count": outcome.param_count,

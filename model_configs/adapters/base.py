@@ -120,6 +120,10 @@ class Adapter(ABC):
         fresh.load_state_dict(load_file(str(path)), strict=True)
         return fresh.eval()
 
+    def to_dtype(self, spec: TinySpec, model: Any, dtype: Any) -> Any:
+        """The loaded model in the run's dtype (its floating-point tensors cast)."""
+        return model.to(dtype)
+
     # ----- helpers the adapters share -----
     def library_default(self, model_id: str, config: dict[str, Any], detail: str = "") -> Any:
         """A config from the library's own bundled defaults, labelled so."""

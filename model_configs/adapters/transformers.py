@@ -58,16 +58,20 @@ class TransformersAdapter(Adapter):
         architecture_hint: str | None = None,
         pipeline_tag: str | None = None,
     ) -> TinySpec:
+        from model_configs import quantization, quantized_build
         from model_configs.shrink.transformers import shrink_transformers
 
-        return shrink_transformers(
+        quantization.refuse_unsupported(resolved)  # a method with no path here: a skip
+        spec = shrink_transformers(
             resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
         )
+        return quantized_build.fit(spec)
 
     def build_model(self, spec: TinySpec) -> Any:
-        from model_configs import transformers_models
+        from model_configs import quantized_build, transformers_models
 
-        return transformers_models.build_model(spec)
+        # quantized: built at full precision, quantized when saved (`save_and_load`)
+        return transformers_models.build_model(quantized_build.plain(spec))
 
     def make_inputs(
         self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
@@ -82,7 +86,18 @@ class TransformersAdapter(Adapter):
         return transformers_models.compute_loss(spec, model, outputs, inputs)
 
     def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
+        from model_configs import quantized_build
+
+        if quantized_build.method_of_spec(spec) is not None:  # through transformers' quantizer
+            return quantized_build.save_and_load(spec, model, folder)
         return save_pretrained_round_trip(model, folder)
+
+    def to_dtype(self, spec: TinySpec, model: Any, dtype: Any) -> Any:
+        from model_configs import quantized_build
+
+        if quantized_build.method_of_spec(spec) is not None:  # float8 / packed storage kept
+            return quantized_build.to_dtype(model, dtype)
+        return model.to(dtype)
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         from model_configs import transformers_models

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reports.render import fmt
+from reports.schema import STAGE_ORDER
+
+STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
 
 @dataclass
@@ -75,12 +78,65 @@ def denominators_section(d: dict[str, Any]) -> Section:
         d["passed_on_device_downloads"],
     )
     add(3, "with CPU fallback", d["passed_with_fallback"], d["passed_with_fallback_downloads"])
+    sources = d.get("swept_by_config_source") or []
+    if sources:
+        add(0, "swept, by where the config came from", d["swept"], d["swept_downloads"])
+        for r in sources:
+            own = "a default, not the repo's own" if r["default"] else "the repo's own"
+            add(1, f"{r['source']} ({own})", r["models"], r["downloads"])
+    quantized = d.get("quantized") or {}
+    if quantized.get("models"):
+        add(0, "quantized checkpoints", quantized["models"], quantized["downloads"])
+        add(1, "run (their method's path)", quantized["run"], quantized["run_downloads"])
+        for r in quantized["by_method"]:
+            if r["run"]:
+                add(2, r["method"], r["run"], r["run_downloads"])
+        add(1, "skipped", quantized["skipped"], quantized["skipped_downloads"])
+        for r in quantized["by_method"]:
+            if r["skipped"]:
+                why = ", ".join(r["skip_reasons"])
+                add(2, f"{r['method']} ({why})", r["skipped"], r["skipped_downloads"])
     notes = [
         f"Shares are of the {fmt.count(models)} models in this run and of their "
         f"{fmt.downloads(dls)} downloads (30-day counts at catalog time).",
         "skipped + swept = models in this run; failed + passed (+ stage-skipped) = swept.",
     ]
+    if sources:
+        notes.append(
+            f"{fmt.count(d['built_from_default'])} of the swept models "
+            f"({fmt.dl_of(d['built_from_default_downloads'], dls)} of downloads) were built "
+            "from a default config for their architecture, not their own (offline the bundled "
+            "catalog holds no config files)."
+        )
     return Section("denominators", "Denominators", ["", "models", "downloads"], rows, notes, indent)
+
+
+def quantized_section(report: dict[str, Any]) -> Section:
+    """Quantized checkpoints by method: run or skipped, and how far the run ones got."""
+    q = report["denominators"].get("quantized") or {"by_method": []}
+    rows = [
+        [
+            r["method"],
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.count(r["run"]),
+            *(fmt.count(r["stages_passed"].get(stage)) for stage in STAGE_NAMES),
+            fmt.count(r["skipped"]),
+            ", ".join(r["skip_reasons"]),
+        ]
+        for r in q["by_method"]
+    ]
+    return Section(
+        "quantized",
+        "Quantized checkpoints by method",
+        ["method", "models", "downloads", "run", *STAGE_NAMES, "skipped", "skip reason"],
+        rows,
+        [
+            "A row's `quantization` is the method its checkpoint needs (its quantization_config, "
+            "else the catalog's tags). Run: built through that method's path here; the stage "
+            "columns count models that passed each stage."
+        ],
+    )
 
 
 def funnel_section(report: dict[str, Any]) -> Section:
@@ -313,6 +369,7 @@ def trend_section(report: dict[str, Any]) -> Section:
 def report_sections(report: dict[str, Any]) -> list[Section]:
     out = [
         denominators_section(report["denominators"]),
+        quantized_section(report),
         funnel_section(report),
         headline_section(report),
         failures_section(report),

@@ -181,6 +181,8 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             f"config {spec.hash}, {len(spec.changes)} fields shrunk",
             file=out,
         )
+    if first.get("quantization"):
+        print(f"quant:   {first['quantization']} (the method this checkpoint needs)", file=out)
     label = f"{device.name}" + (
         " (EMULATED"
         + (f", profile {first['device_profile']}" if first["device_profile"] else "")

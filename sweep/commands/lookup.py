@@ -64,6 +64,8 @@ def render_text(d: dict[str, Any]) -> str:
         f"{m['library'] or '-'} / {m['pipeline_tag'] or '-'} / {m['model_type'] or '-'} / "
         f"{m['architecture'] or '-'}, config from {m['config_source'] or '-'}"
     )
+    if m.get("quantization"):
+        lines.append(f"quantization: {m['quantization']} (the method this checkpoint needs)")
     lines.append("")
     lines.append(f"{'stage':<10}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail")
     for r in d["stages"]:
