@@ -30,7 +30,7 @@ from reports.ids import unsafe_model_id
 from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
 from reports.models import model_table as model_table_query
 from reports.query import STAGES, StoreQuery
-from reports.render import html_site
+from reports.render import charts, html_site, site_pages
 from reports.render.sections import report_sections
 from reports.schema import Status
 from reports.store import check_run_id
@@ -80,7 +80,7 @@ def create_app(
         openapi_url="/api/openapi.json",
     )
     app.state.query = q
-    env = html_site.environment([TEMPLATES])
+    env = site_pages.environment([TEMPLATES])
     env.globals.update(
         model_url=model_url,
         op_url=op_url,
@@ -417,14 +417,14 @@ def create_app(
             "runs.html",
             data=data,
             trend=data["runs"][::-1],
-            chart=html_site.charts.trend_chart(data["runs"][::-1]) if data["runs"] else None,
+            chart=charts.trend_chart(data["runs"][::-1]) if data["runs"] else None,
         )
 
     # ---- assets --------------------------------------------------------------------------
 
     @app.get("/style.css")
     def style() -> FileResponse:
-        return FileResponse(html_site.STYLE, media_type="text/css")
+        return FileResponse(site_pages.STYLE, media_type="text/css")
 
     @app.get("/api")
     def api_index() -> Any:
