@@ -42,9 +42,9 @@ from model_configs.shrink.diffusers import (
     model_class,
 )
 from model_configs.spec import ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH
 from reports.schema import ConfigSource
 
-BATCH = 2
 _DTYPES = {"float": "float32", "long": "int64", "int": "int32", "bool": "bool"}
 
 # Classes that wrap a list of other models (no config of their own to build from).

@@ -27,7 +27,7 @@ from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
 
 BATCH = 4  # two anchors, two positives: an in-batch contrastive loss
-SEQ = 12
+SEQ = 12  # tokens per text: below MAX_SEQ_LENGTH, the length the module truncates to
 MAX_SEQ_LENGTH = 16
 DENSE_OUT = 32
 SCALE = 20.0  # MultipleNegativesRankingLoss's similarity scale
