@@ -7,8 +7,7 @@ from the Hub when online, both through `model_configs.hub`); then, offline, the 
 defaults for the architecture the entry names (transformers `AutoConfig.for_model` for the
 catalog's model type, a diffusers pipeline's known components, timm's architecture from the
 repo name, ...). Anything else raises ConfigError with a SkipReason, so the model still gets its
-rows. The adapters live in `model_configs.adapters`, one per Hub library; reading a config file
-(bounded, JSON, no remote code) is `model_configs.config_files`, which they share.
+rows. The adapters live in `model_configs.adapters`, one per Hub library.
 """
 
 from __future__ import annotations
