@@ -20,49 +20,43 @@ from reports.schema import SkipReason
 def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
     """A config file as a dict; unreadable, empty, not JSON, not an object or beyond the
     shape limits (`model_configs.guards`): a `malformed_config` ConfigError."""
-    try:
-        size = path.stat().st_size
-        if size > guards.MAX_FILE_BYTES:
-            raise ConfigError(
-                f"{path}: {size:,} bytes, more than a config file has ({guards.MAX_FILE_BYTES:,})",
-                reason=SkipReason.MALFORMED_CONFIG.value,
-                model_id=model_id,
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: cannot read: {exc}",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from exc
-    if not text.strip():
-        raise ConfigError(
-            f"{path}: the file is empty",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        )
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from exc
-    except RecursionError:  # nested deeper than the JSON parser goes
-        raise ConfigError(
-            f"{path}: nested too deep to parse",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from None
+    config = _parse(path, model_id)
     if not isinstance(config, dict):
-        raise ConfigError(
-            f"{path}: expected a JSON object, got {type(config).__name__}",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
+        raise guards.malformed(
+            f"{path}: expected a JSON object, got {type(config).__name__}", model_id
         )
     guards.check_shape(config, model_id=model_id)
     return config
+
+
+def read_json_file(path: Path, *, model_id: str) -> Any:
+    """A JSON file of any value (a list of modules...), held to the same limits as a config."""
+    value = _parse(path, model_id)
+    guards.check_shape(value, model_id=model_id)
+    return value
+
+
+def _parse(path: Path, model_id: str) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > guards.MAX_FILE_BYTES:
+            raise guards.malformed(
+                f"{path}: {size:,} bytes, more than a config file has ({guards.MAX_FILE_BYTES:,})",
+                model_id,
+            )
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise guards.malformed(f"{path}: cannot read: {exc}", model_id) from exc
+    if not text.strip():
+        raise guards.malformed(f"{path}: the file is empty", model_id)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise guards.malformed(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", model_id
+        ) from exc
+    except RecursionError:  # nested deeper than the JSON parser goes
+        raise guards.malformed(f"{path}: nested too deep to parse", model_id) from None
 
 
 def from_file(

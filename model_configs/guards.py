@@ -30,19 +30,20 @@ def check_shape(config: Any, *, model_id: str | None = None) -> None:
         value, depth = stack.pop()
         values += 1
         if values > MAX_VALUES:
-            raise _malformed(f"the config has more than {MAX_VALUES:,} values", model_id)
+            raise malformed(f"the config has more than {MAX_VALUES:,} values", model_id)
         if isinstance(value, dict):
             if depth > MAX_DEPTH:
-                raise _malformed(f"the config nests deeper than {MAX_DEPTH} levels", model_id)
+                raise malformed(f"the config nests deeper than {MAX_DEPTH} levels", model_id)
             stack.extend((v, depth + 1) for v in value.values())
             stack.extend((k, depth + 1) for k in value)
         elif isinstance(value, list | tuple):
             if depth > MAX_DEPTH:
-                raise _malformed(f"the config nests deeper than {MAX_DEPTH} levels", model_id)
+                raise malformed(f"the config nests deeper than {MAX_DEPTH} levels", model_id)
             stack.extend((v, depth + 1) for v in value)
         elif isinstance(value, str) and len(value) > MAX_STRING:
-            raise _malformed(f"a string of the config is longer than {MAX_STRING:,}", model_id)
+            raise malformed(f"a string of the config is longer than {MAX_STRING:,}", model_id)
 
 
-def _malformed(message: str, model_id: str | None) -> ConfigError:
+def malformed(message: str, model_id: str | None) -> ConfigError:
+    """A `malformed_config` skip with this message."""
     return ConfigError(message, reason=SkipReason.MALFORMED_CONFIG.value, model_id=model_id)
