@@ -121,16 +121,17 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _child(job: dict[str, Any], conn: Any) -> None:
+def _child(job: dict[str, Any], conn: Any, run: Any = None) -> None:
     try:
-        conn.send(run_one(job))
+        conn.send((run or run_one)(job))
     finally:
         conn.close()
 
 
 def run_jobs(jobs: list[dict[str, Any]], *, workers: int, timeout: float, jsonl: Path | None,
-             quiet: bool) -> list[dict[str, Any]]:  # fmt: skip
-    """Each job in its own forked child, at most `workers` at a time."""
+             quiet: bool, run: Any = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each job in its own forked child, at most `workers` at a time (`run`: what a child does
+    with its job, `run_one` by default)."""
     ctx = mp.get_context("fork")
     pending = list(jobs)
     running: list[tuple[Any, Any, dict[str, Any], float]] = []
@@ -140,7 +141,7 @@ def run_jobs(jobs: list[dict[str, Any]], *, workers: int, timeout: float, jsonl:
         while pending and len(running) < workers:
             job = pending.pop(0)
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(job, send), daemon=True)
+            proc = ctx.Process(target=_child, args=(job, send, run), daemon=True)
             proc.start()
             send.close()
             running.append((proc, recv, job, time.monotonic()))

@@ -13,22 +13,43 @@ Every adapter (`model_configs.adapters`, one per Hub library) provides:
 - `to_dtype(spec, model, dtype)`: the loaded model in the run's dtype.
 - `iter_architectures() -> Iterator[ResolvedConfig]`: a default config for every architecture
   the library offers (used by the coverage benches and tests).
+
+**The build budget** (`check_budget`): the tiny model is built first on PyTorch's `meta` device
+(shapes only, no memory) and its parameters counted; above `BUILD_BUDGET` the build is refused
+(`ParameterBudgetError`, the load stage's `fail`, naming the count) before a byte of weights is
+allocated. A declared size the shrinker does not know to shrink (an unknown key, a sub-config it
+does not walk) is caught here. Where a library cannot build on `meta`, the shrunk config's
+integers are held to `MAX_DIMENSION` instead. What the build imports is imported before, on the
+CPU (`Adapter.build_imports`): a module first imported inside the meta context would make its
+import-time tensors there. (A config's shape is guarded before, in `model_configs.guards`.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import re
 from pathlib import Path
 from typing import Any
 
-from model_configs import guards
 from model_configs.adapters import get_adapter
+from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import TinySpec
+from reports.errors import ShrinkError
+
+BUILD_BUDGET = 10 * MAX_PARAMS  # parameters: 10x the pass rule's "tiny" (200 MB in fp32)
+MAX_DIMENSION = 1 << 20  # any integer above this in a shrunk config, when `meta` cannot tell
+# Integers that are ids or counts of nothing allocated, never sizes.
+_NOT_SIZES = ("_id", "_ids", "seed", "_token", "_epsilon", "_theta")
+
+
+class ParameterBudgetError(ShrinkError):
+    """The shrunk model would be too big to build: the shrinker missed a size."""
 
 
 def build_model(spec: TinySpec) -> Any:
     """Build the tiny model (refused first, with no memory spent, over the build budget)."""
-    guards.check_budget(spec)
+    check_budget(spec)
     return get_adapter(spec.library).build_model(spec)
 
 
@@ -59,3 +80,59 @@ def missing_package(exc: BaseException) -> str | None:
         return exc.name.split(".")[0]
     found = re.search(r"requires the ([\w.-]+) library", str(exc))
     return found.group(1) if found else None
+
+
+def count_on_meta(spec: TinySpec) -> int | None:
+    """The tiny model's parameter count from a build on the `meta` device (no memory), or
+    None when the library cannot build it there."""
+    import torch
+
+    adapter = get_adapter(spec.library)
+    for name in (adapter.package, *adapter.build_imports):
+        if name:  # on the CPU, not inside the meta context (see Adapter.build_imports)
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(name)
+                getattr(module, spec.architecture, None)  # a lazy package imports the class
+    try:
+        with torch.device("meta"):
+            model = adapter.build_model(spec)
+        return sum(p.numel() for p in model.parameters())
+    except Exception:
+        return None
+
+
+def largest_dimension(config: Any) -> tuple[str, int] | None:
+    """The largest integer of a config that may be a size (ids and seeds left out)."""
+    best: tuple[str, int] | None = None
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            if not key.endswith(_NOT_SIZES) and (best is None or value > best[1]):
+                best = (key, value)
+        elif isinstance(value, dict):
+            stack.extend((str(k), v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((key, v) for v in value)
+    return best
+
+
+def check_budget(spec: TinySpec) -> int | None:
+    """Refuse to build a tiny model over the build budget; returns the counted parameters."""
+    count = count_on_meta(spec)
+    if count is not None:
+        if count > BUILD_BUDGET:
+            raise ParameterBudgetError(
+                f"the shrunk {spec.architecture} would have {count:,} parameters, over the "
+                f"build budget of {BUILD_BUDGET:,}: a size the shrinker does not reduce",
+            )
+        return count
+    largest = largest_dimension(spec.config)
+    if largest is not None and largest[1] > MAX_DIMENSION:
+        raise ParameterBudgetError(
+            f"the shrunk {spec.architecture} keeps {largest[0]}={largest[1]:,}, over "
+            f"{MAX_DIMENSION:,}: a size the shrinker does not reduce",
+        )
+    return None

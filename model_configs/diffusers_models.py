@@ -42,9 +42,9 @@ from model_configs.shrink.diffusers import (
     model_class,
 )
 from model_configs.spec import ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH
 from reports.schema import ConfigSource
 
-BATCH = 2
 _DTYPES = {"float": "float32", "long": "int64", "int": "int32", "bool": "bool"}
 
 # Classes that wrap a list of other models (no config of their own to build from).
@@ -384,15 +384,12 @@ def compute_loss(spec: TinySpec, model: Any, outputs: Any, inputs: dict[str, Any
 # Default configs
 
 
-def model_class_names() -> list[str]:
-    """Every diffusers model class under diffusers.models that builds from a config of its own."""
+def _model_classes() -> Iterator[tuple[str, type, Any]]:
+    """(name, class, its __init__ parameters) of every model class under diffusers.models."""
     import diffusers
     import diffusers.models as dm
-    from diffusers.configuration_utils import ConfigMixin
     from diffusers.models.modeling_utils import ModelMixin
 
-    _quiet_diffusers()
-    names: list[str] = []
     for name in sorted(set(dir(diffusers)) | set(dir(dm))):
         try:
             obj = getattr(diffusers, name, None) or getattr(dm, name, None)
@@ -400,36 +397,27 @@ def model_class_names() -> list[str]:
             continue
         if not (isinstance(obj, type) and issubclass(obj, ModelMixin) and obj is not ModelMixin):
             continue
-        if not obj.__module__.startswith("diffusers.models"):
-            continue
-        if not issubclass(obj, ConfigMixin):
-            continue
-        params = inspect.signature(obj.__init__).parameters
-        if any(arg in params for arg in WRAPPER_ARGS):
-            continue
-        names.append(name)
-    return names
+        if obj.__module__.startswith("diffusers.models"):
+            yield name, obj, inspect.signature(obj.__init__).parameters
+
+
+def model_class_names() -> list[str]:
+    """Every diffusers model class under diffusers.models that builds from a config of its own."""
+    from diffusers.configuration_utils import ConfigMixin
+
+    _quiet_diffusers()
+    return [
+        name
+        for name, cls, params in _model_classes()
+        if issubclass(cls, ConfigMixin) and not any(arg in params for arg in WRAPPER_ARGS)
+    ]
 
 
 def wrapper_class_names() -> list[str]:
     """Model classes that only wrap a list of other models (MultiControlNetModel, ...)."""
-    import diffusers
-    import diffusers.models as dm
-    from diffusers.models.modeling_utils import ModelMixin
-
-    names: list[str] = []
-    for name in sorted(set(dir(diffusers)) | set(dir(dm))):
-        try:
-            obj = getattr(diffusers, name, None) or getattr(dm, name, None)
-        except (ImportError, RuntimeError, AttributeError):
-            continue
-        if isinstance(obj, type) and issubclass(obj, ModelMixin) and obj is not ModelMixin:
-            params = inspect.signature(obj.__init__).parameters
-            if obj.__module__.startswith("diffusers.models") and any(
-                arg in params for arg in WRAPPER_ARGS
-            ):
-                names.append(name)
-    return names
+    return [
+        name for name, _, params in _model_classes() if any(arg in params for arg in WRAPPER_ARGS)
+    ]
 
 
 def iter_default_configs() -> Iterator[ResolvedConfig]:

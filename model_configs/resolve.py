@@ -14,10 +14,10 @@ with a SkipReason, so the model still gets its rows. The adapters live in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from model_configs.config_files import from_file, read_config_file
 from model_configs.hub import cached_configs
 from model_configs.quantization import with_catalog_tags
 from model_configs.spec import CatalogEntry, ResolvedConfig
@@ -145,95 +145,3 @@ def resolve_local(path: str | Path) -> ResolvedConfig:
         "diffusers" if "_class_name" in config or p.name == "model_index.json" else ("transformers")
     )
     return from_file(str(path), library, p, ConfigSource.LOCAL.value, config=config)
-
-
-def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
-    from model_configs import guards
-
-    try:
-        size = path.stat().st_size
-        if size > guards.MAX_FILE_BYTES:
-            raise ConfigError(
-                f"{path}: {size:,} bytes, more than a config file has ({guards.MAX_FILE_BYTES:,})",
-                reason=SkipReason.MALFORMED_CONFIG.value,
-                model_id=model_id,
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: cannot read: {exc}",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from exc
-    if not text.strip():
-        raise ConfigError(
-            f"{path}: the file is empty",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        )
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from exc
-    except RecursionError:  # nested deeper than the JSON parser goes
-        raise ConfigError(
-            f"{path}: nested too deep to parse",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        ) from None
-    if not isinstance(config, dict):
-        raise ConfigError(
-            f"{path}: expected a JSON object, got {type(config).__name__}",
-            reason=SkipReason.MALFORMED_CONFIG.value,
-            model_id=model_id,
-        )
-    guards.check_shape(config, model_id=model_id)
-    return config
-
-
-def from_file(
-    model_id: str,
-    library: str,
-    path: Path,
-    source: str,
-    *,
-    config: dict[str, Any] | None = None,
-) -> ResolvedConfig:
-    config = config if config is not None else read_config_file(path, model_id=model_id)
-    if library == "transformers" and "_class_name" in config:
-        library = "diffusers"
-    if library == "transformers":
-        _refuse_remote_code(model_id, config)
-    components: dict[str, dict[str, Any]] = {}
-    if path.name == "model_index.json":
-        for name, value in config.items():
-            sub = path.parent / name / "config.json"
-            if isinstance(value, list) and sub.is_file():
-                components[name] = read_config_file(sub, model_id=model_id)
-    return ResolvedConfig(
-        model_id=model_id,
-        library=library,
-        config=config,
-        source=source,
-        detail=str(path),
-        components=components,
-    )
-
-
-def _refuse_remote_code(model_id: str, config: dict[str, Any]) -> None:
-    """A config whose model_type transformers does not know but that maps to repo code."""
-    if not config.get("auto_map"):
-        return
-    from transformers import CONFIG_MAPPING
-
-    if config.get("model_type") not in CONFIG_MAPPING:
-        raise ConfigError(
-            "the config maps to code in the repo (auto_map) and transformers does not know "
-            f"model_type {config.get('model_type')!r}; trust_remote_code stays off",
-            reason=SkipReason.REMOTE_CODE.value,
-            model_id=model_id,
-        )

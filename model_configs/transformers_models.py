@@ -3,9 +3,10 @@
 `make_inputs` dispatches on the model's `main_input_name` and `forward` signature: token ids kept
 away from special ids, pixel values at the shrunk image size, audio features of the length the
 model needs, image tokens whose count matches what the vision tower produces, both sides of an
-encoder-decoder, and labels for training. Per-family input hints are data
+encoder-decoder, and labels for training: the entries of the `family_inputs` registry keyed by
+signature (`model_configs/family_inputs/generic.py`). Per-family input hints are data
 (`model_configs/data/transformers_families/`, the `inputs` tables); layouts a hint cannot
-express are builders in `model_configs/family_inputs/`.
+express are builders in `model_configs/family_inputs/`, keyed by model type.
 """
 
 from __future__ import annotations
@@ -14,23 +15,21 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.family_inputs import InputContext
+from model_configs.family_inputs import InputContext, by_signature
 from model_configs.family_inputs import lookup as family_lookup
 from model_configs.family_rules import input_rules
 from model_configs.shrink.transformers import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH, SEQ
 from model_configs.transformers_classes import builds_as_is, part_config
 from reports.errors import ShrinkError
 from reports.schema import ConfigSource
 
-BATCH = 2
 # Inputs only a training step takes (targets and loss switches); generate gets none of them.
 TRAINING_ONLY = (
     "labels", "labels_mask", "audio_labels", "return_loss", "future_values",
     "mlm_labels", "mim_labels", "itm_labels",
 )  # fmt: skip
-SEQ = 16
-VOCAB_FALLBACK = 64
 LABEL_TASKS = {
     "causal-lm", "masked-lm", "seq2seq-lm", "sequence-classification", "token-classification",
     "image-classification", "audio-classification", "speech-seq2seq", "ctc", "image-text-to-text",
@@ -139,150 +138,18 @@ def make_inputs(
 
 
 def _generic_inputs(ctx: InputContext) -> dict[str, Any]:
-    """Inputs read off the main input name and the forward signature."""
-    import torch
-
-    spec, model, config, params = ctx.spec, ctx.model, ctx.config, ctx.params
-    gen, rules, avoid, seq = ctx.gen, ctx.rules, ctx.avoid, ctx.seq
-    main = getattr(model, "main_input_name", "input_ids")
-    companions: list[str] = []
+    """Inputs read off the main input name and the forward signature: every entry of the
+    `family_inputs` signature registry whose condition holds, in order."""
+    main = getattr(ctx.model, "main_input_name", "input_ids")
     if isinstance(main, (list, tuple)):  # OneFormer: ["pixel_values", "task_inputs"]
-        main, *companions = main
-    inputs: dict[str, Any] = {}
-
-    if main == "input_ids" or "input_ids" in params and main not in (
-        "pixel_values", "input_features", "input_values",
-    ):  # fmt: skip
-        inputs["input_ids"] = _token_ids(gen, config, (BATCH, seq), avoid)
-        if "attention_mask" in params:
-            inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
-    if main == "pixel_values" or (
-        "pixel_values" in params and _has_vision(config) and _image_token_id(config) is None
-    ):
-        inputs.update(_pixel_inputs(config, params, gen, model))
-    if main == "input_features":
-        audio_config = _audio_config(config)
-        inputs["input_features"] = _audio_features(gen, audio_config, rules)
-        # Whisper-style encoders take fixed-length frames (nothing to mask); some of them add
-        # attention_mask to the attention scores, where an integer 0/1 mask would be wrong.
-        fixed = _feature_layout(audio_config, rules) == "mel_channels_first"
-        if "attention_mask" in params and "input_ids" not in inputs and not fixed:
-            frames_dim = -1 if inputs["input_features"].shape[1] == _mel_bins(audio_config) else 1
-            frames = inputs["input_features"].shape[frames_dim]
-            inputs["attention_mask"] = torch.ones(BATCH, frames, dtype=torch.long)
-    if main == "input_values" and rules.get("input_values") == "frames_mel":  # AST
-        frames = int(getattr(config, "max_length", 64))
-        bins = int(getattr(config, "num_mel_bins", 128))
-        inputs["input_values"] = torch.randn(BATCH, frames, bins, generator=gen)
-    elif main == "input_values":
-        n = int(rules.get("samples", 6400))
-        channels = int(rules.get("audio_channels", 0))
-        shape = (BATCH, channels, n) if channels else (BATCH, n)
-        inputs["input_values"] = torch.randn(*shape, generator=gen)
-    if (
-        "input_ids" not in inputs
-        and main != "input_ids"
-        and "input_ids" in params
-        and _has_text(config, model)
-    ):
-        inputs["input_ids"] = _token_ids(gen, config, (BATCH, seq), avoid)
-        if "attention_mask" in params:
-            inputs["attention_mask"] = torch.ones(BATCH, seq, dtype=torch.long)
-
-    if "encoder_hidden_states" in params and "input_ids" in inputs and _has_cross_attention(model):
-        width = int(getattr(_text_config(config), "hidden_size", 0) or 0)
-        width = int(getattr(config, "cross_attention_hidden_size", None) or width)
-        inputs["encoder_hidden_states"] = torch.randn(BATCH, 8, width, generator=gen)
-    if (
-        "input_ids" in inputs
-        and _audio_token_id(config) is not None
-        and (
-            "input_features" in params
-            and (getattr(config, "audio_config", None) or getattr(config, "encoder_config", None))
-        )
-    ):
-        _add_audio(model, config, params, inputs, gen)
-    if (
-        "input_features" in params
-        and "input_features" not in inputs
-        and getattr(config, "audio_config", None) is not None
-        and _audio_token_id(config) is None
-    ):  # dual encoders (CLAP): audio beside text
-        inputs["input_features"] = _audio_features(gen, _audio_config(config), rules)
-    if "input_points" in params and "input_labels" in params and "pixel_values" in inputs:
-        h, w = inputs["pixel_values"].shape[-2:]  # SAM-style prompts: one point per image
-        inputs["input_points"] = torch.rand(BATCH, 1, 1, 2, generator=gen) * torch.tensor([w, h])
-        inputs["input_labels"] = torch.ones(BATCH, 1, 1, dtype=torch.long)
-    if "mim_labels" in params and "pixel_values" in inputs and "input_ids" in inputs:
-        inputs.update(_flava_pretraining(gen, config, inputs))
-    pixels = inputs.get("pixel_values")
-    if spec.task == "keypoint-matching" and pixels is not None and pixels.dim() == 4:
-        other = torch.randn(pixels.shape, generator=gen)  # matchers take image pairs
-        inputs["pixel_values"] = torch.stack([pixels, other], dim=1)
-    if "task_inputs" in companions:  # OneFormer: the tokenized task prompt ("the task is ...")
-        length = int(getattr(config, "task_seq_len", 0) or 0) or seq
-        vocab = int(getattr(config, "text_encoder_vocab_size", 0) or 0) or VOCAB_FALLBACK
-        inputs["task_inputs"] = torch.randint(0, vocab, (BATCH, length), generator=gen)
-    if "entity_ids" in params and "input_ids" in inputs:  # LUKE: entity mentions over the text
-        inputs.update(_entity_inputs(gen, config, params))
-    if "global_attention_mask" in params and "input_ids" in inputs:  # Longformer / LED
-        mask = torch.zeros_like(inputs["input_ids"])
-        mask[:, 0] = 1
-        inputs["global_attention_mask"] = mask
-    if "qformer_input_ids" in params:  # InstructBLIP: the instruction also goes to the Q-Former
-        qconfig = getattr(config, "qformer_config", config)
-        inputs["qformer_input_ids"] = _token_ids(gen, qconfig, (BATCH, 8), avoid)
-        inputs["qformer_attention_mask"] = torch.ones(BATCH, 8, dtype=torch.long)
-    if "input_ids" in inputs and "aspect_ratio_ids" in params and "cross_attention_mask" in params:
-        _add_tiled_images(config, inputs, gen)
-    elif (
-        "input_ids" in inputs
-        and _image_token_id(config) is not None
-        and "pixel_values" in params
-        and not (hasattr(config, "vision_config") and config.vision_config is None)
-    ):  # a vision tower the config may leave out (Gemma 4 text-only): images only when built
-        qformer = {k: v for k, v in inputs.items() if k.startswith("qformer_")}
-        pixels = _pixel_inputs(config, params, gen, model)
-        splice_images(ctx, pixels, inputs=inputs, count_with=qformer)
-
-    if (
-        "mask_time_indices" in params
-        and "sampled_negative_indices" in params
-        and ("input_values" in inputs and hasattr(model, "_get_feat_extract_output_lengths"))
-    ):  # wav2vec2-style pre-training: masked frames and contrastive negatives
-        frames = int(model._get_feat_extract_output_lengths(inputs["input_values"].shape[-1]))
-        mask = torch.zeros(BATCH, frames, dtype=torch.bool)
-        mask[:, 1 : max(2, frames // 2)] = True
-        negatives = int(getattr(config, "num_negatives", 4) or 4)
-        t = torch.arange(frames).view(1, frames, 1)
-        k = torch.arange(negatives).view(1, 1, negatives)
-        b = torch.arange(BATCH).view(BATCH, 1, 1)
-        inputs["mask_time_indices"] = mask
-        inputs["sampled_negative_indices"] = b * frames + (t + 1 + k % max(1, frames - 1)) % frames
-    if main == "audio_mel":  # Gemma 3n / USM audio encoder: mel frames, True marks padding
-        bins = int(getattr(config, "input_feat_size", 0) or 0) or _mel_bins(config)
-        frames = int(rules.get("frames", 64))
-        inputs["audio_mel"] = torch.randn(BATCH, frames, bins, generator=gen)
-        inputs["audio_mel_mask"] = torch.zeros(BATCH, frames, dtype=torch.bool)
-    if main == "past_values":  # PatchTST-style time series: (batch, context, channels)
-        length = int(getattr(config, "context_length", 32) or 32)
-        channels = int(getattr(config, "num_input_channels", 1) or 1)
-        inputs["past_values"] = torch.randn(BATCH, length, channels, generator=gen)
-    if (
-        getattr(config, "is_encoder_decoder", False)
-        and "decoder_input_ids" in params
-        and (
-            spec.task != "sequence-classification"  # those shift input_ids themselves
-        )
-    ):
-        dec_seq = int(rules.get("decoder_seq_len", 8))
-        codebooks = getattr(getattr(config, "decoder", None), "num_codebooks", None)
-        rows = BATCH * codebooks if isinstance(codebooks, int) else BATCH  # MusicGen layout
-        inputs["decoder_input_ids"] = _token_ids(gen, config, (rows, dec_seq), avoid)
-    eos = getattr(_text_config(config), "eos_token_id", None)
-    if spec.task == "sequence-classification" and isinstance(eos, int) and "input_ids" in inputs:
-        inputs["input_ids"][:, -1] = eos  # BART-style heads pool on the last <eos>
-    return inputs
+        ctx.main, ctx.companions = main[0], tuple(main[1:])
+    else:
+        ctx.main, ctx.companions = main, ()
+    ctx.inputs = {}
+    for entry in by_signature():
+        if entry.when(ctx):
+            entry.fn(ctx)
+    return ctx.inputs
 
 
 def _finish(ctx: InputContext) -> dict[str, Any]:
@@ -312,67 +179,6 @@ def _finish(ctx: InputContext) -> dict[str, Any]:
             pad = getattr(_text_config(config), "pad_token_id", None)
             inputs["decoder_start_token_id"] = pad if isinstance(pad, int) else 0
     return inputs
-
-
-def _flava_pretraining(gen: Any, config: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    """FLAVA pre-training: masked text, masked image patches with codebook targets, and an
-    image-text matching label, so every pre-training head and the multimodal encoder run."""
-    import torch
-
-    image = getattr(config, "image_config", None) or _vision_config(config)
-    side = int(getattr(image, "image_size", 32)) // int(getattr(image, "patch_size", 16))
-    patches = side * side
-    image_vocab = int(getattr(image, "vocab_size", 0) or 0) or 8  # the codebook's entries
-    masked = torch.zeros(BATCH, patches, dtype=torch.bool)
-    masked[:, : max(1, patches // 2)] = True
-    ids = inputs["input_ids"]
-    return {
-        "input_ids_masked": ids,
-        "bool_masked_pos": masked,
-        "mlm_labels": ids.clone(),
-        "mim_labels": torch.randint(0, image_vocab, (BATCH, patches), generator=gen),
-        "itm_labels": torch.ones(BATCH, dtype=torch.long),
-    }
-
-
-def _add_tiled_images(config: Any, inputs: dict[str, Any], gen: Any) -> None:
-    """Mllama: one image per sample cut into every tile the model allows, an <|image|> token
-    after the first token, and text that cross-attends to all tiles."""
-    import torch
-
-    vision = _vision_config(config)
-    tiles = int(getattr(vision, "max_num_tiles", 1) or 1)
-    ratios = list(getattr(vision, "supported_aspect_ratios", None) or [[1, 1]])
-    ratio_id = next((i + 1 for i, (a, b) in enumerate(ratios) if a * b == tiles), 1)  # 0 = pad
-    h, w = _image_size(config)
-    ids = inputs["input_ids"]
-    ids[:, 1] = int(_image_token_id(config) or 0)
-    inputs["pixel_values"] = torch.randn(
-        BATCH, 1, tiles, _num_channels(config), h, w, generator=gen
-    )
-    inputs["aspect_ratio_ids"] = torch.full((BATCH, 1), ratio_id, dtype=torch.long)
-    inputs["aspect_ratio_mask"] = torch.ones(BATCH, 1, tiles, dtype=torch.long)
-    mask = torch.ones(BATCH, ids.shape[1], 1, tiles, dtype=torch.long)
-    mask[:, :1] = 0  # tokens before the image do not see it
-    inputs["cross_attention_mask"] = mask
-
-
-def _entity_inputs(gen: Any, config: Any, params: set[str]) -> dict[str, Any]:
-    """Two entities (pair heads read both), each a two-token mention inside the text."""
-    import torch
-
-    n, mention = 2, 2
-    vocab = int(getattr(config, "entity_vocab_size", 0) or 0) or 16
-    positions = torch.arange(1, 1 + n * mention).view(1, n, mention).repeat(BATCH, 1, 1)
-    out = {
-        "entity_ids": torch.randint(1, max(2, vocab), (BATCH, n), generator=gen),
-        "entity_attention_mask": torch.ones(BATCH, n, dtype=torch.long),
-        "entity_position_ids": positions,
-    }
-    if "entity_start_positions" in params:  # span heads: where each mention starts and ends
-        out["entity_start_positions"] = positions[:, :, 0]
-        out["entity_end_positions"] = positions[:, :, -1]
-    return out
 
 
 def _first_id(config: Any, names: tuple[str, ...]) -> int | None:
@@ -571,72 +377,10 @@ def _audio_token_id(config: Any) -> int | None:
     return _first_id(config, ("audio_token_id", "audio_token_index"))
 
 
-def _add_audio(model: Any, config: Any, params: set[str], inputs: dict[str, Any], gen: Any) -> None:
-    """Audio features plus a prompt whose audio-token count matches the audio tower's output."""
-    import torch
-
-    audio_config = _audio_config(config)
-    layout = "mel_channels_first" if getattr(audio_config, "num_mel_bins", None) else "frames_last"
-    feats = _audio_features(gen, audio_config, {"features": layout})
-    frames = feats.shape[-1] if feats.shape[1] == _mel_bins(audio_config) else feats.shape[1]
-    audio: dict[str, Any] = {"input_features": feats}
-    getter = getattr(model, "get_audio_features", None)
-    accepted = set(inspect.signature(getter).parameters) if getter else set()
-    for k in ("input_features_mask", "feature_attention_mask", "audio_attention_mask"):
-        if k in accepted or k in params:
-            audio[k] = torch.ones(BATCH, frames, dtype=torch.long)
-    if getter is None:  # no feature getter (Qwen2-Audio): the tower's own length arithmetic
-        total = _audio_tower_tokens(model, frames)
-    else:
-        total = _count_feature_tokens(model, config, audio, getter="get_audio_features")
-    audio_id = int(_audio_token_id(config) or 0)
-    run = placeholder_run(config, audio_id, total // BATCH, AUDIO_MARKERS)
-    ids = _splice(inputs["input_ids"], run)
-    inputs["input_ids"] = ids
-    if "attention_mask" in inputs:
-        inputs["attention_mask"] = torch.ones_like(ids)
-    inputs.update({k: v for k, v in audio.items() if k in params})
-
-
-def _audio_tower_tokens(model: Any, frames: int) -> int:
-    """Audio positions for BATCH clips of `frames` frames, from the audio tower's
-    `_get_feat_extract_output_lengths` (its last value: the lengths after pooling)."""
-    import torch
-
-    tower = getattr(model, "audio_tower", None) or getattr(
-        getattr(model, "model", None), "audio_tower", None
-    )
-    lengths_fn = getattr(tower, "_get_feat_extract_output_lengths", None)
-    if lengths_fn is None:
-        raise ShrinkError(f"{type(model).__name__} takes audio but has no get_audio_features")
-    lengths = lengths_fn(torch.full((BATCH,), frames, dtype=torch.long))
-    lengths = lengths[-1] if isinstance(lengths, tuple) else lengths
-    return int(lengths.sum())
-
-
 def _mel_bins(config: Any) -> int:
     return int(
         getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 80) or 80
     )
-
-
-def _has_cross_attention(model: Any) -> bool:
-    """A decoder built alone whose layers cross-attend (BartForCausalLM, BertLMHeadModel...)."""
-    return any(
-        ("encoder_attn" in n or "crossattention" in n or "cross_attn" in n)
-        for n, _ in model.named_parameters()
-    )
-
-
-def _has_vision(config: Any) -> bool:
-    return any(
-        getattr(config, k, None) is not None
-        for k in ("vision_config", "image_config", "image_size", "patch_size")
-    )
-
-
-def _has_text(config: Any, model: Any) -> bool:
-    return getattr(config, "text_config", None) is not None
 
 
 def _feature_layout(config: Any, rules: dict[str, Any]) -> str:

@@ -14,18 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports import schema
 from reports.coverage import device_label
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, OUTCOME_SKIPPED, StoreQuery
 
+# What two runs are compared on: the versions (reports.schema), then the device's settings.
 VERSION_FIELDS = (
-    "torch_version",
-    "transformers_version",
-    "diffusers_version",
-    "ray_version",
-    "device_package_version",
-    "project_version",
-    "git_sha",
-    "python_version",
+    *schema.VERSION_FIELDS,
     "device",
     "device_emulated",
     "device_profile",

@@ -14,10 +14,7 @@ def failure_clusters(q: StoreQuery, run_id: str, *, limit: int = 50) -> list[dic
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
-        total = q.scalar(
-            "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-            {"run": run_id},
-        )
+        total = q.run_downloads(run_id)
         rows = q.fetch(
             f"""
             SELECT coalesce(error_signature, '(no signature)') AS signature,
@@ -44,10 +41,7 @@ def skip_reasons(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
-        total = q.scalar(
-            "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-            {"run": run_id},
-        )
+        total = q.run_downloads(run_id)
         rows = q.fetch(
             f"""
             SELECT coalesce(skip_reason, 'unknown') AS reason,

@@ -11,7 +11,7 @@ from typing import Any
 from reports.coverage import device_label
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
-from reports.schema import RESULTS_SCHEMA, Status
+from reports.schema import RESULTS_SCHEMA, VERSION_FIELDS, Status
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -274,19 +274,7 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
         "fallbacks": fallbacks,
         "shrink_changes": _json(shrink.get("shrink_changes")),
         "shrunk_config": _json(shrink.get("shrunk_config")),
-        "versions": {
-            k: run.get(k)
-            for k in (
-                "torch_version",
-                "transformers_version",
-                "diffusers_version",
-                "ray_version",
-                "device_package_version",
-                "project_version",
-                "git_sha",
-                "python_version",
-            )
-        },
+        "versions": {k: run.get(k) for k in VERSION_FIELDS},
         "run": {
             k: run.get(k)
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")

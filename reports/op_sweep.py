@@ -54,14 +54,17 @@ SELECT run_id, op_base(d.op) AS op, dtype, opinfo, sample_index, phase,
 FROM u GROUP BY run_id, op, dtype, opinfo, sample_index, phase
 """
 
-SUMMARY_SQL = f"""
-SELECT run_id, op, dtype, count(*) AS samples,
-  count(*) FILTER (WHERE status = 'pass') AS passed,
+# What an op's samples did, counted (the op sweep's summary and one op's page alike).
+_OP_COUNTS_SQL = """count(*) FILTER (WHERE status = 'pass') AS passed,
   count(*) FILTER (WHERE status = 'pass' AND NOT fell_back) AS native,
   count(*) FILTER (WHERE fell_back) AS fallback,
   count(*) FILTER (WHERE failed_here) AS failed,
   count(*) FILTER (WHERE status = 'wrong') AS wrong,
-  count(*) FILTER (WHERE status = 'skip') AS skipped,
+  count(*) FILTER (WHERE status = 'skip') AS skipped"""
+
+SUMMARY_SQL = f"""
+SELECT run_id, op, dtype, count(*) AS samples,
+  {_OP_COUNTS_SQL},
   count(*) FILTER (WHERE status = 'pass') / nullif(count(*) FILTER (WHERE status = 'pass'
     OR status = 'wrong' OR failed_here), 0) AS pass_rate,
   bool_and(native_lowering) AS native_lowering,
@@ -329,14 +332,8 @@ class OpSweepQuery:
         base = base_name(op)
         by_dtype = self.fetch(
             run_id,
-            """
-            SELECT dtype, count(*) AS samples,
-              count(*) FILTER (WHERE status = 'pass') AS passed,
-              count(*) FILTER (WHERE status = 'pass' AND NOT fell_back) AS native,
-              count(*) FILTER (WHERE fell_back) AS fallback,
-              count(*) FILTER (WHERE failed_here) AS failed,
-              count(*) FILTER (WHERE status = 'wrong') AS wrong,
-              count(*) FILTER (WHERE status = 'skip') AS skipped,
+            f"""
+            SELECT dtype, count(*) AS samples, {_OP_COUNTS_SQL},
               list_sort(list_distinct(list(opinfo))) AS opinfos
             FROM op_use WHERE run_id = $run AND op = $op GROUP BY dtype ORDER BY dtype
             """,
@@ -562,10 +559,7 @@ def joined_ops(q: StoreQuery, model_run_id: str, op_run_id: str) -> dict[str, An
         ),
         key=lambda i: (-i["downloads"], -i["models"], i["op"]),
     )
-    total = q.scalar(
-        "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-        {"run": model_run_id},
-    )
+    total = q.run_downloads(model_run_id)
     for i in cheapest:
         i["downloads_share"] = share(i["downloads"], total)
     return {
@@ -589,10 +583,7 @@ def models_by_op(
     fallbacks include it, most downloaded first."""
     q.ensure_summaries([model_run_id])
     files = q.files(model_run_id)
-    total = q.scalar(
-        "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-        {"run": model_run_id},
-    )
+    total = q.run_downloads(model_run_id)
     rows: list[dict[str, Any]] = []
     if files.fallbacks:
         params: dict[str, Any] = {

@@ -28,101 +28,11 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
         files = q.files(run_id)
-        total = q.scalar(
-            "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-            {"run": run_id},
+        rows = _merge(
+            _fallen_back(q, run_id, files), _failing(q, run_id), _blocked(q, run_id, files)
         )
-        failing = q.fetch(
-            f"""
-            SELECT failing_op AS op, count(*) AS failing_models,
-              coalesce(sum(downloads), 0) AS failing_downloads
-            FROM model_runs
-            WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
-            GROUP BY ALL
-            """,
-            {"run": run_id},
-        )
-        fell_back: list[dict[str, Any]] = []
-        if files.fallbacks:
-            fell_back = q.fetch(
-                f"""
-                WITH f AS (
-                  SELECT f.model_id, f.stage, f.op, f.count, f.source
-                  FROM fallback_parts f
-                  JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
-                    AND s.part_no = list_position($parts, parse_filename(f.filename))
-                ),
-                op_model AS (
-                  SELECT op, model_id, sum(count) AS calls,
-                    list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages
-                  FROM f GROUP BY op, model_id
-                ),
-                per_model AS (SELECT model_id, count(DISTINCT op) AS n_ops FROM f GROUP BY 1),
-                m AS (SELECT model_id, downloads, outcome FROM model_runs WHERE run_id = $run)
-                SELECT o.op, count(*) AS models, coalesce(sum(m.downloads), 0) AS downloads,
-                  sum(o.calls) AS calls,
-                  list_sort(list_distinct(flatten(list(o.sources)))) AS sources,
-                  list_sort(list_distinct(flatten(list(o.stages)))) AS stages,
-                  count(*) FILTER (WHERE p.n_ops = 1 AND m.outcome = '{OUTCOME_PASSED}')
-                    AS sole_models,
-                  coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
-                    AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads,
-                  list(o.model_id ORDER BY m.downloads DESC, o.model_id)[1:5] AS top_models
-                FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
-                GROUP BY o.op
-                """,
-                {"run": run_id, "parts": q.summary_part_names(run_id)},
-                scans={"fallback_parts": _fallback_scan(files.fallbacks)},
-            )
-        union = (
-            "UNION SELECT DISTINCT f.op, f.model_id "
-            "FROM fallback_parts f "
-            "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
-            "AND s.part_no = list_position($parts, parse_filename(f.filename))"
-            if files.fallbacks
-            else ""
-        )
-        blocked_sql = f"""
-            WITH fail AS (
-              SELECT failing_op AS op, model_id FROM model_runs
-              WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
-            ),
-            touched AS (SELECT op, model_id FROM fail {union})
-            SELECT t.op, count(*) AS blocked_models,
-              coalesce(sum(m.downloads), 0) AS blocked_downloads
-            FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
-            GROUP BY t.op
-        """
-        params: dict[str, Any] = {"run": run_id}
-        scans = {}
-        if files.fallbacks:
-            params["parts"] = q.summary_part_names(run_id)
-            scans["fallback_parts"] = _fallback_scan(files.fallbacks)
-        blocked = {r["op"]: r for r in q.fetch(blocked_sql, params, scans=scans)}
-        by_op = {r["op"]: r for r in fell_back}
-        for r in fell_back:
-            r.update(failing_models=0, failing_downloads=0)
-        for f in failing:
-            row = by_op.setdefault(
-                f["op"],
-                {
-                    "op": f["op"],
-                    "models": 0,
-                    "downloads": 0,
-                    "calls": 0,
-                    "sources": [],
-                    "stages": [],
-                    "sole_models": 0,
-                    "sole_downloads": 0,
-                    "top_models": [],
-                },
-            )
-            row.update(failing_models=f["failing_models"], failing_downloads=f["failing_downloads"])
-        rows = list(by_op.values())
+        total = q.run_downloads(run_id)
         for r in rows:
-            b = blocked.get(r["op"], {})
-            r["blocked_models"] = b.get("blocked_models", 0)
-            r["blocked_downloads"] = b.get("blocked_downloads", 0)
             r["blocked_downloads_share"] = share(r["blocked_downloads"], total)
             r["downloads_share"] = share(r["downloads"], total)
             r["sole_downloads_share"] = share(r["sole_downloads"], total)
@@ -131,3 +41,116 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
 
     rows = q.memo("missing_ops", run_id, build)
     return rows if limit is None else rows[:limit]
+
+
+def _failing(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
+    """Per op, the failed models whose failure names it."""
+    return q.fetch(
+        f"""
+        SELECT failing_op AS op, count(*) AS failing_models,
+          coalesce(sum(downloads), 0) AS failing_downloads
+        FROM model_runs
+        WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+        GROUP BY ALL
+        """,
+        {"run": run_id},
+    )
+
+
+def _fallen_back(q: StoreQuery, run_id: str, files: Any) -> list[dict[str, Any]]:
+    """Per op, the models where it fell back (in the part each model's summary counts), and
+    those it alone keeps from running entirely on the device."""
+    if not files.fallbacks:
+        return []
+    return q.fetch(
+        f"""
+        WITH f AS (
+          SELECT f.model_id, f.stage, f.op, f.count, f.source
+          FROM fallback_parts f
+          JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
+            AND s.part_no = list_position($parts, parse_filename(f.filename))
+        ),
+        op_model AS (
+          SELECT op, model_id, sum(count) AS calls,
+            list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages
+          FROM f GROUP BY op, model_id
+        ),
+        per_model AS (SELECT model_id, count(DISTINCT op) AS n_ops FROM f GROUP BY 1),
+        m AS (SELECT model_id, downloads, outcome FROM model_runs WHERE run_id = $run)
+        SELECT o.op, count(*) AS models, coalesce(sum(m.downloads), 0) AS downloads,
+          sum(o.calls) AS calls,
+          list_sort(list_distinct(flatten(list(o.sources)))) AS sources,
+          list_sort(list_distinct(flatten(list(o.stages)))) AS stages,
+          count(*) FILTER (WHERE p.n_ops = 1 AND m.outcome = '{OUTCOME_PASSED}')
+            AS sole_models,
+          coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
+            AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads,
+          list(o.model_id ORDER BY m.downloads DESC, o.model_id)[1:5] AS top_models
+        FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
+        GROUP BY o.op
+        """,
+        {"run": run_id, "parts": q.summary_part_names(run_id)},
+        scans={"fallback_parts": _fallback_scan(files.fallbacks)},
+    )
+
+
+def _blocked(q: StoreQuery, run_id: str, files: Any) -> dict[str, dict[str, Any]]:
+    """Per op, the models it touches either way: a fallback, or a failure that names it."""
+    union = (
+        "UNION SELECT DISTINCT f.op, f.model_id "
+        "FROM fallback_parts f "
+        "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
+        "AND s.part_no = list_position($parts, parse_filename(f.filename))"
+        if files.fallbacks
+        else ""
+    )
+    blocked_sql = f"""
+        WITH fail AS (
+          SELECT failing_op AS op, model_id FROM model_runs
+          WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+        ),
+        touched AS (SELECT op, model_id FROM fail {union})
+        SELECT t.op, count(*) AS blocked_models,
+          coalesce(sum(m.downloads), 0) AS blocked_downloads
+        FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
+        GROUP BY t.op
+    """
+    params: dict[str, Any] = {"run": run_id}
+    scans = {}
+    if files.fallbacks:
+        params["parts"] = q.summary_part_names(run_id)
+        scans["fallback_parts"] = _fallback_scan(files.fallbacks)
+    return {r["op"]: r for r in q.fetch(blocked_sql, params, scans=scans)}
+
+
+def _merge(
+    fell_back: list[dict[str, Any]],
+    failing: list[dict[str, Any]],
+    blocked: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per op named by a fallback or a failure, with its counts of each kind."""
+    by_op = {r["op"]: r for r in fell_back}
+    for r in fell_back:
+        r.update(failing_models=0, failing_downloads=0)
+    for f in failing:
+        row = by_op.setdefault(
+            f["op"],
+            {
+                "op": f["op"],
+                "models": 0,
+                "downloads": 0,
+                "calls": 0,
+                "sources": [],
+                "stages": [],
+                "sole_models": 0,
+                "sole_downloads": 0,
+                "top_models": [],
+            },
+        )
+        row.update(failing_models=f["failing_models"], failing_downloads=f["failing_downloads"])
+    rows = list(by_op.values())
+    for r in rows:
+        b = blocked.get(r["op"], {})
+        r["blocked_models"] = b.get("blocked_models", 0)
+        r["blocked_downloads"] = b.get("blocked_downloads", 0)
+    return rows

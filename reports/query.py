@@ -459,6 +459,15 @@ class StoreQuery:
         finally:
             cur.close()
 
+    def run_downloads(self, run_id: str) -> int:
+        """The downloads of every model of a run: the base of its download shares."""
+        return int(
+            self.scalar(
+                "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
+                {"run": run_id},
+            )
+        )
+
     def memo(self, name: str, run_id: str | None, build: Callable[[], T], *extra: Any) -> T:
         """Cache `build()` under (name, run, extra) until that run's files (or, for run None,
         any run's files) change."""

@@ -249,6 +249,14 @@ _PROVENANCE_FIELDS = [
     pa.field("hostname", pa.string()),
     pa.field("command", pa.string()),
 ]
+PROVENANCE_FIELDS = tuple(f.name for f in _PROVENANCE_FIELDS)
+# The model sweep's library versions (its runs table has them before the provenance).
+LIBRARY_VERSION_FIELDS = ("torch_version", "transformers_version", "diffusers_version")
+# The versions a model run records: shown on a model's page, compared by a diff (the
+# provenance less where the run was made: its host and command).
+VERSION_FIELDS = LIBRARY_VERSION_FIELDS + tuple(
+    n for n in PROVENANCE_FIELDS if n not in ("hostname", "command")
+)
 
 RUNS_SCHEMA = pa.schema(
     [
@@ -273,9 +281,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("catalog_hash", pa.string()),  # of the catalog file: a resume must match it
         pa.field("catalog_size", pa.int64()),  # models in the catalog
         pa.field("models_requested", pa.int64()),  # models this run was asked for
-        pa.field("torch_version", pa.string()),
-        pa.field("transformers_version", pa.string()),
-        pa.field("diffusers_version", pa.string()),
+        *(pa.field(name, pa.string()) for name in LIBRARY_VERSION_FIELDS),
         *_PROVENANCE_FIELDS,
     ]
 )

@@ -271,6 +271,23 @@ def _st_repo(tmp_path: Path, dense: bool = True, module: str = "Dense") -> Path:
     return tmp_path
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{oops", "not valid JSON"),
+        ("[" * 100 + "]" * 100, "nests deeper"),
+        ("{}", "list of modules"),
+    ],
+)
+def test_sentence_transformers_modules_json_is_bounded_like_a_config(tmp_path, text, needle):
+    """modules.json is read as every config file is (size, nesting, JSON), then must be a list."""
+    _st_repo(tmp_path)
+    (tmp_path / "modules.json").write_text(text)
+    with pytest.raises(ConfigError, match=needle) as info:
+        get_adapter("sentence-transformers").from_files("org/st", tmp_path, "hub")
+    assert info.value.reason == "malformed_config"
+
+
 def test_sentence_transformers_modules_json_with_a_dense_head(tmp_path):
     adapter = get_adapter("sentence-transformers")
     resolved = adapter.from_files("org/st", _st_repo(tmp_path), "hub")

@@ -57,3 +57,28 @@ def test_known_failures_name_a_kind_of_cause() -> None:
     known = family_rules.known_failures()
     assert known, "the timm-backed types at least are listed"
     assert {k["kind"] for k in known.values()} <= {"dependency", "upstream", "shrinker"}
+
+
+def test_signature_entries_apply_in_order_and_each_says_why() -> None:
+    """The generic inputs are the registry's signature entries: text first, the decoder's side
+    last, each entry named once and explained (the families it was written for)."""
+    entries = family_inputs.by_signature()
+    names = [e.name for e in entries]
+    assert names[0] == "input_ids" and names[-2:] == ["decoder_input_ids", "eos_last"]
+    assert len(set(names)) == len(names) >= 20
+    assert all(e.fn.__doc__ and e.module.endswith(".generic") for e in entries)
+    with pytest.raises(ValueError, match="two signature entries"):
+        family_inputs.signature_inputs("input_ids", when=lambda ctx: False)(entries[0].fn)
+
+
+def test_timm_shrink_exceptions_are_data_with_a_reason() -> None:
+    from model_configs.shrink import timm as tshrink
+
+    rules = json.loads(tshrink.RULES_FILE.read_text())["shrink_rules"]
+    tables = {k: v for k, v in rules.items() if not k.startswith("_")}
+    assert tables and all(
+        entry.get("reason") for table in tables.values() for entry in table.values()
+    )
+    assert tshrink.DEPTH_FLOOR["IFormer"] == 3 and tshrink.FIXED_ARGS["VGG"]["mlp_ratio"] == 1 / 64
+    hooks = [e["hook"] for t in ("class_hooks", "dataclass_hooks") for e in tables[t].values()]
+    assert set(hooks) == set(tshrink.HOOKS)  # every hook named exists, and every one is used

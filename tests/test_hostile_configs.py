@@ -2,7 +2,8 @@
 negative sizes, deep nesting, unknown types, absurd sub-config graphs) go through resolve ->
 shrink -> build as a sweep runs them. Planning never raises, every model gets rows with a
 reason, and no model is built over the build budget: a huge declared size that survives the
-shrink is refused on PyTorch's `meta` device, before any allocation (`model_configs/guards.py`)."""
+shrink is refused on PyTorch's `meta` device, before any allocation (`model_configs/guards.py`,
+`model_configs/build.py`)."""
 
 from __future__ import annotations
 
@@ -185,13 +186,13 @@ def test_a_hostile_config_is_a_row_with_a_reason_or_a_model_within_budget(config
         event(f"{first.status}: {first.reason or first.error_type}")
         return
     try:
-        count = guards.check_budget(planned.spec)
-    except guards.ParameterBudgetError as exc:  # refused on `meta`: nothing was allocated
+        count = build.check_budget(planned.spec)
+    except build.ParameterBudgetError as exc:  # refused on `meta`: nothing was allocated
         assert "build budget" in str(exc) or "does not reduce" in str(exc)
         event("shrunk, refused over the build budget")
         return
     event("shrunk, within the build budget" if count is not None else "shrunk, no meta count")
-    assert count is None or count <= guards.BUILD_BUDGET
+    assert count is None or count <= build.BUILD_BUDGET
 
 
 def test_a_huge_size_the_shrinker_keeps_is_refused_before_any_allocation(tmp_path):
@@ -199,7 +200,7 @@ def test_a_huge_size_the_shrinker_keeps_is_refused_before_any_allocation(tmp_pat
     planned = _plan(config, tmp_path)
     assert planned.spec is not None  # the shrinker let it through (it scales it, it is huge)
     assert planned.spec.config["intermediate_size"] > 10**9
-    with pytest.raises(guards.ParameterBudgetError, match="build budget"):
+    with pytest.raises(build.ParameterBudgetError, match="build budget"):
         build.build_model(planned.spec)
 
 
@@ -224,8 +225,8 @@ def test_budget_leaves_every_bundled_style_model_alone():
     for model_type in TYPES:
         planned = _plan(base_config(model_type), Path(f"/tmp/hfsweep-budget-{model_type}"))
         assert planned.spec is not None, planned.outcome
-        count = guards.check_budget(planned.spec)
-        assert count is not None and count < guards.BUILD_BUDGET / 10
+        count = build.check_budget(planned.spec)
+        assert count is not None and count < build.BUILD_BUDGET / 10
 
 
 HOSTILE_CATALOG = {

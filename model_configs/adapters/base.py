@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from model_configs.config_files import read_config_file
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -186,8 +187,6 @@ def find_class(
 
 
 def read_json(path: Path, *, model_id: str) -> dict[str, Any]:
-    from model_configs.resolve import read_config_file
-
     return read_config_file(path, model_id=model_id)
 
 

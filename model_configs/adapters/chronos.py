@@ -20,10 +20,10 @@ from model_configs.adapters.base import Adapter, library_data, no_config, repo_n
 from model_configs.adapters.transformers import save_pretrained_round_trip
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH
 from reports.errors import ConfigError
 from reports.schema import SkipReason
 
-BATCH = 2
 CONTEXT = 64  # series steps the tiny model sees
 HORIZON = 8  # steps it forecasts
 PATCH = 8  # Bolt / Chronos-2 input and output patches

@@ -8,6 +8,7 @@ from typing import Any
 
 from model_configs.adapters.base import Adapter
 from model_configs.adapters.transformers import save_pretrained_round_trip
+from model_configs.config_files import from_file
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -41,8 +42,6 @@ class DiffusersAdapter(Adapter):
         )
 
     def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
-        from model_configs.resolve import from_file
-
         for name in self.config_files:
             if (folder / name).is_file():
                 return from_file(model_id, self.library, folder / name, source)

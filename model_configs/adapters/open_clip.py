@@ -21,10 +21,10 @@ from typing import Any
 from model_configs.adapters.base import Adapter, no_config, read_json, repo_name
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH, GRID
 from reports.errors import ConfigError, ShrinkError
 from reports.schema import SkipReason
 
-BATCH = 2
 EMBED = 32
 VISION_CAPS = {"width": 64, "head_width": 16, "layers": 2, "attn_pooler_queries": 8,
                "attn_pooler_heads": 2, "output_dim": EMBED}  # fmt: skip
@@ -32,7 +32,6 @@ TEXT_CAPS = {"width": 64, "heads": 4, "layers": 2, "context_length": 16, "vocab_
              "mlp_ratio": 4}  # fmt: skip
 MULTIMODAL_CAPS = {"heads": 4, "layers": 1, "context_length": 16, "vocab_size": 512,
                    "dim_head": 16, "n_queries": 8, "attn_pooler_heads": 2}  # fmt: skip
-GRID = 4  # patches per image side
 RESNET_WIDTH = 8  # ModifiedResNet's stem width (its top stage is 32x wider)
 
 

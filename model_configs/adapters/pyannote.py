@@ -25,11 +25,10 @@ from typing import Any
 
 from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import AUDIO_SAMPLES, BATCH
 from reports.errors import ConfigError, ShrinkError
 from reports.schema import SkipReason
 
-BATCH = 2
-SAMPLES = 16_000  # one second at 16 kHz
 # Family rules: the constructor arguments each class shrinks by, and their tiny values.
 SHRINK: dict[str, dict[str, Any]] = {
     "PyanNet": {"lstm": {"hidden_size": 16, "num_layers": 2}, "linear": {"hidden_size": 16}},
@@ -184,7 +183,7 @@ class PyannoteAdapter(Adapter):
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        return {"waveforms": torch.randn(BATCH, 1, SAMPLES, generator=gen) * 0.1}
+        return {"waveforms": torch.randn(BATCH, 1, AUDIO_SAMPLES, generator=gen) * 0.1}
 
     def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
         models = spec.config["models"]

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from model_configs.adapters.base import Adapter, no_config, read_json
+from model_configs.config_files import read_json_file
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
 
 BATCH = 4  # two anchors, two positives: an in-batch contrastive loss
-SEQ = 12
+SEQ = 12  # tokens per text: below MAX_SEQ_LENGTH, the length the module truncates to
 MAX_SEQ_LENGTH = 16
 DENSE_OUT = 32
 SCALE = 20.0  # MultipleNegativesRankingLoss's similarity scale
@@ -65,14 +66,7 @@ class SentenceTransformersAdapter(Adapter):
         path = folder / "modules.json"
         if not path.is_file():
             return None
-        try:
-            modules = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{path}: not valid JSON: {exc}",
-                reason=SkipReason.MALFORMED_CONFIG.value,
-                model_id=model_id,
-            ) from exc
+        modules = read_json_file(path, model_id=model_id)
         if not isinstance(modules, list):
             raise ConfigError(
                 f"{path}: expected a list of modules",

@@ -24,9 +24,8 @@ from typing import Any
 from model_configs.adapters.base import Adapter, find_class, library_data, no_config
 from model_configs.shrink.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import AUDIO_SAMPLES, BATCH
 
-BATCH = 2
-SAMPLES = 16_000
 TOKENS = 8
 N_MELS = 24
 # Per-class caps: (argument, cap) for ints; lists are capped element-wise.
@@ -155,7 +154,7 @@ class SpeechBrainAdapter(Adapter):
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        inputs = {"wavs": torch.randn(BATCH, SAMPLES, generator=gen) * 0.1}
+        inputs = {"wavs": torch.randn(BATCH, AUDIO_SAMPLES, generator=gen) * 0.1}
         if spec.config.get("task") == "asr":  # the transcript's tokens the decoder is fed
             vocab = int(spec.config["args"]["tgt_vocab"])
             inputs["tokens"] = torch.randint(1, vocab, (BATCH, TOKENS), generator=gen)

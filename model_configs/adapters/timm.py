@@ -15,12 +15,11 @@ from typing import Any
 from model_configs.adapters.base import Adapter, no_config, repo_name
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH, GRID
 from reports.errors import ConfigError, ShrinkError
 from reports.schema import SkipReason
 
-BATCH = 2
 IMAGE_SIDES = (64, 32, 96, 128, 160, 224)  # tried in order at shrink time
-GRID = 4  # patches per side for a patch-embedding model
 # Widths are divided further (x2, x4, x8) while the tiny model is above TARGET_PARAMS; when a
 # narrower step does not build, the last one that built and stays under the pass rule's cap wins.
 FACTOR_STEPS = (1, 2, 4, 8)

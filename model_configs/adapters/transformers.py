@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from model_configs.adapters.base import Adapter
+from model_configs.config_files import from_file
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -46,8 +47,6 @@ class TransformersAdapter(Adapter):
         )
 
     def from_files(self, model_id: str, folder: Path, source: str) -> ResolvedConfig | None:
-        from model_configs.resolve import from_file
-
         path = folder / "config.json"
         return from_file(model_id, self.library, path, source) if path.is_file() else None
 

@@ -28,10 +28,10 @@ from typing import Any
 
 from model_configs.adapters.base import Adapter, library_data, no_config, repo_name
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
+from model_configs.tiny_inputs import BATCH
 from reports.errors import ConfigError
 from reports.schema import SkipReason
 
-BATCH = 2
 SIDE = 64
 CAPS = {"depth_multiple": 0.33, "width_multiple": 0.125, "max_channels": 128}
 CLASSES = 4

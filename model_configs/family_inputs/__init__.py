@@ -2,11 +2,20 @@
 express (bounding boxes beside tokens, patch grids for a vision tower built alone, video clips,
 codebook layouts, time-series windows...).
 
-A builder is a function registered for one or more model types. It receives an `InputContext`
-after the generic `make_inputs` has filled `ctx.inputs` (or, with `replace=True`, before: the
-generic inputs are skipped) and edits `ctx.inputs` in place. Labels and `use_cache` are added
-afterwards by `make_inputs` unless the builder set them. Group modules are listed in `GROUPS`
-and imported on first lookup, so they may use `model_configs.transformers_models` helpers.
+The registry has two kinds of entries:
+
+- **By signature** (`signature_inputs`): inputs a model gets because of what its forward takes
+  (its main input name, a parameter such as `entity_ids` or `global_attention_mask`), whatever
+  its model type. They make the generic inputs: every entry whose condition holds adds its
+  inputs to `ctx.inputs`, in registration order (`generic.py`, the first group), each seeing
+  what the earlier ones added.
+- **By model type** (`family_inputs`): a builder registered for one or more model types. It
+  receives the `InputContext` after the signature entries have filled `ctx.inputs` (or, with
+  `replace=True`, before: they are skipped) and edits `ctx.inputs` in place.
+
+Labels and `use_cache` are added afterwards by `make_inputs` unless a builder set them. Group
+modules are listed in `GROUPS` and imported on first lookup, so they may use
+`model_configs.transformers_models` helpers.
 """
 
 from __future__ import annotations
@@ -16,7 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-GROUPS = ("vision_language_a", "vision_language_b", "audio", "vision", "text", "timm_backed")
+GROUPS = (
+    "generic",
+    "vision_language_a",
+    "vision_language_b",
+    "audio",
+    "vision",
+    "text",
+    "timm_backed",
+)
 
 
 @dataclass
@@ -33,6 +50,8 @@ class InputContext:
     seq: int
     purpose: str  # "train" or "generate"
     inputs: dict[str, Any] = field(default_factory=dict)
+    main: str = "input_ids"  # the model's main input name
+    companions: tuple[str, ...] = ()  # inputs named beside it (OneFormer's `task_inputs`)
 
 
 @dataclass(frozen=True)
@@ -42,7 +61,16 @@ class FamilyInputs:
     module: str
 
 
+@dataclass(frozen=True)
+class SignatureInputs:
+    name: str  # what it provides, for messages and tests
+    when: Callable[[InputContext], bool]
+    fn: Callable[[InputContext], None]
+    module: str
+
+
 _REGISTRY: dict[str, FamilyInputs] = {}
+_BY_SIGNATURE: list[SignatureInputs] = []
 _loaded = False
 
 
@@ -63,14 +91,39 @@ def family_inputs(
     return register
 
 
-def lookup(model_type: str | None) -> FamilyInputs | None:
-    """The builder registered for `model_type`, if any."""
+def signature_inputs(
+    name: str, *, when: Callable[[InputContext], bool]
+) -> Callable[[Callable[[InputContext], None]], Callable[[InputContext], None]]:
+    """Register `fn` as the generic inputs `name` of every model for which `when(ctx)` holds
+    (applied in registration order; see the module docstring)."""
+
+    def register(fn: Callable[[InputContext], None]) -> Callable[[InputContext], None]:
+        if any(entry.name == name for entry in _BY_SIGNATURE):
+            raise ValueError(f"two signature entries are named {name!r}")
+        _BY_SIGNATURE.append(SignatureInputs(name, when, fn, fn.__module__))
+        return fn
+
+    return register
+
+
+def _load() -> None:
     global _loaded
     if not _loaded:
         for group in GROUPS:
             importlib.import_module(f"{__name__}.{group}")
         _loaded = True
+
+
+def lookup(model_type: str | None) -> FamilyInputs | None:
+    """The builder registered for `model_type`, if any."""
+    _load()
     return _REGISTRY.get(model_type or "")
+
+
+def by_signature() -> list[SignatureInputs]:
+    """The signature entries, in the order they apply."""
+    _load()
+    return list(_BY_SIGNATURE)
 
 
 def registered() -> dict[str, FamilyInputs]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
+from model_configs.tiny_inputs import BATCH
 from model_configs.transformers_models import (
     AUDIO_MARKERS,
-    BATCH,
     _audio_token_id,
     _count_feature_tokens,
     _splice,

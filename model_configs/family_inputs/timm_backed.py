@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.transformers_models import BATCH, splice_images
+from model_configs.tiny_inputs import BATCH
+from model_configs.transformers_models import splice_images
 
 VIDEO_FRAMES = 2
 

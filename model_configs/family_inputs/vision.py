@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.transformers_models import BATCH
+from model_configs.tiny_inputs import BATCH
 
 
 def _boxes(gen: Any, n: int, scale: float) -> Any:

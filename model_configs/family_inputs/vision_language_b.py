@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from model_configs.family_inputs import InputContext, family_inputs
+from model_configs.tiny_inputs import BATCH
 from model_configs.transformers_models import (
-    BATCH,
     _count_feature_tokens,
     _image_size,
     _num_channels,

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import sys
+from pathlib import Path
 from typing import Any, TypeGuard
+
+RULES_FILE = Path(__file__).resolve().parent.parent / "data" / "libraries" / "timm.json"
 
 # Target sizes.
 MAX_WIDTH = 64  # the widest stage after shrinking (before a block's own expansion)
@@ -473,36 +477,32 @@ def fit_heads(args: dict[str, Any]) -> None:
             args[key] = type(heads)(new_list)
 
 
-# Per-family exceptions, each with its reason (the family data of this shrinker).
-DEPTH_FLOOR: dict[str, int] = {
-    # GCViT alternates local and global attention inside a stage: two blocks run both (one
-    # block leaves the global query generator without a gradient)
-    "GlobalContextVit": 2,
-    # IFormer: "each attention group requires three blocks"
-    "IFormer": 3,
-}
-GROUP_COUNT_KEYS = {"attn_groups"}  # attention groups per stage (IFormer): one at most
-KEEP_ARGS: dict[str, set[str]] = {
-    # CoaT splits its heads over the convolutional position encoding's windows ({3: 2, 5: 3,
-    # 7: 3}: 8 heads), so the head count stays
-    "CoaT": {"num_heads"},
-}
-WIDTH_STEP_BY_CLASS: dict[str, int] = {
-    # MetaFormer's attention stages use heads of 32 channels: widths in multiples of 32
-    "MetaFormer": 32,
-    # ResNetV2 (BiT) normalises with GroupNorm of 32 groups, also inside its bottleneck (a
-    # quarter of the stage width): stage widths in multiples of 4 x 32
-    "ResNetV2": 128,
-}
-KEEP_FIELDS: dict[str, set[str]] = {
-    # RegNet generates its four stages from (depth, w0, wa, wm): fewer blocks than stages
-    # leaves fewer than four stages, which RegNet asserts against. Widths still shrink.
-    "RegNetCfg": {"depth", "group_size", "w0", "wa"},
-    # ByobNet multiplies its block widths by width_factor: the widths themselves shrink by the
-    # one factor, so the multiplier stays (shrinking both narrows past group and norm sizes:
-    # EvoNorm's groups of 16, the quad stem's eighths)
-    "ByoModelCfg": {"width_factor"},
-}
+# Per-family exceptions, each with its reason: data (`shrink_rules` in
+# model_configs/data/libraries/timm.json), keyed by the model class or config dataclass.
+_RULES: dict[str, Any] = json.loads(RULES_FILE.read_text(encoding="utf-8"))["shrink_rules"]
+
+
+def _table(name: str, field: str) -> dict[str, Any]:
+    """One table of the rules: class name -> the entry's `field` (its reason stays in the file)."""
+    return {cls: entry[field] for cls, entry in _RULES[name].items() if not cls.startswith("_")}
+
+
+DEPTH_FLOOR: dict[str, int] = _table("depth_floor", "blocks")  # blocks kept per stage
+GROUP_COUNT_KEYS = {k for k in _RULES["group_count_keys"] if not k.startswith("_")}
+KEEP_ARGS: dict[str, set[str]] = {k: set(v) for k, v in _table("keep_args", "args").items()}
+WIDTH_STEP_BY_CLASS: dict[str, int] = _table("width_step", "step")
+KEEP_FIELDS: dict[str, set[str]] = {k: set(v) for k, v in _table("keep_fields", "fields").items()}
+# Stages described by position, keyed by the model class and the config key (fnmatch pattern);
+# roles as in Shrinker.positional.
+POSITIONAL_LAYOUTS: dict[str, dict[str, str]] = _table("positional_layouts", "layouts")
+NESTED_CAPS: dict[str, dict[str, int]] = _table("nested_caps", "caps")
+FIXED_ARGS: dict[str, dict[str, Any]] = _table("fixed_args", "args")
+
+
+def _layout(layouts: dict[str, str], key: str) -> str | None:
+    import fnmatch
+
+    return next((lay for pat, lay in layouts.items() if fnmatch.fnmatchcase(key, pat)), None)
 
 
 def _regnet(shrinker: Shrinker, fields: dict[str, Any]) -> None:
@@ -512,37 +512,6 @@ def _regnet(shrinker: Shrinker, fields: dict[str, Any]) -> None:
     if _is_int(w0) and isinstance(wa, (int, float)) and shrinker.factor > 1:
         new_w0 = max(8, int(round(w0 / shrinker.factor / 8)) * 8)
         fields["w0"], fields["wa"] = new_w0, float(wa) * new_w0 / w0
-
-
-# Stages some families describe by position rather than by name, keyed by the model class and
-# the config key (fnmatch pattern); roles as in Shrinker.positional.
-POSITIONAL_LAYOUTS: dict[str, dict[str, str]] = {
-    # HGNet: stageN = [in_chs, mid_chs, out_chs, blocks, downsample, light_block, kernel_size,
-    # layer_num]
-    "HighPerfGpuNet": {"stage[0-9]": "wwwd___l"},
-    # SelecSLS: features = [(in_chs, skip_chs, mid_chs, out_chs, is_first, stride)], its stem
-    # a fixed 32 channels; head = [(in_chs, out_chs, kernel_size, stride)]
-    "SelecSls": {"features": "iwww__", "head": "ww__"},
-}
-# Sizes a family names in nested layer arguments, capped, each with its reason.
-NESTED_CAPS: dict[str, dict[str, int]] = {
-    # ByobNet's halo and bilinear-attention layers (HaloNet, BAT; `self_attn_kwargs` /
-    # `attn_kwargs`) tile the feature map in blocks of block_size (8) with halo_size (3) around
-    # each: the 2x2 feature map of a 64px image at stride 32 takes blocks of 2 with a halo of 1
-    "ByobNet": {"block_size": WINDOW, "halo_size": 1},
-}
-# Constructor arguments set to a fixed value for a family, each with its reason.
-FIXED_ARGS: dict[str, dict[str, Any]] = {
-    # VGG's pre-logits ConvMlp is a 7x7 conv to a hidden width of 4096 * mlp_ratio, then a 1x1
-    # to 4096 features: the class fixes the 4096, its mlp_ratio narrows the 7x7 conv's output
-    "VGG": {"mlp_ratio": 1 / 64},
-}
-
-
-def _layout(layouts: dict[str, str], key: str) -> str | None:
-    import fnmatch
-
-    return next((lay for pat, lay in layouts.items() if fnmatch.fnmatchcase(key, pat)), None)
 
 
 def _byob(shrinker: Shrinker, fields: dict[str, Any]) -> None:
@@ -569,11 +538,11 @@ def _split_attention(args: dict[str, Any]) -> None:
             return
 
 
-# Per-class steps after the generic walk of the arguments, each with its reason.
-CLASS_HOOKS: dict[str, Any] = {"ResNet": _split_attention}
-
-# Per-family steps after the generic walk of a config dataclass, each with its reason above.
-FAMILY_HOOKS: dict[str, Any] = {"RegNetCfg": _regnet, "ByoModelCfg": _byob}
+# The steps the rules' hooks name, after the generic walk of a class's arguments
+# (`class_hooks`) or of a config dataclass (`dataclass_hooks`).
+HOOKS: dict[str, Any] = {"split_attention": _split_attention, "regnet": _regnet, "byob": _byob}
+CLASS_HOOKS: dict[str, Any] = {k: HOOKS[v] for k, v in _table("class_hooks", "hook").items()}
+FAMILY_HOOKS: dict[str, Any] = {k: HOOKS[v] for k, v in _table("dataclass_hooks", "hook").items()}
 GROUP_SIZE = 8  # channels per conv group (RegNet, NFNet, ByobNet gs): below the narrow widths
 
 

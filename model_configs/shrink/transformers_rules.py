@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from model_configs.tiny_inputs import GRID  # patches per image side
+
 # Target sizes.
 HEADS = 4
 HEAD_DIM = 16
@@ -29,7 +31,6 @@ VOCAB = 512
 MAX_POSITIONS = 512
 EXPERTS = 4
 TOP_K = 2
-GRID = 4  # patches per image side
 WINDOW = 8  # sliding windows, shorter than the dummy sequence
 
 HIDDEN_KEYS = (

@@ -6,31 +6,17 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from reports.models import ModelFilter, model_table
 from reports.query import STAGES, StoreQuery
-from reports.render import charts, fmt, jsondoc
+from reports.render import charts, jsondoc
+from reports.render.op_site import write_op_pages
 from reports.render.sections import report_sections
+from reports.render.site_pages import environment, page_context, write_page
 
-TEMPLATES = Path(__file__).parent / "templates"
-STYLE = Path(__file__).parent / "static" / "style.css"
 MODELS_ON_PAGE = 1000
-
-
-def environment(extra: list[Path] | None = None) -> jinja2.Environment:
-    """Jinja environment with autoescape on for every template (html or not)."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([*(extra or []), TEMPLATES]),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.globals["fmt"] = fmt
-    return env
 
 
 def report_charts(report: dict[str, Any]) -> dict[str, Any]:
@@ -70,35 +56,21 @@ def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[P
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    common = {
-        "report": report,
-        "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
-        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "stages": STAGES,
-    }
+    common = {**page_context(report), "stages": STAGES}
     written = []
     index = env.get_template("site_index.html").render(
         **common, sections=report_sections(report), charts=report_charts(report)
     )
-    written.append(_write(out / "index.html", index))
+    written.append(write_page(out / "index.html", index))
     table = model_table(
         q, report["run_id"], ModelFilter(per_page=MODELS_ON_PAGE), max_per_page=MODELS_ON_PAGE
     )
     page = env.get_template("site_models.html").render(**common, table=table)
-    written.append(_write(out / "models.html", page))
-    written.append(_write(out / "report.json", jsondoc.render(report)))
+    written.append(write_page(out / "models.html", page))
+    written.append(write_page(out / "report.json", jsondoc.render(report)))
     written.append(_write_csv(q, report["run_id"], out / "models.csv"))
-    from reports.render.op_site import write_op_pages
-
-    written += write_op_pages(q, report, out, env, common, _write)
+    written += write_op_pages(q, report, out, env, common)
     return written
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:

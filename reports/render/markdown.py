@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render.sections import emulated_notice, report_sections, title_line
+from reports.render.sections import report_sections, title_line
+from reports.render.tables import emulated_notice
 
 
 def _cell(text: str) -> str:

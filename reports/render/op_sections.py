@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render import fmt, sections
-from reports.render.sections import Section
+from reports.render import fmt, tables
+from reports.render.tables import Section, text_sections
 
 PYTORCH_REASON_LABELS = {
     "dtype_not_supported": "the OpInfo does not support the dtype on CPU",
@@ -20,7 +20,7 @@ DEVICE_REASON_LABELS = {
 
 
 def emulated_notice(d: dict[str, Any]) -> str | None:
-    return sections.emulated_notice(d, "op-sweep results")
+    return tables.emulated_notice(d, "op-sweep results")
 
 
 def denominators_section(d: dict[str, Any]) -> Section:
@@ -169,8 +169,6 @@ def op_sweep_sections(data: dict[str, Any] | None) -> list[Section]:
 
 def render_op_text(data: dict[str, Any] | None) -> str:
     """The op sweep alone, as text (what `hfsweep ops` prints at the end)."""
-    from reports.render.text import render_table
-
     if not data:
         return "no op-sweep run in this store\n"
     d = data["denominators"]
@@ -181,8 +179,5 @@ def render_op_text(data: dict[str, Any] | None) -> str:
     notice = emulated_notice(d)
     if notice:
         lines.append(notice)
-    for section in op_sweep_sections(data):
-        lines += ["", f"== {section.title} =="]
-        lines += render_table(section) if section.rows else ["(none)"]
-        lines += section.notes
+    lines += text_sections(op_sweep_sections(data))
     return "\n".join(lines) + "\n"

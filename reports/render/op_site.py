@@ -13,6 +13,7 @@ import jinja2
 from reports import op_sweep
 from reports.query import StoreQuery
 from reports.render.op_sections import op_sweep_sections
+from reports.render.site_pages import environment, page_context, write_page
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -28,8 +29,8 @@ def write_op_pages(
     out: Path,
     env: jinja2.Environment,
     common: dict[str, Any],
-    write: Any,
 ) -> list[Path]:
+    """The op sweep's pages into `out` (none without an op sweep in the report)."""
     data = report.get("op_sweep")
     if not data:
         return []
@@ -50,7 +51,7 @@ def write_op_pages(
         op_link=lambda op: "ops/" + op_file_name(op),
         op_link_or_none=lambda cell: ("ops/" + op_file_name(cell)) if cell in names else None,
     )
-    written.append(write(out / "op-sweep.html", index))
+    written.append(write_page(out / "op-sweep.html", index))
     for name in sorted(names):
         page = op_sweep.op_page(
             q, name, model_run_id=model_run, op_run_id=op_run, models_of=models_of
@@ -62,16 +63,12 @@ def write_op_pages(
             op_link=op_file_name,
             model_link=lambda mid: None,
         )
-        written.append(write(folder / op_file_name(name), html))
+        written.append(write_page(folder / op_file_name(name), html))
     return written
 
 
 def write_op_site(q: StoreQuery, data: dict[str, Any], out: str | Path) -> list[Path]:
     """The op sweep alone as a static site (a store with no model run)."""
-    import datetime as dt
-
-    from reports.render.html_site import STYLE, _write, environment
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     report = {
@@ -80,9 +77,4 @@ def write_op_site(q: StoreQuery, data: dict[str, Any], out: str | Path) -> list[
         "op_sweep": data,
         "denominators": {"device_label": data["denominators"]["device_label"]},
     }
-    common = {
-        "report": report,
-        "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
-        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    return write_op_pages(q, report, folder, environment(), common, _write)
+    return write_op_pages(q, report, folder, environment(), page_context(report))

@@ -1,33 +1,15 @@
-"""A run report as titled tables, the common ground of the text, markdown and html renderers."""
+"""A run report as titled tables (`reports.render.tables.Section`), the common ground of the text,
+markdown and html renderers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from reports.render import fmt
+from reports.render.tables import Section
 from reports.schema import STAGE_ORDER
 
 STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
-
-
-@dataclass
-class Section:
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-    indent: list[int] = field(default_factory=list)  # per row, for the denominators tree
-
-
-def emulated_notice(d: dict[str, Any], what: str = "results") -> str | None:
-    if not d.get("device_emulated"):
-        return None
-    return (
-        f"EMULATED DEVICE: these {what} come from an emulated {d.get('device') or 'device'} "
-        "(a stand-in that runs on the CPU), not from real hardware."
-    )
 
 
 def title_line(report: dict[str, Any]) -> str:

@@ -1,0 +1,103 @@
+"""Reading a model's config files: bounded, JSON objects, never a repo's code.
+
+A leaf under `resolve` and the adapters (both read files the same way): a file is refused
+(`malformed_config`) past the shape limits of `model_configs.guards`; a transformers config
+that maps to repo code transformers does not know is a `remote_code` skip.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from model_configs import guards
+from model_configs.spec import ResolvedConfig
+from reports.errors import ConfigError
+from reports.schema import SkipReason
+
+
+def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:
+    """A config file as a dict; unreadable, empty, not JSON, not an object or beyond the
+    shape limits (`model_configs.guards`): a `malformed_config` ConfigError."""
+    config = _parse(path, model_id)
+    if not isinstance(config, dict):
+        raise guards.malformed(
+            f"{path}: expected a JSON object, got {type(config).__name__}", model_id
+        )
+    guards.check_shape(config, model_id=model_id)
+    return config
+
+
+def read_json_file(path: Path, *, model_id: str) -> Any:
+    """A JSON file of any value (a list of modules...), held to the same limits as a config."""
+    value = _parse(path, model_id)
+    guards.check_shape(value, model_id=model_id)
+    return value
+
+
+def _parse(path: Path, model_id: str) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > guards.MAX_FILE_BYTES:
+            raise guards.malformed(
+                f"{path}: {size:,} bytes, more than a config file has ({guards.MAX_FILE_BYTES:,})",
+                model_id,
+            )
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise guards.malformed(f"{path}: cannot read: {exc}", model_id) from exc
+    if not text.strip():
+        raise guards.malformed(f"{path}: the file is empty", model_id)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise guards.malformed(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", model_id
+        ) from exc
+    except RecursionError:  # nested deeper than the JSON parser goes
+        raise guards.malformed(f"{path}: nested too deep to parse", model_id) from None
+
+
+def from_file(
+    model_id: str,
+    library: str,
+    path: Path,
+    source: str,
+    *,
+    config: dict[str, Any] | None = None,
+) -> ResolvedConfig:
+    config = config if config is not None else read_config_file(path, model_id=model_id)
+    if library == "transformers" and "_class_name" in config:
+        library = "diffusers"
+    if library == "transformers":
+        _refuse_remote_code(model_id, config)
+    components: dict[str, dict[str, Any]] = {}
+    if path.name == "model_index.json":
+        for name, value in config.items():
+            sub = path.parent / name / "config.json"
+            if isinstance(value, list) and sub.is_file():
+                components[name] = read_config_file(sub, model_id=model_id)
+    return ResolvedConfig(
+        model_id=model_id,
+        library=library,
+        config=config,
+        source=source,
+        detail=str(path),
+        components=components,
+    )
+
+
+def _refuse_remote_code(model_id: str, config: dict[str, Any]) -> None:
+    """A config whose model_type transformers does not know but that maps to repo code."""
+    if not config.get("auto_map"):
+        return
+    from transformers import CONFIG_MAPPING
+
+    if config.get("model_type") not in CONFIG_MAPPING:
+        raise ConfigError(
+            "the config maps to code in the repo (auto_map) and transformers does not know "
+            f"model_type {config.get('model_type')!r}; trust_remote_code stays off",
+            reason=SkipReason.REMOTE_CODE.value,
+            model_id=model_id,
+        )

@@ -1,0 +1,48 @@
+"""What every page of the static site shares: the templates' Jinja environment (autoescape on
+for every template), the inline style sheet, the context each page starts from, and the writer
+(a file is complete or absent: written under a hidden name, then renamed).
+
+A leaf: the run's pages (`html_site`) and the op sweep's (`op_site`) both use it, and the
+dashboard serves the same style sheet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from reports.render import fmt
+
+TEMPLATES = Path(__file__).parent / "templates"
+STYLE = Path(__file__).parent / "static" / "style.css"
+
+
+def environment(extra: list[Path] | None = None) -> jinja2.Environment:
+    """Jinja environment with autoescape on for every template (html or not)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([*(extra or []), TEMPLATES]),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["fmt"] = fmt
+    return env
+
+
+def page_context(report: dict[str, Any]) -> dict[str, Any]:
+    """The context every page of the site renders with: the report, the inline style, when."""
+    return {
+        "report": report,
+        "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
+        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def write_page(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all (a hidden temporary name, then a rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
