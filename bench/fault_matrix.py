@@ -346,7 +346,14 @@ def section_model(trials: int, work: Path) -> list[Line]:
         line.duplicated += dup
         line.orphans += orphans
         line.mislabelled += mislabelled
-        line.survived += int(ok_rows and not lost and not dup and not orphans)
+        survived = ok_rows and not lost and not dup and not orphans
+        line.survived += int(survived)
+        if not survived:  # say what the rows were: a failed trial is read from CI's output
+            seen = {
+                s: (r["status"], r["attempt"], r["error_type"], (r["error_message"] or "")[:300])
+                for s, r in got.items()
+            }
+            print(f"{line.fault}: {model} expected {expected}, got {seen}", file=sys.stderr)
     whole = Line("(the sweep: driver exit, rerun, processes left)")
     whole.trials = 1
     whole.orphans = len(orphans_after) + len(wait_all_dead(spawned, 2.0))
