@@ -238,7 +238,10 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
                   AS "{stage}.skipped",
                 count(*) FILTER (WHERE s_{stage} = 'pass'
-                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted"
+                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted",
+                count(*) FILTER (WHERE NOT n_{stage}) AS "{stage}.applies",
+                coalesce(sum(downloads) FILTER (WHERE NOT n_{stage}), 0)
+                  AS "{stage}.applies_downloads"
                 """
             )
         row = q.fetch(
@@ -249,20 +252,24 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
         lines = []
         for stage in STAGES:
             passed = row[f"{stage}.passed"]
+            # a stage's shares are of the models it applies to (generate: not the encoders)
+            base, base_dl = row[f"{stage}.applies"], row[f"{stage}.applies_downloads"]
             lines.append(
                 {
                     "line": stage,
                     "stage": stage,
+                    "applies": base,
+                    "applies_downloads": base_dl,
                     "attempted": row[f"{stage}.attempted"],
                     "passed": passed,
                     "passed_downloads": row[f"{stage}.passed_downloads"],
-                    "passed_share": share(passed, models),
-                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], downloads),
+                    "passed_share": share(passed, base),
+                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], base_dl),
                     "no_fallback": row[f"{stage}.no_fallback"],
                     "no_fallback_downloads": row[f"{stage}.no_fallback_downloads"],
-                    "no_fallback_share": share(row[f"{stage}.no_fallback"], models),
+                    "no_fallback_share": share(row[f"{stage}.no_fallback"], base),
                     "no_fallback_downloads_share": share(
-                        row[f"{stage}.no_fallback_downloads"], downloads
+                        row[f"{stage}.no_fallback_downloads"], base_dl
                     ),
                     "failed": row[f"{stage}.failed"],
                     "not_run": row[f"{stage}.not_run"],
@@ -281,6 +288,8 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 {
                     "line": line,
                     "stage": None,
+                    "applies": models,
+                    "applies_downloads": downloads,
                     "attempted": d["swept"],
                     "passed": count,
                     "passed_downloads": dl,

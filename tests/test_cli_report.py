@@ -63,7 +63,9 @@ def test_report_text_states_its_denominators(store: str) -> None:
         assert needle in out, needle
     # per-stage pass counts of the funnel
     load_line = next(line for line in out.splitlines() if line.startswith("load "))
-    assert load_line.split()[1] == "5"
+    assert load_line.split()[1:3] == ["8", "5"]  # applies to 8 models, 5 passed
+    generate_line = next(line for line in out.splitlines() if line.startswith("generate "))
+    assert generate_line.split()[1:4] == ["7", "2", "28.6%"]  # not bert-x: an encoder
 
 
 def test_report_json_markdown_and_run(store: str) -> None:

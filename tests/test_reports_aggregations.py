@@ -74,6 +74,11 @@ def test_funnel(q: StoreQuery) -> None:
     assert lines["forward"]["failed"] == 1 and lines["load"]["failed"] == 1
     assert lines["compile"]["not_run"] == 2  # g and evil
     assert lines["generate"]["skipped"] == 1  # bert-x: not applicable
+    # a stage's shares are of the models it applies to: generate's base lacks bert-x
+    assert (lines["generate"]["applies"], lines["generate"]["applies_downloads"]) == (7, 2110)
+    assert lines["generate"]["passed_share"] == pytest.approx(2 / 7)
+    assert lines["generate"]["passed_downloads_share"] == pytest.approx(1500 / 2110)
+    assert lines["load"]["applies"] == 8
     assert lines["every stage"]["passed"] == 3
     assert lines["every stage, no CPU fallback"]["passed"] == 2
     assert lines["every stage"]["passed_downloads_share"] == pytest.approx(1700 / 2310)

@@ -127,6 +127,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         rows.append(
             [
                 line["line"],
+                fmt.count(line.get("applies")),
                 fmt.count(line["passed"]),
                 fmt.pct(line["passed_share"]),
                 fmt.pct(line["passed_downloads_share"]),
@@ -143,6 +144,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         "Funnel: models that passed each stage",
         [
             "passed",
+            "applies to",
             "models",
             "% models",
             "% downloads",
@@ -154,9 +156,11 @@ def funnel_section(report: dict[str, Any]) -> Section:
         ],
         rows,
         [
-            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included). "
+            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included), "
+            "less, for each stage, the models it does not apply to ('applies to'; generate "
+            "does not apply to an encoder; a model that stopped at an earlier stage counts). "
             "'no fallback' = passed with no op falling back to the CPU in that stage; 'skipped' "
-            "there counts stages that do not apply (e.g. generate on an encoder)."
+            "counts stages skipped for the model (not applicable, or the device's reason)."
         ],
     )
 
