@@ -134,11 +134,10 @@ def peak_rss_bytes(pid: int | str = "self") -> int | None:
     """The peak resident memory of a process (its VmHWM; ru_maxrss for this process where /proc
     is missing), None when it cannot be read (the process is gone). A forked child's count
     starts at what it touches itself, not at its parent's peak."""
-    with contextlib.suppress(OSError, ValueError):
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     if pid == "self":
         import resource
 
