@@ -33,7 +33,7 @@ VIEWPORT = {"width": 1280, "height": 1000}
 
 # What a table's cells measure in the page: the table's height, its tallest row, and the cells
 # narrower than the longest word they hold (text broken inside a word to fit).
-MEASURE_JS = """
+MEASURE_JS = r"""
 (selector) => {
   const table = document.querySelector(selector);
   if (!table) return null;
@@ -44,19 +44,30 @@ MEASURE_JS = """
   let squeezed = 0, worst = null;
   for (const td of table.querySelectorAll('tbody td')) {
     const style = getComputedStyle(td);
-    probe.style.font = style.font;
-    let longest = 0;
-    for (const word of (td.innerText || '').split(/\\s+/)) {
-      if (!word) continue;
-      probe.textContent = word;
-      longest = Math.max(longest, probe.getBoundingClientRect().width);
-    }
     const inner = td.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    // every word of every text node, in its own element's font; a model id may break after
+    // its "/" (a <wbr> there), nowhere else
+    let longest = 0, word_at = '';
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      probe.style.font = getComputedStyle(node.parentElement).font;
+      for (const word of node.textContent.split(/\s+/)) {
+        if (!word) continue;
+        probe.textContent = word;
+        const w = probe.getBoundingClientRect().width;
+        if (w > longest) { longest = w; word_at = word; }
+      }
+    }
+    for (const seg of td.querySelectorAll('.id-seg')) {  // an id segment is one word
+      probe.style.font = getComputedStyle(seg).font;
+      probe.textContent = seg.textContent;
+      const w = probe.getBoundingClientRect().width;
+      if (w > longest) { longest = w; word_at = seg.textContent; }
+    }
     if (longest > inner + 1) {
       squeezed += 1;
       if (!worst || longest - inner > worst.short_by)
-        worst = {text: td.innerText.slice(0, 60), width: inner, needs: longest,
-                 short_by: longest - inner};
+        worst = {word: word_at, width: inner, needs: longest, short_by: longest - inner};
     }
   }
   probe.remove();

@@ -18,6 +18,7 @@ from reports.query import (
     STAGES,
     StoreQuery,
 )
+from reports.render import fmt
 from reports.schema import FAILED_STATUSES, ConfigSource, SkipReason
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
@@ -339,7 +340,8 @@ def headline(
         models = q.fetch(
             """
             SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
-              failed_stage, failed_status, error_signature, fallback_ops, fallback_calls
+              failed_stage, failed_status, error_signature, error_type, error_message,
+              failing_op, fallback_ops, fallback_calls
             FROM model_runs WHERE run_id = $run AND pipeline_tag = $task
             ORDER BY downloads DESC, model_id LIMIT $top
             """,
@@ -399,8 +401,12 @@ def headline(
 def _problem(m: dict[str, Any]) -> str:
     if m["outcome"] == OUTCOME_SKIPPED or m["outcome"] == OUTCOME_PARTIAL:
         return f"skip: {m['skip_reason'] or 'unknown'}"
-    if m["outcome"] == OUTCOME_FAILED:
-        return f"{m['failed_stage']}: {m['failed_status']}: {m['error_signature'] or ''}".strip()
+    if m["outcome"] == OUTCOME_FAILED:  # the op it names, else its real error's first line
+        what = m.get("failing_op") or fmt.clip(
+            ": ".join(filter(None, (m.get("error_type"), fmt.first_line(m.get("error_message"))))),
+            100,
+        )
+        return f"{m['failed_stage']}: {m['failed_status']}: {what or ''}".strip(": ")
     return ""
 
 

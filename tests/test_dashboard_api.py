@@ -35,7 +35,9 @@ def test_overview_html(client: TestClient) -> None:
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in html  # nothing fetched from the internet
     no_live_script(html)
-    assert "ValueError: &lt;script&gt;alert(N)&lt;/script&gt;" in html  # a failure cluster
+    # a failure cluster shows the real error (its numbers, its words), not the signature
+    assert "ValueError: &lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt; &amp;" in html
+    assert "alert(N)" not in html
     # tables link to the models behind each line
     assert 'href="/models?run=r2&amp;architecture=LlamaForCausalLM"' in html
     assert 'href="/models?run=r2&amp;signature=RuntimeError%3A+boom"' in html
@@ -111,7 +113,8 @@ def test_models_html_table_and_pages(client: TestClient) -> None:
     assert r.status_code == 200 and "8 models match" in html
     assert "page 1 of 3" in html and 'rel="next"' in html
     assert 'href="/models/org/a-pass-clean?run=r2"' in html
-    assert "badge-emulated" in html
+    # the banner says "emulated" once; no row spends width on a badge
+    assert 'data-emulated="true"' in html and "badge-emulated" not in html
     r = client.get("/models", params={"search": "script"})
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
     no_live_script(r.text)

@@ -42,9 +42,9 @@ def test_text_and_markdown(tmp_path: Path) -> None:
     )
     md = markdown.render(report)
     assert "> **EMULATED DEVICE" in md
-    row = next(line for line in md.splitlines() if "alert(N)" in line)
+    row = next(line for line in md.splitlines() if "pwned" in line)
     assert "<script>" not in row and "&lt;script&gt;" in row
-    assert row.count("|") == 8  # 7 columns: no cell broke the table
+    assert row.count("|") == 9  # 8 columns: no cell broke the table
 
 
 def test_static_site_csv_formulas_inert(tmp_path: Path) -> None:
@@ -58,6 +58,9 @@ def test_static_site_csv_formulas_inert(tmp_path: Path) -> None:
     store.write_model_rows("r1", res, fb)
     q = StoreQuery(store)
     files = html_site.write_site(q, run_report(q), tmp_path / "site")
-    assert [f.name for f in files] == ["index.html", "models.html", "report.json", "models.csv"]
+    names = [f.relative_to(tmp_path / "site").as_posix() for f in files]
+    page = "models/" + html_site.model_file_name('=HYPERLINK("http://x")')
+    assert names == ["index.html", "models.html", page, "report.json", "models.csv"]
+    assert "/" not in page[len("models/") :] and page.endswith(".html")
     rows = list(csv.DictReader((tmp_path / "site" / "models.csv").open()))
     assert rows[0]["model_id"].startswith("'=")

@@ -240,10 +240,23 @@ def breakdown_section(key: str, rows_in: list[dict[str, Any]]) -> Section:
     )
 
 
+def failure_text(r: dict[str, Any], limit: int = 140) -> str:
+    """A failure as users read it: `ErrorType: message`, the real message (numbers and all) of
+    its first line cut at a word boundary; the normalised signature only when no message was
+    kept."""
+    message = fmt.first_line(r.get("example_message") or r.get("error_message"))
+    if not message:
+        return fmt.clip(r.get("signature") or r.get("error_signature") or "", limit)
+    kind = r.get("error_type")
+    return fmt.clip(f"{kind}: {message}" if kind else message, limit)
+
+
 def failures_section(report: dict[str, Any]) -> Section:
+    clusters = report["failure_clusters"]
     rows = [
         [
-            r["signature"],
+            failure_text(r),
+            r.get("failing_op") or "-",
             fmt.count(r["models"]),
             fmt.dl_of(r["downloads"], None),
             fmt.pct(r["downloads_share"]),
@@ -251,13 +264,27 @@ def failures_section(report: dict[str, Any]) -> Section:
             fmt.text(r["statuses"]),
             fmt.text(r["top_models"][:3]),
         ]
-        for r in report["failure_clusters"]
+        for r in clusters
     ]
     return Section(
         "failures",
-        "Failure clusters (first failing stage, by error signature)",
-        ["signature", "models", "downloads", "% dl", "stages", "status", "most downloaded"],
+        "Failure clusters (first failing stage, by error)",
+        [
+            "error (of the most downloaded model)",
+            "op",
+            "models",
+            "downloads",
+            "% dl",
+            "stages",
+            "status",
+            "most downloaded",
+        ],  # fmt: skip
         rows,
+        [
+            "Models are grouped by their first failure's error with its numbers, names and "
+            "paths set aside; each line shows the real error of its most downloaded model."
+        ],
+        keys=[r["signature"] for r in clusters],
     )
 
 

@@ -55,10 +55,18 @@ def render_text(diff: dict[str, Any]) -> str:
             continue
         lines += ["", f"{cat}:"]
         for m in models:
-            where = m["failed_stage_b"] or m["failed_stage_a"] or ""
-            sig = m["signature_b"] or m["signature_a"] or ""
+            side = "b" if m["outcome_b"] == "failed" else "a"
+            where = m[f"failed_stage_{side}"] or ""
+            what = m[f"failing_op_{side}"] or fmt.clip(
+                ": ".join(
+                    filter(
+                        None, (m[f"error_type_{side}"], fmt.first_line(m[f"error_message_{side}"]))
+                    )
+                ),
+                100,
+            )
             lines.append(
                 f"  {m['model_id']}  {m['outcome_a'] or '-'} -> {m['outcome_b'] or '-'}"
-                f"  {fmt.downloads(m['downloads'])}  {where} {sig}".rstrip()
+                f"  {fmt.downloads(m['downloads'])}  {where} {what}".rstrip()
             )
     return "\n".join(lines) + "\n"
