@@ -38,6 +38,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Version(argparse.Action):
+    """`--version`: the package's version and the checkout's commit, found only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        print(version_line())
+        parser.exit(0)
+
+
+def version_line() -> str:
+    """`hfsweep 0.1.0 (git 1a2b3c4d5e6f)`; the commit of this code's checkout, if it is one."""
+    from importlib import metadata
+
+    from sweep.driver import _git_sha
+
+    try:
+        number = metadata.version("hfsweep")
+    except metadata.PackageNotFoundError:
+        number = "(not installed)"
+    sha = _git_sha()
+    return f"hfsweep {number}" + (f" (git {sha[:12]})" if sha else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hfsweep",
@@ -45,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and what stops the rest.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print hfsweep's version and git commit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     chosen = _chosen_command(sys.argv[1:])
     for name, (module, help_text) in COMMANDS.items():

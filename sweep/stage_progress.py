@@ -47,7 +47,10 @@ class StageProgress:
 
             self._spinner = Spinner("dots", text="")
             self._live = Live(
-                self, console=Console(file=self.stream), refresh_per_second=4, transient=True
+                self,
+                console=Console(file=self.stream, force_terminal=True),
+                refresh_per_second=4,
+                transient=True,
             )
             self._live.start()
         elif self.heartbeat_s > 0:
@@ -95,7 +98,7 @@ class StageProgress:
 
     def _heartbeat(self) -> None:
         last = 0.0
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(min(1.0, self.heartbeat_s)):
             with self._lock:
                 since, text = self._since, self.phase_text
             now = time.monotonic()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands._store_arg import add_store_argument, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.diff import run_diff
     from reports.errors import UsageError
     from reports.query import StoreQuery

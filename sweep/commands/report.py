@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from reports.errors import UsageError
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands._store_arg import add_store_argument, store_to_read
 
 FORMATS = ("text", "markdown", "json", "html")
 FILE_NAMES = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.query import StoreQuery
     from reports.render import html_site, jsondoc, markdown, text
     from reports.summary import run_report
