@@ -28,60 +28,11 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-VIEWPORT = {"width": 1280, "height": 1000}
+sys.path.insert(0, str(ROOT))
 
-# What a table's cells measure in the page: the table's height, its tallest row, and the cells
-# narrower than the longest word they hold (text broken inside a word to fit).
-MEASURE_JS = r"""
-(selector) => {
-  const table = document.querySelector(selector);
-  if (!table) return null;
-  const rows = [...table.querySelectorAll('tbody tr')];
-  const probe = document.createElement('span');
-  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:nowrap;';
-  document.body.appendChild(probe);
-  let squeezed = 0, worst = null;
-  for (const td of table.querySelectorAll('tbody td')) {
-    const style = getComputedStyle(td);
-    const inner = td.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-    // every word of every text node, in its own element's font; a model id may break after
-    // its "/" (a <wbr> there), nowhere else
-    let longest = 0, word_at = '';
-    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      probe.style.font = getComputedStyle(node.parentElement).font;
-      for (const word of node.textContent.split(/\s+/)) {
-        if (!word) continue;
-        probe.textContent = word;
-        const w = probe.getBoundingClientRect().width;
-        if (w > longest) { longest = w; word_at = word; }
-      }
-    }
-    for (const seg of td.querySelectorAll('.id-seg')) {  // an id segment is one word
-      probe.style.font = getComputedStyle(seg).font;
-      probe.textContent = seg.textContent;
-      const w = probe.getBoundingClientRect().width;
-      if (w > longest) { longest = w; word_at = seg.textContent; }
-    }
-    if (longest > inner + 1) {
-      squeezed += 1;
-      if (!worst || longest - inner > worst.short_by)
-        worst = {word: word_at, width: inner, needs: longest, short_by: longest - inner};
-    }
-  }
-  probe.remove();
-  const heights = rows.map(r => r.getBoundingClientRect().height);
-  return {
-    height: table.getBoundingClientRect().height,
-    width: table.getBoundingClientRect().width,
-    rows: rows.length,
-    tallest_row: Math.max(0, ...heights),
-    squeezed_cells: squeezed,
-    worst: worst,
-  };
-}
-"""
+from tests.browser_support import CHROMIUM, TABLE_LAYOUT_JS  # noqa: E402  (what the tests measure)
+
+VIEWPORT = {"width": 1280, "height": 1000}
 
 
 def free_port() -> int:
@@ -154,7 +105,7 @@ def main() -> int:
             }
             for name, path in views.items():
                 page.goto(base + path)
-                figures[name] = page.evaluate(MEASURE_JS, "#models")
+                figures[name] = page.evaluate(TABLE_LAYOUT_JS, "#models")
                 if name == "models_failed" and not args.measure_only:
                     page.screenshot(path=str(out / "models-failed.png"), full_page=True)
             if not args.measure_only:

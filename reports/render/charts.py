@@ -3,6 +3,7 @@ picture in the dashboard and the static site. Every label is escaped."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +28,9 @@ def hbars(
     longest label needs, up to a third of the chart plus a bit; longer labels are cut at a word
     boundary (the full label is the bar's tooltip)."""
     longest = max((len(label) for label, _ in rows), default=0)
-    label_w = int(min(max(longest * CHAR_W + 14, 120), width * 0.52))
-    label_chars = int((label_w - 14) / CHAR_W)
+    needed = longest * CHAR_W + 14
+    label_w = math.ceil(min(max(needed, 120), width * 0.52))
+    label_chars = longest if needed <= label_w else int((label_w - 14) / CHAR_W)
     bar_h, gap = 12, 8
     group_h = bar_h * len(series) + gap
     legend_h = 42
