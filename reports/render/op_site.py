@@ -62,7 +62,7 @@ def write_op_pages(
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     if data:
-        table = op_sweep.op_table(q, op_run)
+        table = op_sweep.op_table(q, data["op_run_id"])
         index = env.get_template("site_op_sweep.html").render(
             **common,
             data=data,
