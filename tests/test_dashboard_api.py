@@ -316,3 +316,12 @@ def test_an_interrupted_run_is_listed_and_diffable(tmp_path) -> None:
     assert d["summary"]["removed"]["models"] == 8 and d["device_b"] == "neuron (emulated)"
     assert c.get("/runs", params={"a": "r3", "b": "r2"}).status_code == 200
     assert c.get("/api/diff", params={"a": "r2", "b": "r4"}).status_code == 404
+
+
+def test_op_page_lists_the_models_failing_at_it_and_how_to_reproduce(client: TestClient) -> None:
+    data = client.get("/api/ops/aten::nonzero").json()
+    assert [m["model_id"] for m in data["failing"]] == ["org/c-fail-compile"]
+    assert data["reproduce"] == ["hfsweep check org/c-fail-compile --device neuron"]
+    html = client.get("/ops/aten%3A%3Anonzero").text
+    assert 'href="/models/org/c-fail-compile?run=r2"' in html
+    assert "RuntimeError: boom in aten::nonzero" in html

@@ -99,6 +99,8 @@ def test_static_site_a_page_per_model_and_op_linked_both_ways(tmp_path: Path) ->
     assert "hfsweep check org/c-fail-compile --device neuron" in nonzero
     histc = (site / "ops/aten__histc.html").read_text()
     assert f'href="../{model_page["org/b-pass-fallback"]}"' in histc  # it falls back on it
+    index = (site / "index.html").read_text()
+    assert '<a href="ops/aten__histc.html">aten::histc</a>' in index  # missing ops, linked
     listing = (site / "models.html").read_text()
     assert f'href="{model_page["org/c-fail-compile"]}"' in listing
     assert '<a class="op" href="ops/aten__nonzero.html">aten::nonzero</a>' in listing
