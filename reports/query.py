@@ -129,8 +129,9 @@ SELECT
   arg_min(error_signature, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_signature,
   arg_min(failing_op, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failing_op,
   arg_min(error_message, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_message,
-  arg_min(error_message, stage_idx)
-    FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}') AS skip_message,
+  -- (a skip's message repeats on every model skipped for the same reason: kept short)
+  left(arg_min(error_message, stage_idx)
+    FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}'), 300) AS skip_message,
   count(*) FILTER (WHERE status = 'pass') AS stages_passed,
   coalesce(max(fallback_op_count), 0) AS fallback_ops,
   coalesce(sum(fallback_call_count), 0) AS fallback_calls,

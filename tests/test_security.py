@@ -500,7 +500,6 @@ def test_dashboard_listens_on_loopback_unless_told(monkeypatch, capsys, tmp_path
     import uvicorn
 
     from sweep.commands import dashboard
-
     from tests.browser_support import free_port
 
     served: list[str] = []
