@@ -18,6 +18,7 @@ from reports.query import (
     STAGES,
     StoreQuery,
 )
+from reports.render import fmt
 from reports.schema import FAILED_STATUSES, ConfigSource, SkipReason
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
@@ -238,7 +239,10 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
                   AS "{stage}.skipped",
                 count(*) FILTER (WHERE s_{stage} = 'pass'
-                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted"
+                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted",
+                count(*) FILTER (WHERE NOT n_{stage}) AS "{stage}.applies",
+                coalesce(sum(downloads) FILTER (WHERE NOT n_{stage}), 0)
+                  AS "{stage}.applies_downloads"
                 """
             )
         row = q.fetch(
@@ -249,20 +253,24 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
         lines = []
         for stage in STAGES:
             passed = row[f"{stage}.passed"]
+            # a stage's shares are of the models it applies to (generate: not the encoders)
+            base, base_dl = row[f"{stage}.applies"], row[f"{stage}.applies_downloads"]
             lines.append(
                 {
                     "line": stage,
                     "stage": stage,
+                    "applies": base,
+                    "applies_downloads": base_dl,
                     "attempted": row[f"{stage}.attempted"],
                     "passed": passed,
                     "passed_downloads": row[f"{stage}.passed_downloads"],
-                    "passed_share": share(passed, models),
-                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], downloads),
+                    "passed_share": share(passed, base),
+                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], base_dl),
                     "no_fallback": row[f"{stage}.no_fallback"],
                     "no_fallback_downloads": row[f"{stage}.no_fallback_downloads"],
-                    "no_fallback_share": share(row[f"{stage}.no_fallback"], models),
+                    "no_fallback_share": share(row[f"{stage}.no_fallback"], base),
                     "no_fallback_downloads_share": share(
-                        row[f"{stage}.no_fallback_downloads"], downloads
+                        row[f"{stage}.no_fallback_downloads"], base_dl
                     ),
                     "failed": row[f"{stage}.failed"],
                     "not_run": row[f"{stage}.not_run"],
@@ -281,6 +289,8 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 {
                     "line": line,
                     "stage": None,
+                    "applies": models,
+                    "applies_downloads": downloads,
                     "attempted": d["swept"],
                     "passed": count,
                     "passed_downloads": dl,
@@ -330,7 +340,8 @@ def headline(
         models = q.fetch(
             """
             SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
-              failed_stage, failed_status, error_signature, fallback_ops, fallback_calls
+              failed_stage, failed_status, error_signature, error_type, error_message,
+              failing_op, fallback_ops, fallback_calls
             FROM model_runs WHERE run_id = $run AND pipeline_tag = $task
             ORDER BY downloads DESC, model_id LIMIT $top
             """,
@@ -390,8 +401,12 @@ def headline(
 def _problem(m: dict[str, Any]) -> str:
     if m["outcome"] == OUTCOME_SKIPPED or m["outcome"] == OUTCOME_PARTIAL:
         return f"skip: {m['skip_reason'] or 'unknown'}"
-    if m["outcome"] == OUTCOME_FAILED:
-        return f"{m['failed_stage']}: {m['failed_status']}: {m['error_signature'] or ''}".strip()
+    if m["outcome"] == OUTCOME_FAILED:  # the op it names, else its real error's first line
+        what = m.get("failing_op") or fmt.clip(
+            ": ".join(filter(None, (m.get("error_type"), fmt.first_line(m.get("error_message"))))),
+            100,
+        )
+        return f"{m['failed_stage']}: {m['failed_status']}: {what or ''}".strip(": ")
     return ""
 
 

@@ -10,6 +10,7 @@ op sweep the overload a sample dispatched. Queries are parameterised.
 
 from __future__ import annotations
 
+import shlex
 import threading
 import weakref
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from typing import Any
 import duckdb
 
 from reports.coverage import device_label, share
+from reports.models import reproduce_command
 from reports.query import StoreQuery
 from reports.schema import (
     OP_SKIP_DEVICE,
@@ -630,6 +632,30 @@ def models_by_op(
     return out
 
 
+def failing_models_by_op(q: StoreQuery, model_run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """For each base op a failure names (its `failing_op`), the failed models of the run whose
+    first failure names it, most downloaded first."""
+
+    def build() -> dict[str, list[dict[str, Any]]]:
+        q.ensure_summaries([model_run_id])
+        rows = q.fetch(
+            """
+            SELECT model_id, downloads, failed_stage, failed_status, failing_op, error_type,
+              error_message, architecture
+            FROM model_runs WHERE run_id = $run AND outcome = 'failed'
+              AND failing_op IS NOT NULL
+            ORDER BY downloads DESC NULLS LAST, model_id
+            """,
+            {"run": model_run_id},
+        )
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(base_name(r["failing_op"]), []).append(r)
+        return out
+
+    return q.memo("failing_models_by_op", model_run_id, build)  # type: ignore[no-any-return]
+
+
 def op_sweep_report(
     q: StoreQuery | None,
     oq: OpSweepQuery,
@@ -744,6 +770,17 @@ def op_page(
         models = op_models(q, model_run, base) if model_run else None
     model_info = (q.run_info(model_run) if model_run else None) or {}
     emulated = bool(info.get("device_emulated")) or bool(model_info.get("device_emulated"))
+    failing = failing_models_by_op(q, model_run).get(base, []) if model_run else []
+    device = info.get("device") or model_info.get("device")
+    reproduce = []  # the most downloaded model that meets it, and its OpInfo samples
+    example = (failing or (models or {}).get("models") or [None])[0]
+    if example is not None:
+        reproduce.append(reproduce_command(example["model_id"], device))
+    opinfos = sorted({o for r in (sweep or {}).get("by_dtype") or () for o in r["opinfos"]})
+    if opinfos:
+        reproduce.append(
+            f"hfsweep ops --ops {shlex.quote(','.join(opinfos))} --device {device or 'cpu'}"
+        )
     return {
         "op": base,
         "asked": op,
@@ -756,7 +793,10 @@ def op_page(
         or device_label(model_info.get("device"), model_info.get("device_emulated")),
         "sweep": sweep,
         "models": models,
-        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"])),
+        "failing": failing[:limit],
+        "reproduce": reproduce,
+        "failing_total": len(failing),
+        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"]) or failing),
     }
 
 

@@ -200,7 +200,12 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("partition_count", pa.int32()),
         pa.field("compile_s", pa.float64()),  # compile + first step
         pa.field("step_s", pa.float64()),  # steady-state step time
-        pa.field("peak_memory_bytes", pa.int64()),
+        pa.field("peak_memory_bytes", pa.int64()),  # the device's, in this stage (if it says)
+        # The model's whole run in its own process, the same on each of its rows (null when it
+        # never ran): wall seconds from the process's start to its end (device set-up, every
+        # stage, compile included), and the process's peak resident host memory (its VmHWM).
+        pa.field("wall_s", pa.float64()),
+        pa.field("peak_host_memory_bytes", pa.int64()),
         pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
         pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared

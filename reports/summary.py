@@ -27,6 +27,7 @@ def run_report(
             key: coverage.breakdown(q, run_id, key, limit=top) for key in coverage.BREAKDOWN_KEYS
         },
         "failure_clusters": failures.failure_clusters(q, run_id, limit=top),
+        "failures_by_op": failures.failures_by_op(q, run_id, limit=top),
         "skip_reasons": failures.skip_reasons(q, run_id),
         "missing_ops": op_sweep.with_op_sweep(
             q, run_id, ops.missing_ops(q, run_id, limit=top), op_run

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from model_configs.spec import TinySpec
@@ -116,15 +117,33 @@ def _child(conn: Any, spec: TinySpec, kwargs: dict[str, Any]) -> None:
             release_memory=False,
             **kwargs,
         )
+        conn.send(("peak", peak_rss_bytes()))
         conn.send(("done", (outcome.param_count, setup_s)))
     except BaseException as exc:  # report, then exit: the parent turns it into rows
         if is_environment_error(exc):
             kind = "env"
         with contextlib.suppress(Exception):
+            conn.send(("peak", peak_rss_bytes()))
             conn.send((kind, (type(exc).__name__, safe_text(exc))))
     finally:
         conn.close()
         os._exit(0)
+
+
+def peak_rss_bytes(pid: int | str = "self") -> int | None:
+    """The peak resident memory of a process (its VmHWM; ru_maxrss for this process where /proc
+    is missing), None when it cannot be read (the process is gone). A forked child's count
+    starts at what it touches itself, not at its parent's peak."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    if pid == "self":
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) * (1 if sys.platform == "darwin" else 1024)
+    return None
 
 
 def _context() -> Any:
@@ -155,10 +174,12 @@ def run_isolated(
     seed: int = 0,
     compile_backend: str | None = None,
     memory_limit: int | None = containment.DEFAULT_MEMORY_LIMIT,
+    on_stage: Callable[[StageResult], None] | None = None,
 ) -> ModelOutcome:
     """Run `spec` in a child process; returns one StageResult per requested stage, or raises
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
-    `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap)."""
+    `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap).
+    `on_stage` sees each stage's result as the child reports it (progress)."""
     order = ordered(stages or list(Stage))
     warm_parent()
     containment.sweep_orphans()  # groups left by a worker that died on this node
@@ -188,6 +209,7 @@ def run_isolated(
     child_error: tuple[str, str] | None = None
     environment = False
     timed_out = False
+    peak: int | None = None
     deadline = start + timeout_s
     try:
         while True:
@@ -209,6 +231,10 @@ def run_isolated(
                 break
             if kind == "stage":
                 results.append(payload)
+                if on_stage is not None:
+                    on_stage(payload)
+            elif kind == "peak":
+                peak = payload
             elif kind == "done":
                 (param_count, setup_s), finished = payload, True
                 break
@@ -218,6 +244,8 @@ def run_isolated(
                 break
     finally:
         if proc.is_alive():
+            if peak is None:  # a timeout: what the process reached by then
+                peak = peak_rss_bytes(proc.pid)
             proc.kill()
         proc.join(5)
         containment.kill_group(proc.pid)  # whatever the model started goes with it
@@ -228,7 +256,9 @@ def run_isolated(
     if setup_s is not None:
         timings["setup_s"] = setup_s
     if finished and len(results) == len(order):
-        return ModelOutcome(stages=results, param_count=param_count, timings=timings)
+        return ModelOutcome(
+            stages=results, param_count=param_count, timings=timings, peak_host_memory_bytes=peak
+        )
     rest = order[len(results) :]
     if timed_out:
         tail = failed_before(
@@ -252,4 +282,9 @@ def run_isolated(
         if death.status is None:
             raise EnvironmentFault(death.message, stage=rest[0].value)
         tail = failed_before(rest, death.status, "WorkerCrashed", death.message, duration_s=elapsed)
-    return ModelOutcome(stages=results + tail.stages, param_count=param_count, timings=timings)
+    return ModelOutcome(
+        stages=results + tail.stages,
+        param_count=param_count,
+        timings=timings,
+        peak_host_memory_bytes=peak,
+    )

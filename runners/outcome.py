@@ -56,6 +56,8 @@ class ModelOutcome:
     # where the time went outside the stages (seconds): the child process from start to join
     # (`child_s`), its set-up before the first stage (`setup_s`), the stages' own (`stages_s`)
     timings: dict[str, float] = field(default_factory=dict)
+    # the peak resident host memory of the process that ran the model (None: not measured)
+    peak_host_memory_bytes: int | None = None
 
 
 def ordered(stages: list[Stage] | list[str]) -> list[Stage]:

@@ -49,6 +49,8 @@ def model_rows(
         "config_hash": planned.config_hash,
         "shrunk_config_hash": spec.hash if spec else None,
         "param_count": outcome.param_count,
+        "wall_s": outcome.timings.get("child_s"),  # set-up, every stage and compile
+        "peak_host_memory_bytes": outcome.peak_host_memory_bytes,
         "device": run.device,
         "device_emulated": run.device_emulated,
         "device_profile": run.device_profile,

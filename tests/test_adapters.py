@@ -81,6 +81,7 @@ def test_a_missing_package_is_a_skip_naming_it(monkeypatch):
         get_adapter("timm").require_package("timm/resnet50.a1_in1k")
     assert info.value.reason == "missing_package"
     assert "timm" in info.value.message and "hfsweep[timm]" in (info.value.hint or "")
+    assert "pip install 'hfsweep[timm]'" in info.value.message  # what the row's message keeps
 
 
 def test_ultralytics_names_its_licence(monkeypatch):

@@ -76,6 +76,9 @@ def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
     outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=6)
     assert time.monotonic() - start < 20
     assert statuses(outcome) == {"load": "pass", "forward": "pass", "backward": "timeout"}
+    # what the hung process had reached, read from outside before it was killed
+    assert (outcome.peak_host_memory_bytes or 0) > 10 << 20
+    assert outcome.timings["child_s"] >= 6
 
 
 def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
@@ -86,6 +89,10 @@ def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, injec
     assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
     assert "allocate" in outcome.stages[1].error_message
     assert time.monotonic() - start < 30  # stopped at the budget, not after filling the machine
+    # the peak host memory is the model process's own: it saw the 64 MiB tensors it touched
+    # up to the budget (all but the last), and not much more than budget and start together
+    peak = outcome.peak_host_memory_bytes or 0
+    assert budget - (64 << 20) <= peak <= budget + (1 << 30), peak
 
 
 def test_the_alloc_fault_refuses_to_run_without_a_budget(llama, inject):

@@ -500,13 +500,23 @@ def test_dashboard_listens_on_loopback_unless_told(monkeypatch, capsys, tmp_path
     import uvicorn
 
     from sweep.commands import dashboard
+    from tests.browser_support import free_port
 
     served: list[str] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append(host))
-    assert dashboard.run(_dashboard_args("--store", str(tmp_path / "s"))) == 0
+
+    def serve(server, sockets=None):  # the server is given the socket the command bound
+        served.append(sockets[0].getsockname()[0])
+        sockets[0].close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    (tmp_path / "s").mkdir()
+    port = str(free_port())
+    assert dashboard.run(_dashboard_args("--store", str(tmp_path / "s"), "--port", port)) == 0
     assert served == ["127.0.0.1"]
     assert "warning" not in capsys.readouterr().err
-    dashboard.run(_dashboard_args("--store", str(tmp_path / "s"), "--host", "0.0.0.0"))
+    dashboard.run(
+        _dashboard_args("--store", str(tmp_path / "s"), "--host", "0.0.0.0", "--port", port)
+    )
     assert served[-1] == "0.0.0.0"
     assert "warning: listening on 0.0.0.0" in capsys.readouterr().err
 

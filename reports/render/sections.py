@@ -127,6 +127,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         rows.append(
             [
                 line["line"],
+                fmt.count(line.get("applies")),
                 fmt.count(line["passed"]),
                 fmt.pct(line["passed_share"]),
                 fmt.pct(line["passed_downloads_share"]),
@@ -143,6 +144,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         "Funnel: models that passed each stage",
         [
             "passed",
+            "applies to",
             "models",
             "% models",
             "% downloads",
@@ -154,9 +156,11 @@ def funnel_section(report: dict[str, Any]) -> Section:
         ],
         rows,
         [
-            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included). "
+            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included), "
+            "less, for each stage, the models it does not apply to ('applies to'; generate "
+            "does not apply to an encoder; a model that stopped at an earlier stage counts). "
             "'no fallback' = passed with no op falling back to the CPU in that stage; 'skipped' "
-            "there counts stages that do not apply (e.g. generate on an encoder)."
+            "counts stages skipped for the model (not applicable, or the device's reason)."
         ],
     )
 
@@ -236,10 +240,23 @@ def breakdown_section(key: str, rows_in: list[dict[str, Any]]) -> Section:
     )
 
 
+def failure_text(r: dict[str, Any], limit: int = 140) -> str:
+    """A failure as users read it: `ErrorType: message`, the real message (numbers and all) of
+    its first line cut at a word boundary; the normalised signature only when no message was
+    kept."""
+    message = fmt.first_line(r.get("example_message") or r.get("error_message"))
+    if not message:
+        return fmt.clip(r.get("signature") or r.get("error_signature") or "", limit)
+    kind = r.get("error_type")
+    return fmt.clip(f"{kind}: {message}" if kind else message, limit)
+
+
 def failures_section(report: dict[str, Any]) -> Section:
+    clusters = report["failure_clusters"]
     rows = [
         [
-            r["signature"],
+            failure_text(r),
+            r.get("failing_op") or "-",
             fmt.count(r["models"]),
             fmt.dl_of(r["downloads"], None),
             fmt.pct(r["downloads_share"]),
@@ -247,13 +264,27 @@ def failures_section(report: dict[str, Any]) -> Section:
             fmt.text(r["statuses"]),
             fmt.text(r["top_models"][:3]),
         ]
-        for r in report["failure_clusters"]
+        for r in clusters
     ]
     return Section(
         "failures",
-        "Failure clusters (first failing stage, by error signature)",
-        ["signature", "models", "downloads", "% dl", "stages", "status", "most downloaded"],
+        "Failure clusters (first failing stage, by error)",
+        [
+            "error (of the most downloaded model)",
+            "op",
+            "models",
+            "downloads",
+            "% dl",
+            "stages",
+            "status",
+            "most downloaded",
+        ],  # fmt: skip
         rows,
+        [
+            "Models are grouped by their first failure's error with its numbers, names and "
+            "paths set aside; each line shows the real error of its most downloaded model."
+        ],
+        keys=[r["signature"] for r in clusters],
     )
 
 

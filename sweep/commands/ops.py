@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweep.commands._store_arg import store_to_write
+
+    store_to_write(args.store)  # a file: one clear error before any work
     from reports.errors import UsageError
 
     if args.list:

@@ -87,6 +87,9 @@ def device_options(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweep.commands._store_arg import store_to_write
+
+    store_to_write(args.store)  # a file: one clear error before any work
     from reports.errors import UsageError
     from sweep.driver import RunConfig, abandoned_error, command_line, run_sweep, stage_list
 
