@@ -28,7 +28,7 @@ from typing import Any
 
 from model_configs.spec import TinySpec
 from reports.errors import EnvironmentFault, is_environment_error, safe_text
-from reports.schema import Stage, Status
+from reports.schema import DEFAULT_STAGES, Stage, Status
 from runners import containment, faults
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered
 
@@ -159,7 +159,7 @@ def run_isolated(
     """Run `spec` in a child process; returns one StageResult per requested stage, or raises
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
     `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap)."""
-    order = ordered(stages or list(Stage))
+    order = ordered(stages or list(DEFAULT_STAGES))
     warm_parent()
     containment.sweep_orphans()  # groups left by a worker that died on this node
     ctx = _context_for(device, device_options)

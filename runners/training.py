@@ -1,0 +1,340 @@
+"""The training stages: fine-tuning as users write it, on the device, stage by stage.
+
+- `optimizer`: two training steps (forward, loss, backward, `clip_grad_norm_`, `AdamW.step()`,
+  `zero_grad()`) with PyTorch's default AdamW for the device (foreach on an accelerator, the
+  for-loop on the CPU);
+- `optimizer_fused`: the same with `AdamW(fused=True)`, where PyTorch has a fused kernel for
+  the device;
+- `amp`: one step under `torch.autocast(device_type, dtype=torch.bfloat16)` (fp32 weights);
+- `lora`: peft's LoRA with its default target modules for the model type, only the adapter
+  parameters trainable, one step; every LoRA matrix must get a finite gradient.
+
+Each stage trains a fresh copy of the loaded weights (`prepare`, outside the stage's timing and
+fallback recording), in eval mode as the backward stage (dropout off, so that the CPU reference
+takes the same steps). On devices other than the CPU the same steps run on a CPU copy with the
+plain for-loop AdamW (`foreach=False, fused=False`, the reference TorchNeuron's own fused-AdamW
+tests compare against), and the results are compared within the dtype's tolerance: the
+parameters after the steps and AdamW's `exp_avg` / `exp_avg_sq`; under autocast the outputs and
+gradients against the fp32 step, within bf16's tolerance.
+
+The optimizer's part of each step (clip, step, zero_grad) is recorded apart as well, so that an
+op falling back only there is a fallback with source `optimizer` (devices whose fallbacks the
+sweep records op by op: the emulated device; TorchNeuron's own tracking is one set per stage).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+
+from model_configs import build
+from reports.schema import SkipReason, Stage
+from runners.devices.base import FallbackLog, collecting
+from runners.stages import StageContext, StageRunner, StageSkipped, check_close
+
+# AdamW as users leave it (PyTorch's defaults: lr 1e-3, weight decay 1e-2), and the clipping
+# most fine-tuning scripts use (transformers' Trainer: max_grad_norm=1.0).
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 1e-2
+MAX_GRAD_NORM = 1.0
+OPTIMIZER_STEPS = 2  # the second step runs with the optimizer's state in place
+AMP_DTYPE = torch.bfloat16
+# A small LoRA: peft's default target modules for the model type, rank 4, no dropout (so that
+# the CPU reference takes the same step).
+LORA_RANK = 4
+LORA_ALPHA = 8
+
+
+def trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """The parameters a user's optimizer gets: those that require a gradient, by name."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def adamw(
+    params: list[torch.nn.Parameter], *, fused: bool | None = None, reference: bool = False
+) -> torch.optim.AdamW:
+    """AdamW with PyTorch's defaults; `fused=True` its fused kernel; `reference` the plain
+    for-loop implementation (the CPU reference)."""
+    if reference:
+        return torch.optim.AdamW(
+            params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, foreach=False, fused=False
+        )
+    return torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, fused=fused)
+
+
+def fused_adamw_devices() -> list[str]:
+    """Device types PyTorch's AdamW accepts `fused=True` for (its own list)."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    return list(_get_fused_kernels_supported_devices())
+
+
+def fresh_copies(ctx: StageContext) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    """(a copy of the loaded weights on the device, a CPU copy for the reference or None)."""
+    source = ctx.reference if ctx.reference is not None else ctx.model
+    if source is None:
+        raise RuntimeError("the model was not loaded (the load stage did not run)")
+    if any(p.device.type != "cpu" for p in source.parameters()):
+        raise RuntimeError("training stages copy the loaded weights from the CPU; none is kept")
+    device_model = ctx.device.prepare_model(copy.deepcopy(source))
+    return device_model, copy.deepcopy(source) if ctx.compare else None
+
+
+def forward_backward(
+    ctx: StageContext, model: torch.nn.Module, inputs: dict[str, Any], *, amp: bool = False
+) -> Any:
+    """Forward and loss (under autocast with `amp`), a finite loss, backward; the outputs."""
+    device_type = next(model.parameters()).device.type
+    region = torch.autocast(device_type, dtype=AMP_DTYPE) if amp else contextlib.nullcontext()
+    with region:
+        outputs = model(**inputs)
+        loss = build.compute_loss(ctx.spec, _inner(model), outputs, inputs)
+    value = float(loss.detach().float().cpu())
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss is not finite: {value}")
+    loss.backward()
+    return outputs
+
+
+def optimizer_part(
+    params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer
+) -> torch.Tensor:
+    """What follows backward in a user's step: clip the gradients' norm, step, zero them."""
+    norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+@contextlib.contextmanager
+def optimizer_phase(ctx: StageContext) -> Iterator[FallbackLog]:
+    """Record what the optimizer's part of one step runs (into `ctx.step_log` too): its
+    fallbacks, and the device's native calls where it counts them."""
+    if ctx.step_log is None:
+        ctx.step_log = FallbackLog()
+    with collecting(ctx.step_log), collecting(FallbackLog()) as one_step:
+        yield one_step
+
+
+def _inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (what the adapter's loss expects)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def _state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, names: list[str] | None = None
+) -> dict[str, torch.Tensor]:
+    """Parameters and AdamW's moments by name (`param.x`, `exp_avg.x`, `exp_avg_sq.x`)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        if names is not None and name not in names:
+            continue
+        out[f"param.{name}"] = p.detach()
+        state = optimizer.state.get(p, {})
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                out[f"{key}.{name}"] = state[key]
+    return out
+
+
+class _TrainingStage(StageRunner):
+    """Shared by the training stages: fresh copies in `prepare`, dropped after `run`."""
+
+    def __init__(self) -> None:
+        self.model: torch.nn.Module | None = None
+        self.reference: torch.nn.Module | None = None
+
+    def prepare(self, ctx: StageContext) -> None:
+        self.model, self.reference = fresh_copies(ctx)
+
+    def run(self, ctx: StageContext) -> None:
+        try:
+            self.train(ctx)
+        finally:
+            self.model = self.reference = None
+
+    def train(self, ctx: StageContext) -> None:
+        raise NotImplementedError
+
+
+class OptimizerStage(_TrainingStage):
+    """Two training steps with PyTorch's default AdamW for the device."""
+
+    name: ClassVar[Stage] = Stage.OPTIMIZER
+    fused: ClassVar[bool | None] = None
+
+    def train(self, ctx: StageContext) -> None:
+        assert self.model is not None
+        named = trainable(self.model)
+        optimizer = adamw([p for _, p in named], fused=self.fused)
+        for _ in range(OPTIMIZER_STEPS):
+            forward_backward(ctx, self.model, ctx.inputs)
+            with optimizer_phase(ctx) as last:
+                optimizer_part([p for _, p in named], optimizer)
+        ctx.device.synchronize()
+        calls = sum(last.executed.values()) + last.call_count
+        ctx.extra["step_op_calls"] = calls if calls else None
+        if self.reference is not None:
+            ref_named = trainable(self.reference)
+            ref_optimizer = adamw([p for _, p in ref_named], reference=True)
+            for _ in range(OPTIMIZER_STEPS):
+                forward_backward(ctx, self.reference, ctx.cpu_inputs)
+                optimizer_part([p for _, p in ref_named], ref_optimizer)
+            names = [n for n, _ in named]
+            check_close(
+                "parameters and AdamW state after the steps",
+                _state(self.reference, ref_optimizer, names),
+                _state(self.model, optimizer, names),
+                ctx,
+            )
+
+
+class FusedOptimizerStage(OptimizerStage):
+    """The same two steps with `AdamW(fused=True)`."""
+
+    name: ClassVar[Stage] = Stage.OPTIMIZER_FUSED
+    fused: ClassVar[bool | None] = True
+
+    def prepare(self, ctx: StageContext) -> None:
+        device_type = ctx.device.torch_device.type
+        if device_type not in fused_adamw_devices():
+            raise StageSkipped(
+                SkipReason.DEVICE_UNSUPPORTED_FEATURE,
+                f"PyTorch has no fused AdamW for device type {device_type!r}",
+            )
+        super().prepare(ctx)
+
+
+class AmpStage(_TrainingStage):
+    """One step of mixed precision: fp32 weights, forward and loss under bf16 autocast."""
+
+    name: ClassVar[Stage] = Stage.AMP
+
+    def prepare(self, ctx: StageContext) -> None:
+        if ctx.dtype != torch.float32:
+            raise StageSkipped(
+                SkipReason.NOT_APPLICABLE,
+                "mixed precision trains fp32 weights under bf16 autocast; this run's dtype is "
+                f"{str(ctx.dtype).removeprefix('torch.')}",
+            )
+        device_type = ctx.device.torch_device.type
+        if not torch.amp.is_autocast_available(device_type):
+            raise StageSkipped(
+                SkipReason.DEVICE_UNSUPPORTED_FEATURE,
+                f"PyTorch has no autocast for device type {device_type!r}",
+            )
+        super().prepare(ctx)
+
+    def train(self, ctx: StageContext) -> None:
+        assert self.model is not None
+        named = trainable(self.model)
+        optimizer = adamw([p for _, p in named])
+        outputs = forward_backward(ctx, self.model, ctx.inputs, amp=True)
+        if self.reference is not None:  # against the fp32 step, within bf16's tolerance
+            expected = forward_backward(ctx, self.reference, ctx.cpu_inputs)
+            check_close("outputs under autocast", expected, outputs, ctx, dtype=AMP_DTYPE)
+            names = [n for n, _ in named]
+            check_close(
+                "gradients under autocast",
+                {n: p.grad for n, p in trainable(self.reference) if n in names},
+                {n: p.grad for n, p in named},
+                ctx,
+                dtype=AMP_DTYPE,
+            )
+        with optimizer_phase(ctx):
+            optimizer_part([p for _, p in named], optimizer)
+        ctx.device.synchronize()
+
+
+def lora_target_modules() -> dict[str, Any]:
+    """peft's default LoRA target modules per transformers model type (its own table)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    return dict(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
+
+
+def peft_model_type(model: torch.nn.Module) -> str | None:
+    """The model type peft looks its defaults up by (`model.config.to_dict()["model_type"]`)."""
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    return to_dict().get("model_type") if callable(to_dict) else None
+
+
+class LoraStage(_TrainingStage):
+    """peft LoRA with its default target modules: one step, the adapters only."""
+
+    name: ClassVar[Stage] = Stage.LORA
+
+    def prepare(self, ctx: StageContext) -> None:
+        try:
+            from peft import LoraConfig, get_peft_model
+
+            targets = lora_target_modules()
+        except ImportError as exc:
+            raise StageSkipped(
+                SkipReason.MISSING_PACKAGE,
+                "the lora stage needs the peft package (pip install 'hfsweep[training]')",
+            ) from exc
+        source = ctx.reference if ctx.reference is not None else ctx.model
+        model_type = peft_model_type(source) if ctx.spec.library == "transformers" else None
+        if model_type not in targets:
+            what = f"model type {model_type!r}" if model_type else f"{ctx.spec.library} models"
+            raise StageSkipped(
+                SkipReason.NOT_APPLICABLE,
+                f"peft has no default LoRA target modules for {what}",
+            )
+        if source is None or any(p.device.type != "cpu" for p in source.parameters()):
+            raise RuntimeError("training stages copy the loaded weights from the CPU; none is kept")
+        torch.manual_seed(ctx.seed)  # the adapters' initial weights
+        config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0)
+        cpu_model = get_peft_model(copy.deepcopy(source), config)
+        self.model = ctx.device.prepare_model(copy.deepcopy(cpu_model))
+        self.reference = cpu_model if ctx.compare else None
+
+    def train(self, ctx: StageContext) -> None:
+        assert self.model is not None
+        named = trainable(self.model)
+        others = [n for n, _ in named if "lora_" not in n]
+        if not named or others:
+            raise RuntimeError(
+                "peft left no adapter parameter trainable"
+                if not named
+                else f"peft left {len(others)} non-adapter parameters trainable ({others[0]})"
+            )
+        optimizer = adamw([p for _, p in named])
+        forward_backward(ctx, self.model, ctx.inputs)
+        ctx.device.synchronize()
+        missed = [
+            n
+            for n, p in named
+            if p.grad is None or not bool(torch.isfinite(p.grad.detach().cpu()).all())
+        ]
+        if missed:
+            raise RuntimeError(
+                f"{len(missed)} of {len(named)} LoRA matrices got no finite gradient "
+                f"(first: {missed[0]})"
+            )
+        grads = {n: p.grad.detach().clone() for n, p in named if p.grad is not None}
+        with optimizer_phase(ctx):
+            optimizer_part([p for _, p in named], optimizer)
+        ctx.device.synchronize()
+        if self.reference is not None:
+            ref_named = trainable(self.reference)
+            ref_optimizer = adamw([p for _, p in ref_named], reference=True)
+            forward_backward(ctx, self.reference, ctx.cpu_inputs)
+            ref_grads = {n: p.grad.detach().clone() for n, p in ref_named if p.grad is not None}
+            optimizer_part([p for _, p in ref_named], ref_optimizer)
+            check_close("LoRA gradients", ref_grads, grads, ctx)
+            names = [n for n, _ in named]
+            check_close(
+                "LoRA matrices and AdamW state after the step",
+                _state(self.reference, ref_optimizer, names),
+                _state(self.model, optimizer, names),
+                ctx,
+            )
