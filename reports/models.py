@@ -11,7 +11,14 @@ from typing import Any
 from reports.coverage import device_label
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
-from reports.schema import RESULTS_SCHEMA, VERSION_FIELDS, Status
+from reports.schema import (
+    DEFAULT_STAGES,
+    RESULTS_SCHEMA,
+    TRAINING_STAGES,
+    VERSION_FIELDS,
+    FallbackSource,
+    Status,
+)
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -242,6 +249,8 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     run = q.run_info(run_id) or {}
     for h in history:
         h.pop("part_no", None)
+    default = {s.value for s in DEFAULT_STAGES}
+    history_stages = [s for s in STAGES if s in default or any(h["stages"][s] for h in history)]
     return {
         "model_id": model_id,
         "run_id": run_id,
@@ -279,9 +288,39 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
             k: run.get(k)
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
-        "reproduce": reproduce_command(model_id, first.get("device") or run.get("device")),
+        "reproduce": reproduce_command(
+            model_id, first.get("device") or run.get("device"), run.get("stages")
+        ),
+        "fine_tune": _fine_tune_of(stages, fallbacks),
         "history": history,
+        "history_stages": history_stages,
     }
+
+
+def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[dict]:
+    """The model's training stages: status, whether it ran with no CPU fallback, and the ops
+    that fell back in the optimizer's part of a step."""
+    out = []
+    for r in stages:
+        if r["stage"] not in {s.value for s in TRAINING_STAGES}:
+            continue
+        ops = [
+            f["op"]
+            for f in fallbacks
+            if f["stage"] == r["stage"] and f["source"] == FallbackSource.OPTIMIZER.value
+        ]
+        out.append(
+            {
+                "stage": r["stage"],
+                "status": r["status"],
+                "reason": r["reason"],
+                "no_fallback": r["status"] == Status.PASS.value and not r["fallback_op_count"],
+                "fallback_ops": r["fallback_op_count"],
+                "optimizer_ops": ops,
+                "step_op_calls": r.get("step_op_calls"),
+            }
+        )
+    return out
 
 
 _LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
@@ -325,9 +364,13 @@ def _config_index(q: StoreQuery, files: RunFiles) -> dict[tuple[str | None, str]
     return index
 
 
-def reproduce_command(model_id: str, device: str | None) -> str:
-    """The `hfsweep check` command that reruns this model on this device."""
-    return f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+def reproduce_command(model_id: str, device: str | None, stages: str | None = None) -> str:
+    """The `hfsweep check` command that reruns this model on this device (with the run's
+    `--stages` when they are not the default ones)."""
+    command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+        command += f" --stages {shlex.quote(stages)}"
+    return command
 
 
 def _json(text: str | None) -> Any:

@@ -28,7 +28,7 @@ from model_configs.grad_coverage import grad_coverage, watch_grad_mode
 from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
-from reports.schema import STAGE_NEEDS, SkipReason, Stage, Status
+from reports.schema import STAGE_NEEDS, TRAINING_STAGES, SkipReason, Stage, Status
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
@@ -71,6 +71,10 @@ class StageContext:
     compile_backend: str = "inductor"
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
+    # the loaded weights on the CPU, untouched by any stage: what each training stage copies
+    # (kept when a training stage is asked for; a model that ran caches tensors of its own)
+    pristine: Any = None
+    keep_pristine: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)  # on the device
     cpu_inputs: dict[str, Any] = field(default_factory=dict)
     param_count: int | None = None
@@ -130,6 +134,8 @@ class LoadStage(StageRunner):
             loaded = build.save_and_load(ctx.spec, built, Path(tmp))
         del built
         loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
+        if ctx.keep_pristine:
+            ctx.pristine = copy.deepcopy(loaded)
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
         ctx.cpu_inputs = _cast_inputs(
             build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
@@ -388,6 +394,7 @@ def run_stages(
 ) -> Iterator[StageResult]:
     """Run the requested stages in order, yielding one StageResult per requested stage
     (`on_stage` sees each as soon as it is known, before the next stage starts)."""
+    ctx.keep_pristine = ctx.keep_pristine or any(s in TRAINING_STAGES for s in stages)
     for result in _stage_results(ctx, stages):
         if on_stage is not None:
             on_stage(result)
@@ -521,7 +528,7 @@ _EXTRA_COLUMNS = {
 
 def release(ctx: StageContext) -> None:
     """Drop the model and its caches so a long-lived worker does not grow."""
-    ctx.model = ctx.reference = None
+    ctx.model = ctx.reference = ctx.pristine = None
     ctx.inputs = ctx.cpu_inputs = {}
     ctx.step_log = None
     gc.collect()

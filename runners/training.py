@@ -15,7 +15,9 @@ takes the same steps). On devices other than the CPU the same steps run on a CPU
 plain for-loop AdamW (`foreach=False, fused=False`, the reference TorchNeuron's own fused-AdamW
 tests compare against), and the results are compared within the dtype's tolerance: the
 parameters after the steps and AdamW's `exp_avg` / `exp_avg_sq`; under autocast the outputs and
-gradients against the fp32 step, within bf16's tolerance.
+gradients against the same step under the CPU's bf16 autocast, within bf16's tolerance (against
+the fp32 step, bf16 itself differs beyond it: T5's attention gradients by 7% of their scale,
+measured on chronos-bolt; that is the dtype's doing, not the device's).
 
 The optimizer's part of each step (clip, step, zero_grad) is recorded apart as well, so that an
 op falling back only there is a fallback with source `optimizer` (devices whose fallbacks the
@@ -74,13 +76,16 @@ def fused_adamw_devices() -> list[str]:
     return list(_get_fused_kernels_supported_devices())
 
 
+def loaded_weights(ctx: StageContext) -> torch.nn.Module:
+    """The loaded model on the CPU, as no stage has run it (`ctx.pristine`)."""
+    if ctx.pristine is None:
+        raise RuntimeError("no untouched copy of the loaded weights (the load stage did not run)")
+    return ctx.pristine
+
+
 def fresh_copies(ctx: StageContext) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     """(a copy of the loaded weights on the device, a CPU copy for the reference or None)."""
-    source = ctx.reference if ctx.reference is not None else ctx.model
-    if source is None:
-        raise RuntimeError("the model was not loaded (the load stage did not run)")
-    if any(p.device.type != "cpu" for p in source.parameters()):
-        raise RuntimeError("training stages copy the loaded weights from the CPU; none is kept")
+    source = loaded_weights(ctx)
     device_model = ctx.device.prepare_model(copy.deepcopy(source))
     return device_model, copy.deepcopy(source) if ctx.compare else None
 
@@ -236,8 +241,8 @@ class AmpStage(_TrainingStage):
         named = trainable(self.model)
         optimizer = adamw([p for _, p in named])
         outputs = forward_backward(ctx, self.model, ctx.inputs, amp=True)
-        if self.reference is not None:  # against the fp32 step, within bf16's tolerance
-            expected = forward_backward(ctx, self.reference, ctx.cpu_inputs)
+        if self.reference is not None:  # the same step under the CPU's autocast
+            expected = forward_backward(ctx, self.reference, ctx.cpu_inputs, amp=True)
             check_close("outputs under autocast", expected, outputs, ctx, dtype=AMP_DTYPE)
             names = [n for n, _ in named]
             check_close(
@@ -281,7 +286,7 @@ class LoraStage(_TrainingStage):
                 SkipReason.MISSING_PACKAGE,
                 "the lora stage needs the peft package (pip install 'hfsweep[training]')",
             ) from exc
-        source = ctx.reference if ctx.reference is not None else ctx.model
+        source = loaded_weights(ctx)
         model_type = peft_model_type(source) if ctx.spec.library == "transformers" else None
         if model_type not in targets:
             what = f"model type {model_type!r}" if model_type else f"{ctx.spec.library} models"
@@ -289,8 +294,6 @@ class LoraStage(_TrainingStage):
                 SkipReason.NOT_APPLICABLE,
                 f"peft has no default LoRA target modules for {what}",
             )
-        if source is None or any(p.device.type != "cpu" for p in source.parameters()):
-            raise RuntimeError("training stages copy the loaded weights from the CPU; none is kept")
         torch.manual_seed(ctx.seed)  # the adapters' initial weights
         config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0)
         cpu_model = get_peft_model(copy.deepcopy(source), config)

@@ -56,7 +56,7 @@ def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[P
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    common = {**page_context(report), "stages": STAGES}
+    common = {**page_context(report), "stages": report.get("stages") or STAGES}
     written = []
     index = env.get_template("site_index.html").render(
         **common, sections=report_sections(report), charts=report_charts(report)
@@ -68,17 +68,17 @@ def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[P
     page = env.get_template("site_models.html").render(**common, table=table)
     written.append(write_page(out / "models.html", page))
     written.append(write_page(out / "report.json", jsondoc.render(report)))
-    written.append(_write_csv(q, report["run_id"], out / "models.csv"))
+    written.append(_write_csv(q, report["run_id"], out / "models.csv", common["stages"]))
     written += write_op_pages(q, report, out, env, common)
     return written
 
 
-def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:
+def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
     rows = q.fetch(
         f"""
         SELECT model_id, rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in STAGES)}
+          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
         FROM model_runs WHERE run_id = $run ORDER BY downloads DESC, model_id
         """,
         {"run": run_id},
