@@ -249,8 +249,9 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     run = q.run_info(run_id) or {}
     for h in history:
         h.pop("part_no", None)
-    default = {s.value for s in DEFAULT_STAGES}
-    history_stages = [s for s in STAGES if s in default or any(h["stages"][s] for h in history)]
+    history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
+        s.value for s in DEFAULT_STAGES
+    ]
     return {
         "model_id": model_id,
         "run_id": run_id,
