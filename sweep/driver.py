@@ -42,7 +42,7 @@ from model_configs.catalog import CatalogStream, open_catalog
 from model_configs.spec import CatalogEntry
 from reports.errors import SystemFaultError, UsageError
 from reports.locks import RunLock
-from reports.schema import DEFAULT_STAGES, TRAINING_STAGES, Stage
+from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from reports.store import Store, check_run_id, new_run_id, utcnow
 from runners import containment
 from runners.containment import DEFAULT_MEMORY_LIMIT
@@ -421,7 +421,8 @@ STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
 
 def stage_list(text: str | None) -> list[Stage]:
     """`--stages`: stage names and groups (`default`, `training`, `all`), comma-separated;
-    none: the default stages. Returned once each, in stage order."""
+    none: the default stages. A training stage brings the stages it builds on (load, forward,
+    backward). Returned once each, in stage order."""
     if not text:
         return list(DEFAULT_STAGES)
     wanted: set[Stage] = set()
@@ -437,6 +438,8 @@ def stage_list(text: str | None) -> list[Stage]:
                 f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
                 f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
+    for stage in wanted & set(TRAINING_STAGES):
+        wanted.update(STAGE_NEEDS[stage])
     return [s for s in Stage if s in wanted]
 
 

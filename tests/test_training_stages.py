@@ -53,6 +53,9 @@ def by_stage(outcome) -> dict:
 def test_stage_selection_groups_and_default() -> None:
     assert stage_list(None) == list(DEFAULT_STAGES)
     assert [s.value for s in stage_list("training")] == [
+        "load",
+        "forward",
+        "backward",
         "optimizer",
         "optimizer_fused",
         "amp",

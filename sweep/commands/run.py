@@ -13,7 +13,8 @@ PROFILE_HELP = (
 )
 STAGES_HELP = (
     "comma-separated stages: load,forward,backward,compile,generate (the default), "
-    "optimizer,optimizer_fused,amp,lora (training); or the groups default, training, all"
+    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward); or the "
+    "groups default, training, all"
 )
 COMPILE_MODES = ("raise", "eager", "partition")
 COMPILE_MODE_HELP = (
