@@ -67,6 +67,15 @@ def warm_parent() -> None:
     _WARM = True
 
 
+def warm_peft() -> None:
+    """Import peft once in this parent when the lora stage runs: each forked child would
+    otherwise import it again (several seconds: it brings accelerate)."""
+    if _context().get_start_method() != "fork" or os.environ.get("HFSWEEP_WARM_PARENT") == "0":
+        return
+    with contextlib.suppress(ImportError):  # without peft the lora stage is a skip
+        importlib.import_module("peft")
+
+
 # Modules the compile stage imports on its first use in a process (torch 2.14), found by
 # comparing sys.modules before and after compiling models in a fresh child.
 _COMPILE_IMPORTS = (
@@ -161,6 +170,8 @@ def run_isolated(
     `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap)."""
     order = ordered(stages or list(DEFAULT_STAGES))
     warm_parent()
+    if Stage.LORA in order:
+        warm_peft()
     containment.sweep_orphans()  # groups left by a worker that died on this node
     ctx = _context_for(device, device_options)
     parent_conn, child_conn = ctx.Pipe(duplex=False)

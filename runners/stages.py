@@ -90,8 +90,8 @@ class StageRunner(ABC):
         return True
 
     def prepare(self, ctx: StageContext) -> None:
-        """Set-up that is not what the stage measures (fresh copies of the weights), run before
-        its timing and fallback recording start; raises like `run`."""
+        """Set-up that is not what the stage measures (fresh copies of the weights): run before
+        its fallback recording starts (its time counts in the stage's); raises like `run`."""
         return None
 
     @abstractmethod
@@ -135,7 +135,10 @@ class LoadStage(StageRunner):
         del built
         loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
         if ctx.keep_pristine:
-            ctx.pristine = copy.deepcopy(loaded)
+            try:
+                ctx.pristine = copy.deepcopy(loaded)
+            except Exception as exc:  # the training stages say so; loading did not fail
+                ctx.pristine = exc
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
         ctx.cpu_inputs = _cast_inputs(
             build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
@@ -465,6 +468,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
     ctx.extra = {}
     ctx.step_log = None
     error: BaseException | None = None
+    start = time.perf_counter()  # the stage's time includes its set-up (what it costs a sweep)
     try:
         runner.prepare(ctx)
     except StageSkipped as exc:
@@ -474,7 +478,6 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
             raise  # the machine failed, not the model: the task is retried, no row
         error = exc
     ctx.device.reset_peak_memory()
-    start = time.perf_counter()
     with ctx.device.record_fallbacks() as log:
         try:
             if error is None:

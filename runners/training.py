@@ -9,8 +9,8 @@
 - `lora`: peft's LoRA with its default target modules for the model type, only the adapter
   parameters trainable, one step; every LoRA matrix must get a finite gradient.
 
-Each stage trains a fresh copy of the loaded weights (`prepare`, outside the stage's timing and
-fallback recording), in eval mode as the backward stage (dropout off, so that the CPU reference
+Each stage trains a fresh copy of the loaded weights (made in `prepare`: outside the stage's
+fallback recording and byte counts, inside its duration), in eval mode as the backward stage (dropout off, so that the CPU reference
 takes the same steps). On devices other than the CPU the same steps run on a CPU copy with the
 plain for-loop AdamW (`foreach=False, fused=False`, the reference TorchNeuron's own fused-AdamW
 tests compare against), and the results are compared within the dtype's tolerance: the
@@ -80,7 +80,10 @@ def loaded_weights(ctx: StageContext) -> torch.nn.Module:
     """The loaded model on the CPU, as no stage has run it (`ctx.pristine`)."""
     if ctx.pristine is None:
         raise RuntimeError("no untouched copy of the loaded weights (the load stage did not run)")
-    return ctx.pristine
+    if isinstance(ctx.pristine, Exception):
+        raise RuntimeError(f"the loaded model cannot be copied: {ctx.pristine}") from ctx.pristine
+    model: torch.nn.Module = ctx.pristine
+    return model
 
 
 def fresh_copies(ctx: StageContext) -> tuple[torch.nn.Module, torch.nn.Module | None]:
