@@ -368,10 +368,8 @@ def _classify(exc: BaseException) -> Status:
 def _fallback_rows(log: FallbackLog, step_log: FallbackLog | None = None) -> list[dict[str, Any]]:
     """One row per op and source. An op that fell back only in the optimizer's part of a
     training step (`step_log`) is `optimizer`; one that also fell back outside it `eager`."""
-    step_only = set(step_log.ops) if step_log is not None else set()
-    for op in step_only:
-        if log.ops[op].count != step_log.ops[op].count:  # type: ignore[union-attr]
-            step_only.discard(op)
+    step = step_log.ops if step_log is not None else {}
+    step_only = {op for op, e in step.items() if op in log.ops and log.ops[op].count == e.count}
     rows = [
         {
             "op": op,

@@ -75,6 +75,25 @@ def test_stage_selection_groups_and_default() -> None:
     )
 
 
+def test_fallback_rows_split_by_where_the_op_fell_back() -> None:
+    """An op seen only in the optimizer's part of a step is `optimizer`; one that also fell
+    back in the step's forward or backward stays `eager` (one row per stage and op)."""
+    from runners.devices.base import FallbackLog
+
+    stage_log, step_log = FallbackLog(), FallbackLog()
+    for log in (stage_log, step_log):
+        log.record("aten::lerp.Scalar_out", n=5, bytes_d2h=10)
+        log.record("aten::stack", n=1)
+    stage_log.record("aten::stack", n=2)  # the model's forward too
+    stage_log.record("aten::histc", n=3)
+    rows = stages_module._fallback_rows(stage_log, step_log)
+    assert [(r["op"], r["count"], r["source"]) for r in rows] == [
+        ("aten::histc", 3, "eager"),
+        ("aten::lerp.Scalar_out", 5, "optimizer"),
+        ("aten::stack", 3, "eager"),
+    ]
+
+
 def test_training_stages_pass_on_cpu(llama) -> None:
     rows = by_stage(run_model(llama, device="cpu", stages=TRAIN))
     assert {s: r.status for s, r in rows.items()} == dict.fromkeys(TRAIN, "pass")
