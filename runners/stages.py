@@ -321,15 +321,15 @@ def stage_runner(stage: Stage) -> type[StageRunner]:
 
 
 def check_close(
-    what: str, expected: Any, actual: Any, ctx: StageContext, *, dtype: torch.dtype | None = None
+    what: str, expected: Any, actual: Any, ctx: StageContext, *, tol: Any = None
 ) -> None:
-    """Raise `AccuracyError` when `actual` differs from the CPU's `expected` beyond the
-    tolerance of `dtype` (the run's dtype unless given); the error goes to the row."""
+    """Raise `AccuracyError` when `actual` differs from the CPU's `expected` beyond the run
+    dtype's tolerance (or `tol`, a `runners.numerics.Tolerance`); the error goes to the row."""
     try:
         from runners.numerics import compare_tensors
     except ImportError:  # numerics not installed in this build: record nothing
         return
-    result = compare_tensors(expected, actual, dtype or ctx.dtype)
+    result = compare_tensors(expected, actual, ctx.dtype, tol=tol)
     ctx.extra["max_abs_error"] = max(ctx.extra.get("max_abs_error") or 0.0, result.max_abs_error)
     if not result.ok:
         raise AccuracyError(

@@ -13,11 +13,14 @@ Each stage trains a fresh copy of the loaded weights (made in `prepare`: outside
 fallback recording and byte counts, inside its duration), in eval mode as the backward stage (dropout off, so that the CPU reference
 takes the same steps). On devices other than the CPU the same steps run on a CPU copy with the
 plain for-loop AdamW (`foreach=False, fused=False`, the reference TorchNeuron's own fused-AdamW
-tests compare against), and the results are compared within the dtype's tolerance: the
-parameters after the steps and AdamW's `exp_avg` / `exp_avg_sq`; under autocast the outputs and
-gradients against the same step under the CPU's bf16 autocast, within bf16's tolerance (against
-the fp32 step, bf16 itself differs beyond it: T5's attention gradients by 7% of their scale,
-measured on chronos-bolt; that is the dtype's doing, not the device's).
+tests compare against), and compared: AdamW's `exp_avg` / `exp_avg_sq` (and LoRA's gradients)
+within the dtype's tolerance, the device's last update against AdamW's formula on its own
+moments (`check_adamw` says why not the parameters themselves); under autocast the outputs and
+gradients against the same step on the CPU with the device's autocast policy applied there
+(`autocast_policy.on_cpu`), within bf16's tolerance. Neither the fp32 step nor the CPU's own
+autocast is that reference: bf16 moves a tiny T5's (chronos-bolt) gradients from fp32's by 7%
+of their scale, and the CPU's lists cast other ops (measured: 2 of 38 gradients of a ResNet
+beyond bf16's tolerance against the device's).
 
 The optimizer's part of each step (clip, step, zero_grad) is recorded apart as well, so that an
 op falling back only there is a fallback with source `optimizer` (devices whose fallbacks the
@@ -36,7 +39,9 @@ import torch
 
 from model_configs import build
 from reports.schema import SkipReason, Stage
+from runners import autocast_policy
 from runners.devices.base import FallbackLog, collecting
+from runners.numerics import tolerance
 from runners.stages import StageContext, StageRunner, StageSkipped, check_close
 
 # AdamW as users leave it (PyTorch's defaults: lr 1e-3, weight decay 1e-2), and the clipping
@@ -96,9 +101,15 @@ def fresh_copies(ctx: StageContext) -> tuple[torch.nn.Module, torch.nn.Module | 
 def forward_backward(
     ctx: StageContext, model: torch.nn.Module, inputs: dict[str, Any], *, amp: bool = False
 ) -> Any:
-    """Forward and loss (under autocast with `amp`), a finite loss, backward; the outputs."""
+    """Forward and loss (with `amp`, under bf16 autocast: the device's own on the device, the
+    device's policy applied on the CPU for the CPU reference), a finite loss, backward; the
+    outputs."""
     device_type = next(model.parameters()).device.type
-    region = torch.autocast(device_type, dtype=AMP_DTYPE) if amp else contextlib.nullcontext()
+    region: Any = contextlib.nullcontext()
+    if amp and device_type == "cpu" and ctx.device.torch_device.type != "cpu":
+        region = autocast_policy.on_cpu(AMP_DTYPE)
+    elif amp:
+        region = torch.autocast(device_type, dtype=AMP_DTYPE)
     with region:
         outputs = model(**inputs)
         loss = build.compute_loss(ctx.spec, _inner(model), outputs, inputs)
@@ -135,20 +146,77 @@ def _inner(model: torch.nn.Module) -> torch.nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def _state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, names: list[str] | None = None
+def adamw_state(
+    named: list[tuple[str, torch.nn.Parameter]], optimizer: torch.optim.Optimizer
 ) -> dict[str, torch.Tensor]:
-    """Parameters and AdamW's moments by name (`param.x`, `exp_avg.x`, `exp_avg_sq.x`)."""
+    """AdamW's moments by parameter name (`exp_avg.x`, `exp_avg_sq.x`)."""
     out: dict[str, torch.Tensor] = {}
-    for name, p in model.named_parameters():
-        if names is not None and name not in names:
-            continue
-        out[f"param.{name}"] = p.detach()
+    for name, p in named:
         state = optimizer.state.get(p, {})
         for key in ("exp_avg", "exp_avg_sq"):
             if key in state:
                 out[f"{key}.{name}"] = state[key]
     return out
+
+
+def adamw_expected(
+    before: dict[str, torch.Tensor],
+    named: list[tuple[str, torch.nn.Parameter]],
+    optimizer: torch.optim.Optimizer,
+) -> dict[str, torch.Tensor]:
+    """The parameters AdamW's formula gives from `before` (the parameters before the last
+    step) and the moments that step left, computed on the CPU in float64: decoupled weight
+    decay, then `lr / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq / (1 - beta2^t)) + eps)`."""
+    group = optimizer.param_groups[0]
+    lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
+    beta1, beta2 = (float(b) for b in group["betas"])
+    out = {}
+    for name, p in named:
+        state = optimizer.state.get(p, {})
+        if name not in before or "exp_avg" not in state:
+            continue
+        t = float(state["step"])
+        m = state["exp_avg"].detach().cpu().double()
+        v = state["exp_avg_sq"].detach().cpu().double()
+        start = before[name].cpu().double() * (1 - lr * decay)
+        denom = v.sqrt() / math.sqrt(1 - beta2**t) + eps
+        out[f"param.{name}"] = start - lr / (1 - beta1**t) * m / denom
+    return out
+
+
+def check_adamw(
+    ctx: StageContext,
+    what: str,
+    named: list[tuple[str, torch.nn.Parameter]],
+    optimizer: torch.optim.Optimizer,
+    before: dict[str, torch.Tensor],
+    reference: list[tuple[str, torch.nn.Parameter]],
+    ref_optimizer: torch.optim.Optimizer,
+) -> None:
+    """AdamW on the device against the CPU: its moments against the reference's, within the
+    dtype's tolerance; its last update against AdamW's formula on its own moments. (The
+    parameters themselves are not compared with the reference's: Adam divides by the root of
+    the second moment, so a gradient element near eps that differs in its last bits moves its
+    parameter by a good share of the learning rate; measured: 1.6e-4 after two steps in
+    w2v-bert, whose moments agree to 4e-7.)"""
+    names = {n for n, _ in named}
+    check_close(
+        f"AdamW state after the {what}",
+        adamw_state([(n, p) for n, p in reference if n in names], ref_optimizer),
+        adamw_state(named, optimizer),
+        ctx,
+    )
+    check_close(
+        f"parameters after the last {what.rstrip('s')} (AdamW's formula on the device's state)",
+        adamw_expected(before, named, optimizer),
+        {f"param.{n}": p.detach() for n, p in named},
+        ctx,
+    )
+
+
+def snapshot(named: list[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
+    """The parameters as they are now (copies on their device)."""
+    return {n: p.detach().clone() for n, p in named}
 
 
 class _TrainingStage(StageRunner):
@@ -181,8 +249,11 @@ class OptimizerStage(_TrainingStage):
         assert self.model is not None
         named = trainable(self.model)
         optimizer = adamw([p for _, p in named], fused=self.fused)
+        before: dict[str, torch.Tensor] = {}
         for _ in range(OPTIMIZER_STEPS):
             forward_backward(ctx, self.model, ctx.inputs)
+            if self.reference is not None:
+                before = snapshot(named)
             with optimizer_phase(ctx) as last:
                 optimizer_part([p for _, p in named], optimizer)
         ctx.device.synchronize()
@@ -194,13 +265,7 @@ class OptimizerStage(_TrainingStage):
             for _ in range(OPTIMIZER_STEPS):
                 forward_backward(ctx, self.reference, ctx.cpu_inputs)
                 optimizer_part([p for _, p in ref_named], ref_optimizer)
-            names = [n for n, _ in named]
-            check_close(
-                "parameters and AdamW state after the steps",
-                _state(self.reference, ref_optimizer, names),
-                _state(self.model, optimizer, names),
-                ctx,
-            )
+            check_adamw(ctx, "steps", named, optimizer, before, ref_named, ref_optimizer)
 
 
 class FusedOptimizerStage(OptimizerStage):
@@ -244,16 +309,17 @@ class AmpStage(_TrainingStage):
         named = trainable(self.model)
         optimizer = adamw([p for _, p in named])
         outputs = forward_backward(ctx, self.model, ctx.inputs, amp=True)
-        if self.reference is not None:  # the same step under the CPU's autocast
+        if self.reference is not None:  # the same casts on the CPU, within bf16's tolerance
             expected = forward_backward(ctx, self.reference, ctx.cpu_inputs, amp=True)
-            check_close("outputs under autocast", expected, outputs, ctx, dtype=AMP_DTYPE)
+            tol = tolerance(AMP_DTYPE)
+            check_close("outputs under autocast", expected, outputs, ctx, tol=tol)
             names = [n for n, _ in named]
             check_close(
                 "gradients under autocast",
                 {n: p.grad for n, p in trainable(self.reference) if n in names},
                 {n: p.grad for n, p in named},
                 ctx,
-                dtype=AMP_DTYPE,
+                tol=tol,
             )
         with optimizer_phase(ctx):
             optimizer_part([p for _, p in named], optimizer)
@@ -327,6 +393,7 @@ class LoraStage(_TrainingStage):
                 f"(first: {missed[0]})"
             )
         grads = {n: p.grad.detach().clone() for n, p in named if p.grad is not None}
+        before = snapshot(named) if self.reference is not None else {}
         with optimizer_phase(ctx):
             optimizer_part([p for _, p in named], optimizer)
         ctx.device.synchronize()
@@ -337,10 +404,4 @@ class LoraStage(_TrainingStage):
             ref_grads = {n: p.grad.detach().clone() for n, p in ref_named if p.grad is not None}
             optimizer_part([p for _, p in ref_named], ref_optimizer)
             check_close("LoRA gradients", ref_grads, grads, ctx)
-            names = [n for n, _ in named]
-            check_close(
-                "LoRA matrices and AdamW state after the step",
-                _state(self.reference, ref_optimizer, names),
-                _state(self.model, optimizer, names),
-                ctx,
-            )
+            check_adamw(ctx, "LoRA step", named, optimizer, before, ref_named, ref_optimizer)

@@ -170,7 +170,7 @@ def test_autocast_policy_matches_the_installed_aten_lists() -> None:
     spec.loader.exec_module(module)
     header_path, _ = module.installed_header()
     lists = module.op_lists(header_path.read_text())
-    from runners.devices.neuron_autocast import CastPolicy, load_policy
+    from runners.autocast_policy import CastPolicy, load_policy
 
     policy = load_policy()
     macros = {
@@ -185,6 +185,22 @@ def test_autocast_policy_matches_the_installed_aten_lists() -> None:
     assert policy["aten::binary_cross_entropy"] is CastPolicy.BANNED
     assert policy["aten::mm"] is CastPolicy.LOWER_PRECISION_FP
     assert policy["aten::softmax.int"] is CastPolicy.FP32_SET_OPT_DTYPE
+
+
+def test_amp_reference_applies_the_device_policy_on_the_cpu() -> None:
+    """The amp stage's CPU reference casts what the device casts: under the policy `exp` and
+    `sum` of a bf16 tensor run in float32 (the CPU's own autocast leaves them bf16), `mm` in
+    bf16, and binary_cross_entropy is banned; on exit the CPU's own autocast is back."""
+    from runners import autocast_policy
+
+    x = torch.rand(4, 4).to(torch.bfloat16)
+    with autocast_policy.on_cpu(torch.bfloat16):
+        assert torch.exp(x).dtype == torch.float32 and x.sum().dtype == torch.float32
+        assert torch.mm(x.float(), x.float()).dtype == torch.bfloat16
+        with pytest.raises(RuntimeError, match="unsafe to autocast"):
+            torch.nn.functional.binary_cross_entropy(x.float().sigmoid(), x.float())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.exp(x).dtype == torch.bfloat16 and x.sum().dtype == torch.bfloat16
 
 
 @forked
