@@ -35,8 +35,9 @@ class Stage(str, enum.Enum):
 
 
 STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
-# What a run does unless `--stages` says otherwise: the training stages cost about as much as
-# the five first together again (bench/training_stages.py), so they are asked for by name.
+# What a run does unless `--stages` says otherwise. The training stages are asked for by name
+# (`--stages training` or `all`): they add rows, an optional package (peft) and cost to every
+# model (bench/training_stages.py), and "passed every stage" keeps meaning the five.
 DEFAULT_STAGES: tuple[Stage, ...] = (
     Stage.LOAD,
     Stage.FORWARD,
