@@ -149,8 +149,10 @@ def _rows(store: Any, run_id: str) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def explain(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
-    """What the device data says of a training stage that did not pass on neuron."""
+def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
+    """What the device data says of a training stage that did not pass on neuron: the stage
+    that stopped it, its status, and the op it names with that op's class under the profile
+    (or the error type)."""
     from reports.schema import STAGE_NEEDS, Stage
 
     row = rows[stage]
@@ -158,17 +160,14 @@ def explain(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
         for need in STAGE_NEEDS[Stage(stage)]:
             before = rows.get(need.value)
             if before and before["status"] != "pass":
-                return f"not_run: {need.value} {before['status']}: " + explain(
-                    rows, need.value, profile
-                )
-        return "not_run"
+                return cause(rows, need.value, profile)
+        return f"{stage} not_run"
     op = row["failing_op"]
-    message = (row["error_message"] or "").splitlines()[0][:110]
+    where = f"{stage} {row['status']}"
     if op:
-        return (
-            f"{row['status']} at {op} ({profile.classify(op).value} under the profile): {message}"
-        )
-    return f"{row['status']}: {row['error_type']}: {message}"
+        return f"{where} at {op} ({profile.classify(op).value} under the profile)"
+    message = (row["error_message"] or "").splitlines()[0][:90]
+    return f"{where}: {row['error_type']}: {message}"
 
 
 def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
@@ -177,19 +176,21 @@ def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
 
     profile = load_profile(None)
     cpu, neuron = _rows(store, cpu_run), _rows(store, neuron_run)
-    print("\n== passes a training stage on cpu, not on neuron (with what the device data says)")
-    found = 0
+    print("\n== passes a training stage on cpu, not on neuron, by what stopped it on neuron")
     for stage in (s.value for s in TRAINING_STAGES):
+        groups: dict[str, list[str]] = {}
         for model, by_stage in cpu.items():
             on_cpu = by_stage.get(stage)
             on_neuron = neuron.get(model, {}).get(stage)
             if not on_cpu or on_cpu["status"] != "pass" or not on_neuron:
                 continue
-            if on_neuron["status"] == "pass":
-                continue
-            found += 1
-            print(f"  {stage:<16} {model:<55} {explain(neuron[model], stage, profile)}")
-    print(f"  ({found} model-stages)")
+            if on_neuron["status"] != "pass":
+                groups.setdefault(cause(neuron[model], stage, profile), []).append(model)
+        total = sum(len(m) for m in groups.values())
+        print(f"  {stage}: {total} models")
+        for why, models in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+            print(f"    {len(models):>4}  {why}")
+            print(f"          e.g. {', '.join(models[:3])}")
 
 
 def print_cost(store: Any, run_id: str) -> None:

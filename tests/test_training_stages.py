@@ -112,10 +112,27 @@ def test_training_stages_build_on_backward_not_on_compile(llama, monkeypatch) ->
     assert rows["compile"].status == "fail" and rows["generate"].status == "not_run"
     assert rows["optimizer"].status == "pass" and rows["lora"].status == "pass"
 
+    monkeypatch.setattr(training.OptimizerStage, "train", broken)  # nothing builds on it
+    rows = by_stage(run_model(llama, device="cpu", stages=stages))
+    assert rows["optimizer"].status == "fail" and rows["lora"].status == "pass"
+
     monkeypatch.setattr(stages_module.BackwardStage, "run", broken)
     rows = by_stage(run_model(llama, device="cpu", stages=stages))
     assert rows["optimizer"].status == "not_run"
     assert rows["optimizer"].error_message == "backward did not pass"
+
+
+def test_skips_without_peft_or_a_fused_adamw(llama, monkeypatch) -> None:
+    """No peft: the lora stage is a missing_package skip naming the extra. A device PyTorch
+    has no fused AdamW for: optimizer_fused is a device_unsupported_feature skip."""
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` raises ImportError
+    monkeypatch.setattr(training, "fused_adamw_devices", lambda: ["cuda"])
+    rows = by_stage(run_model(llama, device="cpu", stages=TRAIN[:3] + ["optimizer_fused", "lora"]))
+    assert (rows["lora"].status, rows["lora"].reason) == ("skip", "missing_package")
+    assert "hfsweep[training]" in rows["lora"].error_message
+    fused = rows["optimizer_fused"]
+    assert (fused.status, fused.reason) == ("skip", "device_unsupported_feature")
+    assert fused.error_message == "PyTorch has no fused AdamW for device type 'cpu'"
 
 
 def test_training_stages_train_a_fresh_copy(llama, monkeypatch) -> None:
@@ -272,6 +289,24 @@ def test_training_stages_on_neuron(neuron: NeuronEmulatedDevice, llama) -> None:
     # the amp stage ran the matmuls in bf16 and the loss's log_softmax in float32
     assert torch.bfloat16 in mode.seen["aten.mm.default"]
     assert mode.seen["aten._log_softmax.default"] == {torch.float32}
+
+
+@forked
+def test_fused_adamw_with_a_grad_scaler_runs_on_the_cpu(neuron: NeuronEmulatedDevice) -> None:
+    """TorchNeuron's `_fused_adamw_` declines `grad_scale` / `found_inf` (what a GradScaler
+    hands AdamW): that step falls back to the CPU; without them it runs on the device."""
+    p = torch.ones(4, device="neuron", requires_grad=True)
+    p.grad = torch.full((4,), 0.5, device="neuron")
+    optimizer = torch.optim.AdamW([p], fused=True)
+    with neuron.record_fallbacks() as log:
+        optimizer.step()
+    assert "aten::_fused_adamw_" not in log.ops and log.executed["aten::_fused_adamw_"] == 1
+    optimizer.grad_scale = torch.ones((), device="neuron")
+    optimizer.found_inf = torch.zeros((), device="neuron")
+    with neuron.record_fallbacks() as log:
+        optimizer.step()
+    assert log.ops["aten::_fused_adamw_"].count == 1
+    assert log.declined["aten::_fused_adamw_"] == "grad_scale / found_inf are not supported"
 
 
 @forked
