@@ -10,23 +10,26 @@
   parameters trainable, one step; every LoRA matrix must get a finite gradient.
 
 Each stage trains a fresh copy of the loaded weights (made in `prepare`: outside the stage's
-fallback recording and byte counts, inside its duration), in eval mode as the backward stage (dropout off, so that the CPU reference
-takes the same steps). On devices other than the CPU the same steps run on a CPU copy with the
-plain for-loop AdamW (`foreach=False, fused=False`, the reference TorchNeuron's own fused-AdamW
-tests compare against), step by step from the same point (`follow`): AdamW's `exp_avg` /
-`exp_avg_sq` (and LoRA's gradients) within the dtype's tolerance, the device's update against
-AdamW's formula on its own moments (`check_adamw` says why not the parameters themselves); under autocast the outputs and
-gradients against the same step on the CPU with the device's autocast policy applied there
-(`autocast_policy.on_cpu`), within bf16's tolerance, or failing that against the fp32 step (a
-device that computes part of it in more precision than the CPU's bf16 kernels, as the fused
-attention does in float32, is closer to that: CLIP's embedding gradient, 2% of its scale from
-the CPU's mixed-precision step, 1.7% from fp32). The CPU's own autocast is no reference: its
-lists cast other ops (2 of 38 gradients of a ResNet beyond bf16's tolerance), and the fp32 step
-alone is none either (bf16 moves a tiny T5's gradients, chronos-bolt, by 7% of their scale).
+fallback recording and byte counts, inside its duration), in eval mode as the backward stage
+(dropout off, so that the CPU reference takes the same steps). On devices other than the CPU
+the same steps run on a CPU copy with the plain for-loop AdamW (`foreach=False, fused=False`,
+the reference TorchNeuron's own fused-AdamW tests compare against), step by step from the same
+point (`follow`): AdamW's `exp_avg` / `exp_avg_sq` (and LoRA's gradients) within the dtype's
+tolerance, and the device's update against AdamW's formula on its own moments (`check_adamw`
+says why not the parameters themselves).
+
+Under autocast the outputs and gradients are compared with the same step on the CPU under the
+accelerator autocast policy TorchNeuron registers (`autocast_policy.on_cpu`), within bf16's
+tolerance, or failing that with the fp32 step: a device that computes part of the step in more
+precision than the CPU's bf16 kernels (the fused attention, in float32) is closer to that
+(CLIP's embedding gradient: 2% of its scale from the CPU's mixed-precision step, 1.7% from
+fp32). The CPU's own autocast is no reference: its lists cast other ops (2 of 38 gradients of a
+ResNet beyond bf16's tolerance); nor is the fp32 step alone (bf16 moves a tiny T5's gradients,
+chronos-bolt, by 7% of their scale).
 
 The optimizer's part of each step (clip, step, zero_grad) is recorded apart as well, so that an
-op falling back only there is a fallback with source `optimizer` (devices whose fallbacks the
-sweep records op by op: the emulated device; TorchNeuron's own tracking is one set per stage).
+op falling back only there is a fallback with source `optimizer` (on devices whose fallbacks
+are recorded as they happen: the emulated device).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def forward_backward(
     ctx: StageContext, model: torch.nn.Module, inputs: dict[str, Any], *, amp: bool = False
 ) -> Any:
     """Forward and loss (with `amp`, under bf16 autocast: the device's own on the device, the
-    device's policy applied on the CPU for the CPU reference), a finite loss, backward; the
+    accelerator policy applied on the CPU for the CPU reference), a finite loss, backward; the
     outputs."""
     device_type = next(model.parameters()).device.type
     region: Any = contextlib.nullcontext()
@@ -172,8 +175,8 @@ def adamw_expected(
     named: list[tuple[str, torch.nn.Parameter]],
     optimizer: torch.optim.Optimizer,
 ) -> dict[str, torch.Tensor]:
-    """The parameters AdamW's formula gives from `before` (the parameters before the last
-    step) and the moments that step left, computed on the CPU in float64: decoupled weight
+    """The parameters AdamW's formula gives from `before` (the parameters before the step) and
+    the moments the step left, computed on the CPU in float64: decoupled weight
     decay, then `lr / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq / (1 - beta2^t)) + eps)`."""
     group = optimizer.param_groups[0]
     lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
@@ -203,11 +206,10 @@ def check_adamw(
 ) -> None:
     """One AdamW step on the device against the CPU's from the same point: its moments against
     the reference's, within the dtype's tolerance; its update against AdamW's formula on its
-    own moments. (The
-    parameters themselves are not compared with the reference's: Adam divides by the root of
-    the second moment, so a gradient element near eps that differs in its last bits moves its
-    parameter by a good share of the learning rate; measured: 1.6e-4 after two steps in
-    w2v-bert, whose moments agree to 4e-7.)"""
+    own moments. The parameters themselves are not compared with the reference's: Adam divides
+    by the root of the second moment, so a gradient element near eps that differs in its last
+    bits moves its parameter by a good share of the learning rate (measured: 1.6e-4 after two
+    steps in w2v-bert, whose moments agree to 4e-7)."""
     names = {n for n, _ in named}
     check_close(
         f"AdamW state after {what}",
