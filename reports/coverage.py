@@ -19,7 +19,7 @@ from reports.query import (
     StoreQuery,
 )
 from reports.render import fmt
-from reports.schema import FAILED_STATUSES, ConfigSource, SkipReason
+from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, ConfigSource, SkipReason
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
 # Config sources that are not the repo's own config: a library's defaults for the architecture
@@ -216,14 +216,35 @@ def quantized_checkpoints(q: StoreQuery, run_id: str) -> dict[str, Any]:
     return {**total, "by_method": rows}
 
 
+def run_stages(q: StoreQuery, run_id: str) -> list[str]:
+    """The stages a run reports, in order: those it asked for (its run row; the default ones
+    for a run without one) and any other it has rows for."""
+
+    def build() -> list[str]:
+        q.ensure_summaries([run_id])
+        counts = q.fetch(
+            "SELECT "
+            + ", ".join(f'count(s_{stage}) AS "{stage}"' for stage in STAGES)
+            + " FROM model_runs WHERE run_id = $run",
+            {"run": run_id},
+        )[0]
+        asked = (q.run_info(run_id) or {}).get("stages")
+        wanted = set(asked.split(",")) if asked else {s.value for s in DEFAULT_STAGES}
+        return [s for s in STAGES if s in wanted or counts[s]]
+
+    return q.memo("run_stages", run_id, build)
+
+
 def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
-    """One line per stage (models that passed it; and of those, with no CPU fallback in it),
-    then "every stage" and "every stage, no CPU fallback". Shares are of the run's models."""
+    """One line per stage of the run (models that passed it; and of those, with no CPU fallback
+    in it), then "every stage" and "every stage, no CPU fallback". Shares are of the run's
+    models."""
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
+        stages = run_stages(q, run_id)
         parts = []
-        for stage in STAGES:
+        for stage in stages:
             parts.append(
                 f"""
                 count(*) FILTER (WHERE s_{stage} = 'pass') AS "{stage}.passed",
@@ -251,7 +272,7 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
         d = denominators(q, run_id)
         models, downloads = d["models"], d["downloads"]
         lines = []
-        for stage in STAGES:
+        for stage in stages:
             passed = row[f"{stage}.passed"]
             # a stage's shares are of the models it applies to (generate: not the encoders)
             base, base_dl = row[f"{stage}.applies"], row[f"{stage}.applies_downloads"]
@@ -454,5 +475,6 @@ __all__ = [
     "device_label",
     "funnel",
     "headline",
+    "run_stages",
     "share",
 ]

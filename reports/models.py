@@ -13,7 +13,14 @@ from urllib.parse import quote
 from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
-from reports.schema import RESULTS_SCHEMA, VERSION_FIELDS, Status
+from reports.schema import (
+    DEFAULT_STAGES,
+    RESULTS_SCHEMA,
+    TRAINING_STAGES,
+    VERSION_FIELDS,
+    FallbackSource,
+    Status,
+)
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -380,6 +387,9 @@ def _detail(
         r["peak_memory_bytes"] for r in stages if r.get("peak_memory_bytes") is not None
     ]
     source = first.get("config_source")
+    history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
+        s.value for s in DEFAULT_STAGES
+    ]
     return {
         "model_id": model_id,
         "run_id": run_id,
@@ -425,9 +435,39 @@ def _detail(
             k: run.get(k)
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
-        "reproduce": reproduce_command(model_id, first.get("device") or run.get("device")),
+        "reproduce": reproduce_command(
+            model_id, first.get("device") or run.get("device"), run.get("stages")
+        ),
+        "fine_tune": _fine_tune_of(stages, fallbacks),
         "history": history,
+        "history_stages": history_stages,
     }
+
+
+def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[dict]:
+    """The model's training stages: status, whether it ran with no CPU fallback, and the ops
+    that fell back in the optimizer's part of a step."""
+    out = []
+    for r in stages:
+        if r["stage"] not in {s.value for s in TRAINING_STAGES}:
+            continue
+        ops = [
+            f["op"]
+            for f in fallbacks
+            if f["stage"] == r["stage"] and f["source"] == FallbackSource.OPTIMIZER.value
+        ]
+        out.append(
+            {
+                "stage": r["stage"],
+                "status": r["status"],
+                "reason": r["reason"],
+                "no_fallback": r["status"] == Status.PASS.value and not r["fallback_op_count"],
+                "fallback_ops": r["fallback_op_count"],
+                "optimizer_ops": ops,
+                "step_op_calls": r.get("step_op_calls"),
+            }
+        )
+    return out
 
 
 _LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
@@ -482,9 +522,13 @@ def hub_url(model_id: str) -> str | None:
     return "https://huggingface.co/" + "/".join(quote(p, safe="") for p in model_id.split("/"))
 
 
-def reproduce_command(model_id: str, device: str | None) -> str:
-    """The `hfsweep check` command that reruns this model on this device."""
-    return f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+def reproduce_command(model_id: str, device: str | None, stages: str | None = None) -> str:
+    """The `hfsweep check` command that reruns this model on this device (with the run's
+    `--stages` when they are not the default ones)."""
+    command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+        command += f" --stages {shlex.quote(stages)}"
+    return command
 
 
 def _json(text: str | None) -> Any:

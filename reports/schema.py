@@ -14,19 +14,45 @@ import pyarrow as pa
 
 
 class Stage(str, enum.Enum):
-    """Stages a model goes through, in order. A failure makes every later stage `not_run`."""
+    """Stages a model goes through, in order. A stage that does not pass makes the stages that
+    build on it `not_run` (`STAGE_NEEDS`)."""
 
     LOAD = "load"
     FORWARD = "forward"
     BACKWARD = "backward"
     COMPILE = "compile"
     GENERATE = "generate"
+    # Training as users train, on a fresh copy of the loaded weights each: two AdamW steps with
+    # PyTorch's default AdamW for the device, the same with `fused=True`, one step under bf16
+    # autocast, one LoRA step (peft's default target modules).
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_FUSED = "optimizer_fused"
+    AMP = "amp"
+    LORA = "lora"
 
     def __str__(self) -> str:
         return self.value
 
 
 STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
+# What a run does unless `--stages` says otherwise. The training stages are asked for by name
+# (`--stages training` or `all`): they add rows, an optional package (peft) and cost to every
+# model (bench/training_stages.py), and "passed every stage" keeps meaning the five.
+DEFAULT_STAGES: tuple[Stage, ...] = (
+    Stage.LOAD,
+    Stage.FORWARD,
+    Stage.BACKWARD,
+    Stage.COMPILE,
+    Stage.GENERATE,
+)
+TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
+# The stages each one builds on (among those a run asks for): one of them not passing makes it
+# `not_run`. The first five build on every stage before them; a training stage on a model that
+# loads, runs forward and backward, so a compile or generate failure does not hide it.
+STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
+    **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
+    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
+}
 
 
 class Status(str, enum.Enum):
@@ -39,7 +65,7 @@ class Status(str, enum.Enum):
     CRASH = "crash"  # the worker process died
     OOM = "oom"
     SKIP = "skip"  # with a SkipReason
-    NOT_RUN = "not_run"  # an earlier stage did not pass
+    NOT_RUN = "not_run"  # a stage it builds on did not pass (STAGE_NEEDS)
 
     def __str__(self) -> str:
         return self.value
@@ -92,10 +118,14 @@ class ConfigSource(str, enum.Enum):
 
 
 class FallbackSource(str, enum.Enum):
-    """Where a CPU fallback was seen: eager dispatch, or a compiled graph's unlowerable op."""
+    """Where a CPU fallback was seen: eager dispatch, a compiled graph's unlowerable op, or
+    eager dispatch inside the optimizer's part of a training step only (`clip_grad_norm_`,
+    `optimizer.step()`, `zero_grad()`; an op that also fell back in that step's forward or
+    backward is `eager`)."""
 
     EAGER = "eager"
     COMPILE = "compile"
+    OPTIMIZER = "optimizer"
 
     def __str__(self) -> str:
         return self.value
@@ -208,6 +238,9 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("peak_host_memory_bytes", pa.int64()),
         pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
         pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
+        # optimizer stages: native op calls of the optimizer's part of the last step (clip,
+        # step, zero_grad), where the device counts its calls (the emulated device); else null
+        pa.field("step_op_calls", pa.int64()),
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         pa.field("attempt", pa.int16()),
         pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, failures, op_sweep, ops
+from reports import coverage, failures, fine_tune, op_sweep, ops
 from reports.query import StoreQuery
 
 
 def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Denominators, funnel, headline, breakdowns, failure clusters, skips, missing ops, trend,
-    and the op sweep on the same device (`op_run_id`, else the newest) joined to them."""
+    """Denominators, funnel, headline, fine-tuning (the training stages), breakdowns, failure
+    clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
+    the newest) joined to them."""
     run_id = q.resolve_run(run_id)
     op_run = op_sweep.op_run_for_model_run(q, run_id, op_run_id)
     return {
@@ -21,8 +22,10 @@ def run_report(
         "store": q.store.uri,
         "run": q.run_info(run_id) or {"run_id": run_id, "status": "unknown"},
         "denominators": coverage.denominators(q, run_id),
+        "stages": coverage.run_stages(q, run_id),
         "funnel": coverage.funnel(q, run_id),
         "headline": coverage.headline(q, run_id),
+        "fine_tune": fine_tune.fine_tune(q, run_id),
         "breakdowns": {
             key: coverage.breakdown(q, run_id, key, limit=top) for key in coverage.BREAKDOWN_KEYS
         },

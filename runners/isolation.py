@@ -29,7 +29,7 @@ from typing import Any
 
 from model_configs.spec import TinySpec
 from reports.errors import EnvironmentFault, is_environment_error, safe_text
-from reports.schema import Stage, Status
+from reports.schema import DEFAULT_STAGES, Stage, Status
 from runners import containment, faults
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered
 
@@ -66,6 +66,15 @@ def warm_parent() -> None:
     # dispatcher's registrations (cached per process; about 0.3 s): Python objects, no op
     torch._decomp.core_aten_decompositions()
     _WARM = True
+
+
+def warm_peft() -> None:
+    """Import peft once in this parent when the lora stage runs: each forked child would
+    otherwise import it again (several seconds: it brings accelerate)."""
+    if _context().get_start_method() != "fork" or os.environ.get("HFSWEEP_WARM_PARENT") == "0":
+        return
+    with contextlib.suppress(ImportError):  # without peft the lora stage is a skip
+        importlib.import_module("peft")
 
 
 # Modules the compile stage imports on its first use in a process (torch 2.14), found by
@@ -180,8 +189,10 @@ def run_isolated(
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
     `memory_limit`: bytes the model may allocate beyond the forked child's start (None: no cap).
     `on_stage` sees each stage's result as the child reports it (progress)."""
-    order = ordered(stages or list(Stage))
+    order = ordered(stages or list(DEFAULT_STAGES))
     warm_parent()
+    if Stage.LORA in order:
+        warm_peft()
     containment.sweep_orphans()  # groups left by a worker that died on this node
     ctx = _context_for(device, device_options)
     parent_conn, child_conn = ctx.Pipe(duplex=False)

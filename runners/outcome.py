@@ -37,6 +37,7 @@ class StageResult:
     partition_count: int | None = None
     compile_s: float | None = None
     step_s: float | None = None
+    step_op_calls: int | None = None  # optimizer stages: native calls of the optimizer's part
     peak_memory_bytes: int | None = None
     fallbacks: list[dict[str, Any]] = field(default_factory=list)  # op, count, bytes, source
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
-from reports.schema import SkipReason, Stage, Status
+from reports.schema import DEFAULT_STAGES, SkipReason, Stage, Status
 from runners.outcome import ModelOutcome, StageResult, failed_before, ordered, skipped
 
 
@@ -71,7 +71,7 @@ def run_model(
     from runners.stages import DTYPES, StageContext, release, run_stages
 
     quiet_libraries()
-    order = ordered(stages or list(Stage))
+    order = ordered(stages or list(DEFAULT_STAGES))
     if isinstance(device, str):
         device = get_device(device)
         device.setup()

@@ -42,7 +42,7 @@ from model_configs.catalog import CatalogStream, open_catalog
 from model_configs.spec import CatalogEntry
 from reports.errors import SystemFaultError, UsageError
 from reports.locks import RunLock
-from reports.schema import Stage
+from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from reports.store import Store, check_run_id, new_run_id, utcnow
 from runners import containment
 from runners.containment import DEFAULT_MEMORY_LIMIT
@@ -65,7 +65,7 @@ class RunConfig:
     device: str = "cpu"
     device_options: dict[str, Any] = field(default_factory=dict)
     dtype: str = "fp32"
-    stages: list[Stage] = field(default_factory=lambda: list(Stage))
+    stages: list[Stage] = field(default_factory=lambda: list(DEFAULT_STAGES))
     run_id: str | None = None
     executor: str = "ray"  # "ray" | "local"
     address: str | None = None  # an existing Ray cluster
@@ -411,19 +411,36 @@ def check_same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> N
         )
 
 
+# `--stages` names that stand for several stages.
+STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
+    "default": DEFAULT_STAGES,
+    "training": TRAINING_STAGES,
+    "all": tuple(Stage),
+}
+
+
 def stage_list(text: str | None) -> list[Stage]:
+    """`--stages`: stage names and groups (`default`, `training`, `all`), comma-separated;
+    none: the default stages. A training stage brings the stages it builds on (load, forward,
+    backward). Returned once each, in stage order."""
     if not text:
-        return list(Stage)
-    out = []
+        return list(DEFAULT_STAGES)
+    wanted: set[Stage] = set()
     for name in text.split(","):
         name = name.strip()
+        if name in STAGE_GROUPS:
+            wanted.update(STAGE_GROUPS[name])
+            continue
         try:
-            out.append(Stage(name))
+            wanted.add(Stage(name))
         except ValueError:
             raise UsageError(
-                f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)}"
+                f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
+                f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
-    return out
+    for stage in wanted & set(TRAINING_STAGES):
+        wanted.update(STAGE_NEEDS[stage])
+    return [s for s in Stage if s in wanted]
 
 
 def command_line() -> str:

@@ -91,6 +91,30 @@ def test_check_catalog_models_of_other_libraries_offline(model_id, library, arch
     }
 
 
+def test_check_runs_the_training_stages(tmp_path):
+    """`--stages training` brings the stages it builds on; a timm model has no peft LoRA
+    defaults (a skip that does not fail the check), and trains with AdamW and autocast."""
+    proc = hfsweep(
+        "check", "timm/mobilenetv3_small_100.lamb_in1k", "--stages", "training", "--format", "json"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["stage"]: r for r in json.loads(proc.stdout)["stages"]}
+    assert list(rows) == [
+        "load",
+        "forward",
+        "backward",
+        "optimizer",
+        "optimizer_fused",
+        "amp",
+        "lora",
+    ]
+    assert [rows[s]["status"] for s in list(rows)[:6]] == ["pass"] * 6
+    assert (rows["lora"]["status"], rows["lora"]["reason"]) == ("skip", "not_applicable")
+    assert (
+        rows["lora"]["error_message"] == "peft has no default LoRA target modules for timm models"
+    )
+
+
 def test_check_a_remote_code_model_is_a_skip_exit_1():
     # rank of a custom_code entry in the bundled catalog
     from model_configs.catalog import load_catalog

@@ -392,8 +392,9 @@ def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
     assert twin.weight.device.type == "neuron"
     assert twin.weight.data_ptr() != model.weight.data_ptr()
     assert torch.equal(twin.weight.cpu(), model.weight.cpu())
-    with torch.autocast("neuron", dtype=torch.bfloat16):  # no autocast lists: ops keep dtypes
-        assert (x @ x.T).dtype == torch.float32
+    with torch.autocast("neuron", dtype=torch.bfloat16):  # TorchNeuron's autocast policy
+        assert (x @ x.T).dtype == torch.bfloat16  # matmul: lower precision
+        assert (x + x).dtype == torch.float32  # not listed: its own dtype
 
 
 @forked

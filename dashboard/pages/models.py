@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_url, op_url
+from reports.coverage import run_stages
 from reports.errors import UsageError
 from reports.ids import unsafe_model_id
 from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
@@ -124,6 +125,7 @@ def models(
         statuses=[s.value for s in Status],
         sort_columns=SORT_COLUMNS,
         denominators=dash.denominators(data["run_id"]),
+        stages=run_stages(dash.q, data["run_id"]),
     )
 
 

@@ -87,7 +87,7 @@ def write_site(
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     run_id = report["run_id"]
-    common = {**page_context(report), "stages": STAGES}
+    common = {**page_context(report), "stages": report.get("stages") or STAGES}
     table = model_table(
         q, run_id, ModelFilter(per_page=models_on_page), max_per_page=models_on_page
     )
@@ -127,7 +127,7 @@ def write_site(
         html = template.render(**common, m=m, links=links, in_subfolder=True)
         written.append(write_page(out / model_files[model_id], html))
     written.append(write_page(out / "report.json", jsondoc.render(report)))
-    written.append(_write_csv(q, run_id, out / "models.csv"))
+    written.append(_write_csv(q, run_id, out / "models.csv", common["stages"]))
     written += write_op_pages(
         q, report, out, env, common, names=ops, model_link=lambda mid: _up(model_files.get(mid))
     )
@@ -138,12 +138,12 @@ def _up(path: str | None) -> str | None:
     return f"../{path}" if path else None
 
 
-def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:
+def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
     rows = q.fetch(
         f"""
         SELECT model_id, rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in STAGES)}
+          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
         FROM model_runs WHERE run_id = $run ORDER BY downloads DESC, model_id
         """,
         {"run": run_id},

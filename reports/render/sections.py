@@ -96,13 +96,14 @@ def denominators_section(d: dict[str, Any]) -> Section:
 def quantized_section(report: dict[str, Any]) -> Section:
     """Quantized checkpoints by method: run or skipped, and how far the run ones got."""
     q = report["denominators"].get("quantized") or {"by_method": []}
+    stages = report.get("stages") or STAGE_NAMES
     rows = [
         [
             r["method"],
             fmt.count(r["models"]),
             fmt.downloads(r["downloads"]),
             fmt.count(r["run"]),
-            *(fmt.count(r["stages_passed"].get(stage)) for stage in STAGE_NAMES),
+            *(fmt.count(r["stages_passed"].get(stage)) for stage in stages),
             fmt.count(r["skipped"]),
             ", ".join(r["skip_reasons"]),
         ]
@@ -111,7 +112,7 @@ def quantized_section(report: dict[str, Any]) -> Section:
     return Section(
         "quantized",
         "Quantized checkpoints by method",
-        ["method", "models", "downloads", "run", *STAGE_NAMES, "skipped", "skip reason"],
+        ["method", "models", "downloads", "run", *stages, "skipped", "skip reason"],
         rows,
         [
             "A row's `quantization` is the method its checkpoint needs (its quantization_config, "
@@ -161,6 +162,113 @@ def funnel_section(report: dict[str, Any]) -> Section:
             "does not apply to an encoder; a model that stopped at an earlier stage counts). "
             "'no fallback' = passed with no op falling back to the CPU in that stage; 'skipped' "
             "counts stages skipped for the model (not applicable, or the device's reason)."
+        ],
+    )
+
+
+def fine_tune_section(report: dict[str, Any]) -> Section:
+    """Can I fine-tune on the device: the training stages, by models and by downloads."""
+    f = report["fine_tune"]
+    rows = [
+        [
+            line["label"],
+            fmt.count(line["passed"]),
+            fmt.pct(line["passed_share"]),
+            fmt.pct(line["passed_downloads_share"]),
+            fmt.count(line["no_fallback"]),
+            fmt.pct(line["no_fallback_downloads_share"]),
+            fmt.count(line["failed"]),
+            fmt.count(line["not_run"]),
+            fmt.count(line["skipped"]),
+        ]
+        for line in f["stages"]
+        if line["rows"]
+    ]
+    lora = f["lora"]
+    notes = [
+        "Fine-tunes on the device with no CPU fallback, by downloads: "
+        f"{fmt.pct(f['default_no_fallback_downloads_share'])} with PyTorch's default AdamW, "
+        f"{fmt.pct(f['fused_no_fallback_downloads_share'])} with AdamW(fused=True) "
+        "(the optimizer stage passed, forward, backward, clip_grad_norm_, step and zero_grad "
+        "included, and no op fell back in it).",
+        f"Base: the {fmt.count(f['models'])} models of the run; "
+        f"{fmt.count(f['backward_passed'])} passed backward, which every training stage builds "
+        "on (the others are 'not run').",
+        f"LoRA ran on {fmt.count(lora['ran'])} models ({fmt.downloads(lora['ran_downloads'])} "
+        f"downloads) whose model type has peft default target modules; "
+        f"{fmt.pct(lora['passed_downloads_share_of_ran'])} of their downloads trained. Skipped: "
+        + (
+            ", ".join(f"{r['reason']} {fmt.count(r['models'])}" for r in lora["skipped_by_reason"])
+            or "none"
+        )
+        + ".",
+    ]
+    calls = f.get("step_op_calls") or {}
+    if calls:
+        shown = "; ".join(
+            f"{stage}: median {fmt.count(round(c['median']))} (min {fmt.count(c['min'])}, "
+            f"max {fmt.count(c['max'])}, {fmt.count(c['models'])} models)"
+            for stage, c in sorted(calls.items())
+        )
+        notes.append(
+            "Device op calls in the optimizer's part of one step (clip_grad_norm_, step, "
+            f"zero_grad), where the device counts them: {shown}."
+        )
+    return Section(
+        "fine_tune",
+        "Fine-tuning: can I train on the device?",
+        [
+            "training stage",
+            "passed",
+            "% models",
+            "% downloads",
+            "no fallback",
+            "% dl no fallback",
+            "failed",
+            "not run",
+            "skipped",
+        ],
+        rows,
+        notes,
+    )
+
+
+def optimizer_ops_section(report: dict[str, Any]) -> Section:
+    """The ops that fall back in the optimizer's part of a step, by downloads."""
+    rows = [
+        [
+            r["op"],
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.pct(r["downloads_share"]),
+            fmt.count(r["calls"]),
+            fmt.count(r["fused_models"]),
+            fmt.count(r["removed_by_fused"]),
+            fmt.downloads(r["removed_by_fused_downloads"]),
+            fmt.text(r["top_models"]),
+        ]
+        for r in report["fine_tune"]["optimizer_ops"]
+    ]
+    return Section(
+        "optimizer_ops",
+        "Optimizer ops that fall back to the CPU, ranked by downloads",
+        [
+            "op",
+            "models (default AdamW)",
+            "downloads",
+            "% dl",
+            "calls",
+            "models (fused)",
+            "fused removes it",
+            "dl fused removes it",
+            "most downloaded",
+        ],
+        rows,
+        [
+            "Ops that fell back only in the optimizer's part of a training step "
+            "(clip_grad_norm_, AdamW.step, zero_grad), as the device records them op by op "
+            "(the emulated device); 'fused removes it': models whose fused step passed without "
+            "it."
         ],
     )
 
@@ -385,6 +493,10 @@ def report_sections(report: dict[str, Any]) -> list[Section]:
         quantized_section(report),
         funnel_section(report),
         headline_section(report),
+    ]
+    if (report.get("fine_tune") or {}).get("ran"):
+        out += [fine_tune_section(report), optimizer_ops_section(report)]
+    out += [
         failures_section(report),
         skips_section(report),
         ops_section(report),

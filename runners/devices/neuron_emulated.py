@@ -35,7 +35,7 @@ import torch
 from torch._C import DispatchKey, DispatchKeySet
 
 from reports.errors import DeviceError
-from runners.devices import neuron_attention, neuron_rules
+from runners.devices import neuron_attention, neuron_autocast, neuron_rules
 from runners.devices.base import (
     Device,
     FallbackDisallowed,
@@ -1118,8 +1118,9 @@ def install_backend() -> None:
         )
     fallback = torch.library.Library("_", "IMPL")  # noqa: TOR901
     fallback.fallback(_opaque_to_dynamo(_fallback), "PrivateUse1")
-    # No autocast op lists for this device: autocast regions run ops in their own dtypes.
+    # Autocast: TorchNeuron's policy for the ops it lists; every other op falls through.
     fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    neuron_autocast.register(aten)
     _STATE.libraries = [aten, fallback]
     global _DEV
     _DEV = torch.device(BACKEND_NAME, 0)

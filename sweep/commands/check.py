@@ -18,7 +18,13 @@ from typing import Any
 from reports import settings
 from reports.render import fmt
 from sweep import verdict
-from sweep.commands.run import COMPILE_MODE_HELP, COMPILE_MODES, PROFILE_HELP, device_options
+from sweep.commands.run import (
+    COMPILE_MODE_HELP,
+    COMPILE_MODES,
+    PROFILE_HELP,
+    STAGES_HELP,
+    device_options,
+)
 
 # The model ran in its own (joined) process and the result is printed: the CLI ends the process
 # without the interpreter's teardown, which took 2-3 s and grew its resident memory by about
@@ -41,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--compile-backend",
         help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
     )
-    p.add_argument("--stages", help="comma-separated stages (default: all)")
+    p.add_argument("--stages", help=STAGES_HELP)
     p.add_argument("--catalog", default="bundled", help="catalog to look the id up in")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     p.add_argument("--format", choices=["text", "json"], default="text")
@@ -309,7 +315,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     )
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
-    print(f"{'stage':<10} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
+    print(f"{'stage':<16} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
     for r in rows:
         secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
         detail = r["reason"] or ""
@@ -319,7 +325,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
         if r["failing_op"]:
             detail += f" [op {r['failing_op']}]"
         print(
-            f"{r['stage']:<10} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
+            f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
             file=out,
         )

@@ -79,12 +79,12 @@ def render_text(d: dict[str, Any]) -> str:
     if m.get("quantization"):
         lines.append(f"quantization: {m['quantization']} (the method this checkpoint needs)")
     lines.append("")
-    lines.append(f"{'stage':<10}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail")
+    lines.append(f"{'stage':<16}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail")
     for r in d["stages"]:
         detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
         secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
         lines.append(
-            f"{r['stage']:<10}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"{r['stage']:<16}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
         if r["error_message"]:
@@ -93,7 +93,7 @@ def render_text(d: dict[str, Any]) -> str:
     if d["fallbacks"]:
         lines += ["", "CPU fallbacks:"]
         for f in d["fallbacks"]:
-            lines.append(f"  {f['stage']:<10}{f['op']:<48}{f['count']:>8}  {f['source']}")
+            lines.append(f"  {f['stage']:<16}{f['op']:<48}{f['count']:>8}  {f['source']}")
     if d["shrink_changes"]:
         base = "the library's default config" if d.get("config_is_default") else "the original"
         lines += ["", f"shrunk from {base}:"]

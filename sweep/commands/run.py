@@ -11,6 +11,11 @@ PROFILE_HELP = (
     "neuron: a bundled profile (default torchneuron-2026-04-21, TorchNeuron's registrations; "
     "torch-mlir, torch-xla) or a file of ATen op names"
 )
+STAGES_HELP = (
+    "comma-separated stages: load,forward,backward,compile,generate (the default), "
+    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward); or the "
+    "groups default, training, all"
+)
 COMPILE_MODES = ("raise", "eager", "partition")
 COMPILE_MODE_HELP = (
     "neuron: a graph op the compiler cannot lower raises (default, as TorchNeuron), runs the "
@@ -35,10 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--compile-backend",
         help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
     )
-    p.add_argument(
-        "--stages",
-        help="comma-separated stages (default: all): load,forward,backward,compile,generate",
-    )
+    p.add_argument("--stages", help=STAGES_HELP)
     p.add_argument(
         "--store",
         default=settings.default_store(),
