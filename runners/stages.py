@@ -31,6 +31,7 @@ from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult
+from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
 DTYPES: dict[str, torch.dtype] = {
@@ -63,16 +64,27 @@ class StageContext:
 
     spec: TinySpec
     device: Device
-    dtype: torch.dtype
+    settings: ModelSettings  # the run's, as the CLI built them
     compare: bool  # compare against a CPU reference (devices other than the CPU)
-    seed: int = 0
-    compile_backend: str = "inductor"
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
     inputs: dict[str, Any] = field(default_factory=dict)  # on the device
     cpu_inputs: dict[str, Any] = field(default_factory=dict)
     param_count: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # per-stage metrics for the row
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.settings.dtype]
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def compile_backend(self) -> str:
+        """The run's `--compile-backend`, else the device's own."""
+        return self.settings.compile_backend or self.device.compile_backend
 
 
 class StageRunner(ABC):

@@ -16,8 +16,10 @@ from model_configs.spec import CatalogEntry, TinySpec
 from reports.errors import EnvironmentFault
 from reports.schema import Stage
 from runners.outcome import ModelOutcome, StageResult
+from runners.settings import ModelSettings
 from sweep import executors
-from sweep.executors import Abandoned, PlanDone, RayExecutor, RunDone, TaskSettings
+from sweep.driver import model_oom
+from sweep.executors import Abandoned, PlanDone, Planner, RayExecutor, RunDone
 from sweep.plan import Planned, Task
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
@@ -48,7 +50,7 @@ class FakeRay:
 
             def remote(self, *args: Any) -> int:
                 ref = next(ray._ids)
-                key = _key(args[0])
+                key = _key(args[1])  # after the task's beat key
                 ray.calls.append(key)
                 pending = ray.faults.get(key)
                 if pending:
@@ -81,8 +83,8 @@ def _key(first: Any) -> str:
     return ",".join(e.model_id for e in first)
 
 
-def run_fn(spec, kwargs) -> ModelOutcome:
-    return ModelOutcome([StageResult(stage=s, status="pass") for s in kwargs["stages"]])
+def run_fn(spec, settings) -> ModelOutcome:
+    return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
 
 
 def plan_fn(entries, stages, config_dir) -> list[Planned]:
@@ -99,8 +101,10 @@ def make(monkeypatch):
     def build(faults: dict[str, list[BaseException]], retries: int = 2):
         fake = FakeRay(faults)
         monkeypatch.setattr(executors, "init_ray", lambda address, num_cpus: fake)
-        settings = TaskSettings("cpu", {}, "fp32", STAGES, 60.0, None, retries)
-        ex = RayExecutor(settings, plan_fn=plan_fn, run_fn=run_fn)
+        settings = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+        planner = Planner(plan_fn, [s.value for s in STAGES])
+        ex = RayExecutor(settings, run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
+        ex.retries = retries
         return ex, fake
 
     return build

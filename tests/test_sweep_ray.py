@@ -11,8 +11,10 @@ from collections import Counter
 import pytest
 
 from reports.store import Store
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
 
@@ -49,13 +51,8 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     store = tmp_path / "store"
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
-            stages=stage_list(STAGES),
-            run_id="r1",
-            progress=False,
+        config(
+            store, catalog, stages=stage_list(STAGES), run_id="r1", executor="ray", timeout_s=300
         )
     )
     assert summary.requested == len(MODELS)
@@ -77,13 +74,8 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
 
     # the same command again: nothing to do, nothing doubled
     again = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
-            stages=stage_list(STAGES),
-            run_id="r1",
-            progress=False,
+        config(
+            store, catalog, stages=stage_list(STAGES), run_id="r1", executor="ray", timeout_s=300
         )
     )
     assert again.already_done == len(MODELS) and again.tasks == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reports import settings
-from sweep.commands.run import COMPILE_MODE_HELP, COMPILE_MODES, PROFILE_HELP, device_options
+from sweep.commands import options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,18 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MODEL_ID_OR_CONFIG_PATH",
         help="a Hub model id, or a config.json / model_index.json / model folder",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    p.add_argument("--profile", help=PROFILE_HELP)
-    p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument(
-        "--compile-backend",
-        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
-    )
-    p.add_argument("--stages", help="comma-separated stages (default: all)")
     p.add_argument("--catalog", default="bundled", help="catalog to look the id up in")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    options.add_device_arguments(p)
+    options.add_model_arguments(p)
+    options.add_limit_arguments(p, timeout=600.0, per="model")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--architecture", help="transformers/diffusers class to build (optional)")
 
@@ -109,27 +101,16 @@ def _entry_from_hub(model_id: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runners.devices import get_device
-    from sweep.driver import stage_list
     from sweep.rows import RunContext, config_row, model_rows
 
-    stages = stage_list(args.stages)
-    options = device_options(args)
-    device = get_device(args.device, **options)  # unknown device: exit 2 before any work
-    planned = _plan(args, stages)
+    task = options.model_settings(args)
+    device = task.device.build()  # unknown device: exit 2 before any work
+    planned = _plan(args, list(task.stages))
     outcome = planned.outcome
     if outcome is None:
         from runners.isolation import run_isolated
 
-        outcome = run_isolated(
-            planned.spec,
-            device=args.device,
-            device_options=options,
-            dtype=args.dtype,
-            stages=stages,
-            timeout_s=args.timeout,
-            compile_backend=args.compile_backend,
-        )
+        outcome = run_isolated(planned.spec, task)
     profile, profile_hash = device.profile_info()
     ctx = RunContext(
         run_id="check",
@@ -137,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         device_emulated=device.emulated,
         device_profile=profile,
         device_profile_hash=profile_hash,
-        dtype=args.dtype,
+        dtype=task.dtype,
     )
     rows, fallbacks = model_rows(ctx, planned, outcome)
     ok = all(

@@ -6,7 +6,7 @@ import argparse
 import ipaddress
 import sys
 
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands.options import add_store_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
