@@ -33,7 +33,7 @@ from reports.store import OP_SWEEP_TABLES, Store, check_run_id, new_run_id, utcn
 from runners import containment, faults
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
-from sweep.executors import Abandoned, Executor, GiveUp, RunDone, make_executor
+from sweep.executors import Abandoned, Executor, GiveUp, RunDone, RunFn, make_executor
 from sweep.progress import SweepProgress
 from sweep.session import RunRow, Warn, locked_run
 from sweep.settings import OpRun, software_versions
@@ -101,10 +101,15 @@ def completed_units(store: Store, run_id: str) -> set[tuple[str, str]]:
     )
 
 
-def run_op_sweep(run: OpRun, *, warn: Warn | None = None) -> OpSweepSummary:
+def run_op_sweep(
+    run: OpRun, *, run_fn: RunFn | None = None, warn: Warn | None = None
+) -> OpSweepSummary:
     """Run (or resume) an op sweep; returns what was done. Raises UsageError for bad settings
     (a resume with other settings, a run another driver holds), SystemFaultError when the
-    environment keeps failing task after task."""
+    environment keeps failing task after task.
+
+    `run_fn` replaces the body of the op tasks (tests and benches of the driver); `warn` gets
+    one line per problem found in the store (default: stderr)."""
     from runners.op_sweep.opdb import INPUTS, get_opinfo, select_opinfos
 
     start = time.monotonic()
@@ -163,7 +168,7 @@ def run_op_sweep(run: OpRun, *, warn: Warn | None = None) -> OpSweepSummary:
                 ) as bar,
             ):
                 if groups:
-                    executor = make_executor(run.job, run.task, run_fn=op_group_task)
+                    executor = make_executor(run.job, run.task, run_fn=run_fn or op_group_task)
                     try:
                         loop.run(executor, groups, writer, bar.advance)
                     finally:
