@@ -208,3 +208,41 @@ def test_a_retry_waits_for_its_backoff(make, monkeypatch):
     time.sleep(0.6)
     (done,) = ex.wait(0)
     assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]
+
+
+def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch):
+    """Before: a task was given up once its wall time passed a guard (2.5 timeouts + 120 s),
+    however alive its worker was: on a loaded machine a slow model was retried, then lost. Now
+    only silence counts: the worker's beat, or before the task starts, the others'."""
+    ex, fake = make({})
+    ex.guard_s = 0.2
+    monkeypatch.setattr(fake, "wait", lambda refs, num_returns=1, timeout=None: ([], list(refs)))
+    beats = itertools.count()
+    monkeypatch.setattr(ex, "_beats", lambda keys: {k: str(next(beats)).encode() for k in keys})
+    ex.submit_run(task("m"))
+    for _ in range(5):  # five guards long, and it beats
+        time.sleep(0.1)
+        assert ex.wait(0) == []
+    assert not fake.cancelled and ex.running() == 1
+    monkeypatch.setattr(ex, "_beats", lambda keys: {k: b"still" for k in keys})
+    deadline = time.monotonic() + 5
+    while not fake.cancelled and time.monotonic() < deadline:
+        time.sleep(0.1)
+        ex.wait(0)
+    assert fake.cancelled  # silent for its guard: cancelled, retry queued
+
+
+def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
+    from reports.errors import SystemFaultError
+
+    ex, fake = make({})
+    monkeypatch.setattr(executors, "PING_S", 0.0)
+    monkeypatch.setattr(executors, "GONE_AFTER_S", 0.5)
+    monkeypatch.setattr(ex, "_beats", lambda keys: None)  # the GCS does not answer
+    ex._embedded = False
+    ex.wait(0)  # not for long enough yet
+    time.sleep(0.6)
+    with pytest.raises(SystemFaultError, match="the Ray cluster stopped under the driver"):
+        ex.wait(0)
+    ex.close()  # nothing to cancel on a cluster that is gone
+    assert not fake.cancelled

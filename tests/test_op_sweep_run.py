@@ -250,8 +250,7 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
 
 @pytest.mark.slow
 def test_ray_driver(tmp_path: Path) -> None:
-    """Through the CLI, with its own embedded Ray (a session-wide Ray would not survive the
-    two-node cluster test's `ray stop`)."""
+    """Through the CLI, with its own embedded Ray, as a user runs it."""
     store = tmp_path / "store"
     out = _ops(
         "--ops", "add,sum,softmax", "--dtypes", "fp32", "--device", "cpu", "--group-size", "2",
