@@ -47,6 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -564,6 +565,63 @@ def section_env(trials: int, work: Path) -> list[Line]:
 # ---- the driver killed at random moments ---------------------------------------------------
 
 
+def kill_and_resume(
+    line: Line,
+    cmd: list[str],
+    counts: Callable[[], Counter],
+    kills: int,
+    rng: random.Random,
+    work: Path,
+) -> None:
+    """Start `cmd` (a driver) and SIGKILL it at a random moment, `kills` times, each time
+    counting what it lost (rows there before, gone after), doubled or left behind; then run it
+    to the end. A driver that finished before its kill is no trial (what it did still counts)."""
+    seen: Counter = Counter()
+    for _ in range(kills):
+        mark = uuid.uuid4().hex
+        driver = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=bench_env(mark, None, work),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            driver.wait(rng.uniform(1.0, 20.0))
+        except subprocess.TimeoutExpired:
+            driver.send_signal(signal.SIGKILL)
+        _, err = driver.communicate()
+        orphans = left_behind(mark, 10.0)
+        now = counts()
+        lost = sum(1 for key, n in seen.items() if n and now[key] == 0)
+        dup = sum(n - 1 for n in now.values() if n > 1)
+        line.lost += lost
+        line.duplicated += dup
+        line.orphans += len(orphans)
+        seen = now
+        if driver.returncode == 0:
+            print(f"{line.fault}: the run finished before kill {line.trials + 1} of {kills}",
+                  file=sys.stderr)  # fmt: skip
+            break
+        line.trials += 1
+        errored = driver.returncode != -signal.SIGKILL
+        if errored:
+            print(err[-2000:], file=sys.stderr)
+        line.survived += int(not lost and not dup and not orphans and not errored)
+    final = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(uuid.uuid4().hex, None, work),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if final.returncode != 0:
+        line.survived = min(line.survived, line.trials - 1)
+        print(final.stderr[-2000:], file=sys.stderr)
+
+
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
     # Large enough that every kill lands mid-run (on the 2-core machine 150 models took 19
@@ -588,60 +646,15 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
         "2",
         "--no-report",
     ]
-    seen: Counter = Counter()
-    for _ in range(kills):
-        mark = uuid.uuid4().hex
-        driver = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=bench_env(mark, None, work),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        delay = rng.uniform(1.0, 20.0)
-        try:
-            driver.wait(delay)
-        except subprocess.TimeoutExpired:
-            driver.send_signal(signal.SIGKILL)
-        _, err = driver.communicate()
-        finished = driver.returncode == 0
-        orphans = left_behind(mark, 10.0)
-        counts = pair_counts(read_rows(store, "kill"))
-        lost = sum(1 for pair, n in seen.items() if n and counts[pair] == 0)
-        dup = sum(c - 1 for c in counts.values() if c > 1)
-        line.lost += lost
-        line.duplicated += dup
-        line.orphans += len(orphans)
-        seen = counts
-        if finished:  # not a kill: not a trial (what it lost or left still counts)
-            print(
-                f"kill section: the run finished before kill {line.trials + 1} of {kills}",
-                file=sys.stderr,
-            )
-            break
-        line.trials += 1
-        errored = driver.returncode != -signal.SIGKILL
-        if errored:
-            print(err[-2000:], file=sys.stderr)
-        line.survived += int(not lost and not dup and not orphans and not errored)
-    final = subprocess.run(
-        cmd,
-        cwd=ROOT,
-        env=bench_env(uuid.uuid4().hex, None, work),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    kill_and_resume(line, cmd, lambda: pair_counts(read_rows(store, "kill")), kills, rng, work)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
     missing = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
     line.lost += missing
     line.duplicated = max(line.duplicated, sum(c - 1 for c in counts.values() if c > 1))
     line.mislabelled = sum(1 for r in rows if r["status"] != "pass")
-    if final.returncode != 0 or missing:
+    if missing:
         line.survived = min(line.survived, line.trials - 1)
-        print(final.stderr[-2000:], file=sys.stderr)
     print(
         f"kill section: {line.trials} kills; the final run wrote {len(rows)} rows for {len(ids)} models",
         file=sys.stderr,
@@ -806,44 +819,13 @@ def section_ops_kill(kills: int, work: Path, seed: int) -> list[Line]:
     cmd = [*HFSWEEP, "ops", "--ops", ",".join(ops), "--dtypes", "fp32", "--device", "cpu"]
     cmd += ["--store", str(store), "--run-id", "kill", "--num-cpus", "2", "--group-size", "1"]
     cmd += ["--no-report"]
-    seen: Counter = Counter()
-    for _ in range(kills):
-        mark = uuid.uuid4().hex
-        driver = subprocess.Popen(
-            cmd, cwd=ROOT, env=bench_env(mark, None, work), stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            driver.wait(rng.uniform(1.0, 20.0))
-        except subprocess.TimeoutExpired:
-            driver.send_signal(signal.SIGKILL)
-        _, err = driver.communicate()
-        orphans = left_behind(mark, 10.0)
-        counts = op_keys(op_rows(store, "kill"))
-        lost = sum(1 for key, n in seen.items() if n and counts[key] == 0)
-        dup = sum(n - 1 for n in counts.values() if n > 1)
-        line.lost += lost
-        line.duplicated += dup
-        line.orphans += len(orphans)
-        seen = counts
-        if driver.returncode == 0:  # not a kill: not a trial
-            print(f"ops kill section: the run finished before kill {line.trials + 1}",
-                  file=sys.stderr)  # fmt: skip
-            break
-        line.trials += 1
-        errored = driver.returncode != -signal.SIGKILL
-        if errored:
-            print(err[-2000:], file=sys.stderr)
-        line.survived += int(not lost and not dup and not orphans and not errored)
-    final = subprocess.run(cmd, cwd=ROOT, env=bench_env(uuid.uuid4().hex, None, work),
-                           capture_output=True, text=True, timeout=3600)  # fmt: skip
+    kill_and_resume(line, cmd, lambda: op_keys(op_rows(store, "kill")), kills, rng, work)
     counts = op_keys(op_rows(store, "kill"))
     missing = sum(1 for op in ops if not any(k[0] == op for k in counts))
     line.lost += missing
     line.duplicated = max(line.duplicated, sum(n - 1 for n in counts.values() if n > 1))
-    if final.returncode != 0 or missing:
+    if missing:
         line.survived = min(line.survived, line.trials - 1)
-        print(final.stderr[-2000:], file=sys.stderr)
     print(f"ops kill section: {line.trials} kills; {len(ops)} OpInfos, {sum(counts.values())} "
           "rows at the end", file=sys.stderr)  # fmt: skip
     return [line]

@@ -31,7 +31,7 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -233,8 +233,10 @@ def run_sweep(
                 if already:
                     ledger.resume(store, run_id)  # groups that ran before the kill stay done
                 todo = _not_done(select_entries(stream, run), done)
+                # nothing left to run: no Ray to start (a resume of a finished run is instant)
+                job = run.job if already < requested else replace(run.job, executor="local")
                 executor = make_executor(
-                    run.job,
+                    job,
                     run.task,
                     run_fn=run_fn or model_task,
                     planner=planner,

@@ -419,21 +419,28 @@ def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
 
 
 def test_the_defaults_the_readme_promises():
-    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB, a lease renewed every
-    5 s and stale after 30 s. A change to any of them must change the README too."""
+    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB (`run` and `ops`), a
+    lease renewed every 5 s and stale after 30 s, a task's worker beating every 5 s and a task
+    silent for 5 minutes taken for lost, a cluster not answering for 20 s gone. A change to
+    any of them must change the README too."""
     import argparse
 
     from reports import locks
+    from sweep.commands import ops as ops_command
     from sweep.commands import run as run_command
+    from sweep.settings import OpRun
 
-    parser = argparse.ArgumentParser()
-    run_command.add_arguments(parser)
-    args = parser.parse_args([])
-    assert (args.retries, args.memory_limit) == (2, 4.0)
+    for command in (run_command, ops_command):
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        args = parser.parse_args([])
+        assert (args.retries, args.memory_limit) == (2, 4.0)
     defaults = ModelRun()
     assert defaults.job.flush_s == 2.0 and defaults.job.retries == 2
     assert defaults.task.memory_limit == 4 << 30
+    assert OpRun().job.flush_s == 2.0 and OpRun().task.memory_limit == 4 << 30
     assert locks.HEARTBEAT_S == 5.0
+    assert (executors.BEAT_S, executors.GUARD_S, executors.GONE_AFTER_S) == (5.0, 300.0, 20.0)
 
 
 def test_a_lease_goes_stale_after_30_s_without_a_heartbeat(tmp_path):

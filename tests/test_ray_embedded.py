@@ -127,3 +127,20 @@ def test_a_driver_whose_ray_dies_under_it_ends_with_one_error_and_exit_3(tmp_pat
     assert "Traceback" not in err and "Failed to connect to GCS" not in err
     assert not Store(tmp_path / "s").read("results", "r").num_rows  # nothing was recorded
     assert Store(tmp_path / "s").run("r")["status"] == "interrupted"
+
+
+def test_the_embedded_rays_workers_run_at_the_drivers_niceness():
+    """Ray starts its workers at niceness +15: beside any busy process the models starved (the
+    fault matrix under load went from 62 s to over 5 minutes, and wall-clock timeouts fired)."""
+    code = (
+        "import os\n"
+        "from sweep.executors import init_ray\n"
+        "ray = init_ray(None, 1)\n"
+        "print(ray.get(ray.remote(lambda: os.nice(0)).remote()), os.nice(0))\n"
+    )
+    proc = subprocess.run(
+        [HFSWEEP[0], "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    worker, driver = map(int, proc.stdout.split())
+    assert worker == driver
