@@ -27,6 +27,7 @@ from reports.store import Store
 from sweep.driver import run_sweep
 from sweep.plan import plan_entry
 from tests.conftest import write_catalog
+from tests.test_driver_faults import config as run_config
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
 # Small to build, and between them: decoder, encoder, encoder-decoder, two towers, a vision
@@ -262,7 +263,7 @@ def test_a_sweep_over_hostile_configs_gives_every_model_its_rows(tmp_path):
         (folder / "config.json").write_text(text)
     store = tmp_path / "store"
     summary = run_sweep(
-        config(store, catalog, run_id="hostile", timeout_s=120, memory_limit=256 << 20)
+        run_config(store, catalog, run_id="hostile", timeout_s=120, memory_limit=256 << 20)
     )
     assert not summary.abandoned
     rows = Store(store).read("results", "hostile").to_pylist()
