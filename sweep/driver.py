@@ -145,6 +145,19 @@ def _selected(stream: CatalogStream, run: ModelRun) -> Iterator[CatalogEntry]:
     return entries if run.top is None else itertools.islice(entries, run.top)
 
 
+def _progress(
+    store: Store, run_id: str, stream: CatalogStream, run: ModelRun
+) -> tuple[pa.Array, int, int]:
+    """The model ids that already have rows in the run (one compact Arrow array), how many
+    models the run asks for and how many of those are done: two counting passes over the
+    catalog, nothing kept."""
+    done = store.read("results", run_id, columns=["model_id"]).column("model_id").unique()
+    done = done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
+    requested = sum(1 for _ in select_entries(stream, run))
+    already = requested - sum(1 for _ in _not_done(select_entries(stream, run), done))
+    return done, requested, already
+
+
 def _not_done(entries: Iterator[CatalogEntry], done: pa.Array) -> Iterator[CatalogEntry]:
     """Entries without rows in the run yet (`done`: model ids, as one compact Arrow array)."""
     import pyarrow.compute as pc
@@ -191,20 +204,8 @@ def run_sweep(
         settings=settings,
         warn=warn or _stderr,
     ) as opened:
-        profile, profile_hash = device.profile_info()
-        context = RunContext(
-            run_id=run_id,
-            device=device.name,
-            device_emulated=device.emulated,
-            device_profile=profile,
-            device_profile_hash=profile_hash,
-            dtype=run.task.dtype,
-        )
-        done = store.read("results", run_id, columns=["model_id"]).column("model_id").unique()
-        done = done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
-        # two counting passes over the catalog: nothing is kept
-        requested = sum(1 for _ in select_entries(stream, run))
-        already = requested - sum(1 for _ in _not_done(select_entries(stream, run), done))
+        context = RunContext.of(run_id, device, run.task.dtype)
+        done, requested, already = _progress(store, run_id, stream, run)
         row = {
             "run_id": run_id,
             "catalog_size": stream.size,

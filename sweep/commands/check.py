@@ -111,15 +111,7 @@ def run(args: argparse.Namespace) -> int:
         from runners.isolation import run_isolated
 
         outcome = run_isolated(planned.spec, task)
-    profile, profile_hash = device.profile_info()
-    ctx = RunContext(
-        run_id="check",
-        device=device.name,
-        device_emulated=device.emulated,
-        device_profile=profile,
-        device_profile_hash=profile_hash,
-        dtype=task.dtype,
-    )
+    ctx = RunContext.of("check", device, task.dtype)
     rows, fallbacks = model_rows(ctx, planned, outcome)
     ok = all(
         r["status"] == "pass" or (r["status"] == "skip" and r["reason"] == "not_applicable")
