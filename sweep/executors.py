@@ -346,11 +346,18 @@ def _beating(fn: Callable[..., Any]) -> Callable[..., Any]:
                 if stop.wait(BEAT_S):
                     return
 
-        threading.Thread(target=beat, daemon=True, name="task-beat").start()
+        thread = threading.Thread(target=beat, daemon=True, name="task-beat")
+        thread.start()
         try:
             return fn(*args)
         finally:
             stop.set()
+            thread.join(1.0)
+            with contextlib.suppress(Exception):  # the task is over: its key goes
+                from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+                client = internal_kv_get_gcs_client()
+                client.internal_kv_del(key, False, NAMESPACE.encode(), timeout=BEAT_S)
 
     return body
 
@@ -377,10 +384,16 @@ def _ray_worker_name() -> str:
 @dataclass
 class _Job:
     attempt: int
-    key: bytes = field(default_factory=lambda: f"beat:{uuid.uuid4().hex}".encode())
+    key: bytes = b""  # where its worker beats: new for every submission
     submitted: float = 0.0
     alive: float = 0.0  # the last sign of life the driver saw (its clock)
     beat: bytes | None = None  # the last beat seen (None: the task has not started)
+
+    def submitting(self) -> bytes:
+        self.key = f"beat:{uuid.uuid4().hex}".encode()
+        self.submitted = self.alive = time.monotonic()
+        self.beat = None
+        return self.key
 
 
 @dataclass
@@ -465,10 +478,8 @@ class RayExecutor:
     def _submit_plan(self, job: _PlanJob) -> None:
         assert self.planner is not None and self._plan_remote is not None
         ref = self._plan_remote.remote(
-            job.key, list(job.entries), self.planner.stages, self.planner.config_dir
+            job.submitting(), list(job.entries), self.planner.stages, self.planner.config_dir
         )
-        job.submitted = job.alive = time.monotonic()
-        job.beat = None
         self._plans[ref] = job
 
     def submit_run(self, task: Any, attempt: int = 1) -> None:
@@ -479,9 +490,7 @@ class RayExecutor:
         if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
             broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
             remote = self._run_base.options(runtime_env=broken)
-        ref = remote.remote(job.key, job.task.payload, self.settings)
-        job.submitted = job.alive = time.monotonic()
-        job.beat = None
+        ref = remote.remote(job.submitting(), job.task.payload, self.settings)
         self._runs[ref] = job
 
     def running(self) -> int:
