@@ -95,7 +95,7 @@ class ModelRun:
 class OpRun:
     """Everything `hfsweep ops` was asked to do."""
 
-    job: JobSettings = JobSettings(retries=2)
+    job: JobSettings = JobSettings()
     task: OpSettings = OpSettings()
     ops: tuple[str, ...] | None = None  # OpInfo names; None: all of op_db
     group_size: int = 4  # OpInfos per task
