@@ -49,19 +49,19 @@ def run_id(device: str, profile: str | None, top: int) -> str:
 
 
 def sweep(store: Path, device: str, profile: str | None, top: int, compile_backend: str | None):
-    from sweep.driver import RunConfig, run_sweep
+    from runners.settings import DeviceChoice, ModelSettings
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
 
     rid = run_id(device, profile, top)
     start = time.perf_counter()
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
+        ModelRun(
+            job=JobSettings(store=str(store), run_id=rid, progress=False),
+            task=ModelSettings(
+                device=DeviceChoice(device, profile=profile), compile_backend=compile_backend
+            ),
             top=top,
-            device=device,
-            device_options={"profile": profile} if profile else {},
-            run_id=rid,
-            progress=False,
-            compile_backend=compile_backend,
         )
     )
     return rid, time.perf_counter() - start, summary

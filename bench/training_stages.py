@@ -46,7 +46,10 @@ def dl(n: float | None) -> str:
 
 def sweep(args: argparse.Namespace, device: str, stages: str) -> tuple[str, float]:
     from reports.store import Store
-    from sweep.driver import RunConfig, run_sweep, stage_list
+    from runners.settings import ModelSettings
+    from sweep.commands.options import stage_list
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
 
     run_id = f"train-{device}-{args.top}"
     run = Store(args.store).run(run_id)
@@ -54,15 +57,14 @@ def sweep(args: argparse.Namespace, device: str, stages: str) -> tuple[str, floa
         return run_id, 0.0
     start = time.perf_counter()
     run_sweep(
-        RunConfig(
-            store=args.store,
+        ModelRun(
+            job=JobSettings(
+                store=args.store, run_id=run_id, num_cpus=args.num_cpus, progress=False
+            ),
+            task=ModelSettings(
+                device=device, stages=tuple(stage_list(stages)), timeout_s=args.timeout
+            ),
             top=args.top,
-            device=device,
-            stages=stage_list(stages),
-            run_id=run_id,
-            num_cpus=args.num_cpus,
-            timeout_s=args.timeout,
-            progress=False,
         )
     )
     return run_id, time.perf_counter() - start

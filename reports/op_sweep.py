@@ -22,6 +22,7 @@ from reports.coverage import device_label, share
 from reports.models import reproduce_command
 from reports.query import StoreQuery
 from reports.schema import (
+    OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
     OP_SKIP_PYTORCH,
     OPS_SCHEMA,
@@ -32,7 +33,7 @@ from reports.store import Store
 
 _PYTORCH = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_PYTORCH, key=lambda r: r.value))
 _DEVICE = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_DEVICE, key=lambda r: r.value))
-_FAILED = "'fail', 'timeout', 'crash'"
+_FAILED = ", ".join(f"'{s.value}'" for s in sorted(OP_FAILED_STATUSES, key=lambda s: s.value))
 
 # Base name of an ATen op, as `runners.devices.profiles.base_name`: drop the overload and one
 # trailing in-place underscore (never a dunder's).
@@ -92,6 +93,7 @@ SELECT dtype, count(*) AS total,
   count(*) FILTER (WHERE status = 'fail') AS failed_error,
   count(*) FILTER (WHERE status = 'timeout') AS failed_timeout,
   count(*) FILTER (WHERE status = 'crash') AS failed_crash,
+  count(*) FILTER (WHERE status = 'oom') AS failed_oom,
   count(*) FILTER (WHERE status = 'not_run') AS not_run,
   count(*) FILTER (WHERE status = 'wrong') AS wrong,
   count(DISTINCT opinfo) AS opinfos,
@@ -319,7 +321,7 @@ class OpSweepQuery:
           count(*) FILTER (WHERE status IN ({_FAILED})) AS failed,
           count(*) FILTER (WHERE status = 'wrong') AS wrong,
           count(*) FILTER (WHERE status = 'skip') AS skipped,
-          count(*) FILTER (WHERE status IN ('timeout', 'crash')) AS lost,
+          count(*) FILTER (WHERE status IN ('timeout', 'crash', 'oom')) AS lost,
           arg_min(error_signature, sample_index) FILTER (WHERE status IN ({_FAILED}))
             AS first_error,
           max(max_abs_error) FILTER (WHERE status = 'wrong') AS max_abs_error
@@ -351,6 +353,7 @@ class OpSweepQuery:
               AND o.dtype = u.dtype AND o.sample_index = u.sample_index AND o.phase = u.phase
             WHERE u.run_id = $run AND u.op = $op
             ORDER BY CASE o.status WHEN 'fail' THEN 0 WHEN 'wrong' THEN 1 WHEN 'crash' THEN 2
+              WHEN 'oom' THEN 2
               WHEN 'timeout' THEN 3 WHEN 'skip' THEN 5 ELSE 4 END, u.fell_back DESC,
               o.dtype, o.opinfo, o.sample_index, o.phase
             LIMIT $limit
@@ -406,6 +409,7 @@ def _empty_counts() -> dict[str, Any]:
         "failed_error",
         "failed_timeout",
         "failed_crash",
+        "failed_oom",
         "not_run",
         "wrong",
         "opinfos",

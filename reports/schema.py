@@ -138,7 +138,8 @@ class OpStatus(str, enum.Enum):
     FAIL = "fail"  # raised on the device (the CPU reference did not)
     WRONG = "wrong"  # ran, but outputs or gradients differ from the CPU beyond tolerance
     TIMEOUT = "timeout"  # did not finish within the per-sample timeout (the process was killed)
-    CRASH = "crash"  # the process running it died (segfault, abort, out of memory)
+    CRASH = "crash"  # the process running it died (a segfault, an abort)
+    OOM = "oom"  # it allocated past the memory budget, or the kernel's OOM killer killed it
     SKIP = "skip"  # not run on the device, with an OpSkipReason
     NOT_RUN = "not_run"  # backward, when the forward pass did not run to the end
 
@@ -146,7 +147,7 @@ class OpStatus(str, enum.Enum):
         return self.value
 
 
-OP_FAILED_STATUSES = frozenset({OpStatus.FAIL, OpStatus.TIMEOUT, OpStatus.CRASH})
+OP_FAILED_STATUSES = frozenset({OpStatus.FAIL, OpStatus.TIMEOUT, OpStatus.CRASH, OpStatus.OOM})
 
 
 class OpSkipReason(str, enum.Enum):
@@ -400,15 +401,20 @@ OP_SUMMARY_SCHEMA = pa.schema(
 OP_RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # running | finished | interrupted
+        # running | finished | interrupted | incomplete (as the runs table's)
+        pa.field("status", pa.string(), nullable=False),
         pa.field("started_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("device", pa.string()),
         pa.field("device_emulated", pa.bool_()),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("dtypes", pa.string()),  # comma-separated
         pa.field("inputs", pa.string()),  # sample | reference (OpInfo's sample_inputs or more)
+        pa.field("timeout_s", pa.float64()),  # per sample
+        pa.field("memory_limit_bytes", pa.int64()),  # per child (0: no cap)
+        pa.field("declarations_hash", pa.string()),  # of the --skips file ("none": no file)
         pa.field("opinfos_requested", pa.int64()),
         pa.field("opinfo_filter", pa.string()),  # the --ops list, or null for all of op_db
         pa.field("torch_version", pa.string()),

@@ -33,6 +33,7 @@ from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult
+from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
 DTYPES: dict[str, torch.dtype] = {
@@ -65,10 +66,8 @@ class StageContext:
 
     spec: TinySpec
     device: Device
-    dtype: torch.dtype
+    settings: ModelSettings  # the run's, as the CLI built them
     compare: bool  # compare against a CPU reference (devices other than the CPU)
-    seed: int = 0
-    compile_backend: str = "inductor"
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
     # the loaded weights on the CPU, untouched by any stage: what each training stage copies
@@ -81,6 +80,19 @@ class StageContext:
     extra: dict[str, Any] = field(default_factory=dict)  # per-stage metrics for the row
     # the optimizer's part of a training step, recorded apart (`FallbackSource.OPTIMIZER`)
     step_log: FallbackLog | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.settings.dtype]
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def compile_backend(self) -> str:
+        """The run's `--compile-backend`, else the device's own."""
+        return self.settings.compile_backend or self.device.compile_backend
 
 
 class StageRunner(ABC):

@@ -51,7 +51,7 @@ def version_line() -> str:
     """`hfsweep 0.1.0 (git 1a2b3c4d5e6f)`; the commit of this code's checkout, if it is one."""
     from importlib import metadata
 
-    from sweep.driver import _git_sha
+    from sweep.settings import _git_sha
 
     try:
         number = metadata.version("hfsweep")

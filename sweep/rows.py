@@ -21,6 +21,12 @@ class RunContext:
     device_profile_hash: str | None
     dtype: str
 
+    @classmethod
+    def of(cls, run_id: str, device: Any, dtype: str) -> RunContext:
+        """What the rows of run `run_id` on the built `device` repeat."""
+        profile, profile_hash = device.profile_info()
+        return cls(run_id, device.name, device.emulated, profile, profile_hash, dtype)
+
 
 def model_rows(
     run: RunContext,

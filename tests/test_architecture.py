@@ -34,15 +34,12 @@ MAY_IMPORT = {
     "reports": set(),
     "dashboard": {"reports"},
 }
-# Edges of the two circles other engineers remove (issue 18), allowed until they merge.
+# Edges of the circle another engineer removes (issue 18), allowed until it merges.
 # Whoever merges them deletes the entry (`test_known_edges_still_exist` says when).
 KNOWN_EDGES = {
     # circle 4: the compiler reads the emulator's pending-error store (`take_pending_error`).
     # Removed by "i17neuron" (neuron moves into runners/devices/neuron/, the store into a leaf).
     ("runners.neuron_compile", "runners.devices.neuron_emulated"),
-    # circle 5: the op sweep's run imports `Unit` / `SweepOptions` from its isolation module.
-    # Removed by "i18core" (the op sweep runs through the model sweep's core and supervisor).
-    ("runners.op_sweep.run", "runners.op_sweep.isolation"),
 }
 _LAZY_TARGET = re.compile(rf"({'|'.join(FOLDERS)})(\.\w+)+:\w+")
 

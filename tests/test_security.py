@@ -24,6 +24,7 @@ from model_configs.spec import CatalogEntry
 from reports.errors import ConfigError
 from reports.schema import FALLBACKS_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA
 from reports.store import Store
+from runners.settings import ModelSettings
 from sweep.plan import plan_entry
 from tests.conftest import ROOT, write_catalog
 
@@ -164,7 +165,7 @@ def test_configs_asking_for_remote_code_never_get_it(tmp_path, remote_code_tripw
     planned = _plan_local(folder)
     assert planned.outcome is None and planned.spec is not None
     assert hasattr(transformers, planned.spec.architecture)
-    outcome = run_model(planned.spec, device="cpu", stages=STAGES)
+    outcome = run_model(planned.spec, ModelSettings(device="cpu", stages=STAGES))
     assert [s.status for s in outcome.stages] == ["pass", "pass"], outcome.stages
     # a custom class name with a known type: still the library's class
     folder = _local(

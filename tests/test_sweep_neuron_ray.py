@@ -12,8 +12,10 @@ from collections import Counter
 import pytest
 
 from reports.store import Store
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +43,14 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     store = tmp_path / "store"
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
+        config(
+            store,
+            catalog,
             device="neuron",
             stages=stage_list(STAGES),
             run_id="n1",
-            progress=False,
+            executor="ray",
+            timeout_s=300,
         )
     )
     assert summary.tasks == 3
@@ -99,14 +101,14 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
 
     # the same command again: nothing to run, nothing doubled
     again = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
+        config(
+            store,
+            catalog,
             device="neuron",
             stages=stage_list(STAGES),
             run_id="n1",
-            progress=False,
+            executor="ray",
+            timeout_s=300,
         )
     )
     assert again.already_done == len(MODELS) and again.tasks == 0

@@ -18,8 +18,9 @@ from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from runners import stages as stages_module
 from runners import training
 from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.run_model import run_model
-from sweep.driver import stage_list
+from runners.run_model import run_model as run_with_settings
+from runners.settings import ModelSettings
+from sweep.commands.options import stage_list
 from tests.neuron_support import forked
 
 TRAIN = ["load", "forward", "backward", "optimizer", "optimizer_fused", "amp", "lora"]
@@ -44,6 +45,13 @@ def llama():
 @pytest.fixture(scope="module")
 def neuron() -> NeuronEmulatedDevice:
     return NeuronEmulatedDevice()  # set up inside the forked test
+
+
+def run_model(spec, *, device="cpu", **settings):
+    """`run_model` with the settings as keywords; `device`: a name, or a device set up here."""
+    if isinstance(device, str):
+        return run_with_settings(spec, ModelSettings(device=device, **settings))
+    return run_with_settings(spec, ModelSettings(device=device.name, **settings), device=device)
 
 
 def by_stage(outcome) -> dict:

@@ -2,7 +2,9 @@
 
 `sweep_units` is what the child process of `runners/op_sweep/isolation.py` runs; `send` receives
 ("unit", (unit, dtype)) before each OpInfo x dtype, ("sample", {...}) before each sample and
-("row", row) for each result row, so that the parent always knows what was in progress.
+("row", row) for each result row, so that the parent always knows what was in progress. An
+exception that is the environment's (`is_environment_error`: the device stopped answering)
+is never a sample's row: it ends the process, and the task is retried.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import torch
 
+from reports.errors import is_environment_error, safe_text
 from reports.schema import OpSkipReason, OpStatus
 from runners.devices.base import Device
 from runners.op_sweep.check import (
@@ -24,8 +27,9 @@ from runners.op_sweep.check import (
     sample_dtypes,
 )
 from runners.op_sweep.declarations import DeviceDeclarations, load_declarations
-from runners.op_sweep.isolation import SweepOptions, Unit
 from runners.op_sweep.opdb import DTYPES, applicability, get_opinfo, tolerance
+from runners.op_sweep.units import Unit
+from runners.settings import OpSettings
 from runners.signature import error_signature, short_message
 
 Send = Callable[[tuple[str, Any]], None]
@@ -108,11 +112,11 @@ def sweep_units(
     units: list[Unit],
     start: tuple[int, int, int],
     device: Device,
-    opts: SweepOptions,
+    settings: OpSettings,
     *,
     send: Send,
 ) -> None:
-    decl = load_declarations(device.name, opts.declarations)
+    decl = load_declarations(device.name, settings.declarations)
     lowering = lowering_of(device)
     dev_type = device_type(device)
     for ui in range(start[0], len(units)):
@@ -124,7 +128,7 @@ def sweep_units(
             send(("unit", (ui, di)))
             first_sample = start[2] if (ui, di) == (start[0], start[1]) else 0
             _sweep_dtype(
-                unit, dtype, op, device, opts, decl, lowering, dev_type, first_sample, send
+                unit, dtype, op, device, settings, decl, lowering, dev_type, first_sample, send
             )
 
 
@@ -133,7 +137,7 @@ def _sweep_dtype(
     dtype: str,
     op: Any,
     device: Device,
-    opts: SweepOptions,
+    settings: OpSettings,
     decl: DeviceDeclarations,
     lowering: Lowering,
     dev_type: str,
@@ -187,13 +191,17 @@ def _sweep_dtype(
         backward_skip=app.backward,
         expected_failure=app.expected_failure,
         lowering=lowering,
-        seed=opts.seed,
+        seed=settings.seed,
     )
     phases = ["forward"] if app.backward is not None else ["forward", "backward"]
     index = -1
     try:
         samples = iter_samples(
-            op, tdtype, inputs=opts.inputs, requires_grad=app.backward is None, seed=opts.seed
+            op,
+            tdtype,
+            inputs=settings.inputs,
+            requires_grad=app.backward is None,
+            seed=settings.seed,
         )
         for index, (sample, host_only) in enumerate(samples):
             if index < first_sample:
@@ -201,6 +209,8 @@ def _sweep_dtype(
             send(("sample", {"index": index, "phases": phases, "sample": describe(sample)}))
             _check_one(ctx, index, sample, host_only, device, decl, unit, dtype, phases, send)
     except Exception as exc:  # the OpInfo's own sample generator raised on the CPU
+        if is_environment_error(exc):
+            raise
         detail = (
             f"PyTorch's sample generator for {unit.key} raised after {index + 1} samples: "
             f"{type(exc).__name__}: {short_message(str(exc), 200)}"
@@ -244,7 +254,9 @@ def _check_one(
             ctx, index, sample, device, device_skip=skip, host_only=host_only, on_row=on_row
         )
     except Exception as exc:  # outside the op itself (moving the sample, reading results)
-        message = str(exc)
+        if is_environment_error(exc):
+            raise
+        message = safe_text(exc)
         for phase in [p for p in phases if p not in sent]:
             on_row(
                 {

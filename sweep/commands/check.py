@@ -18,13 +18,7 @@ from typing import Any
 from reports import settings
 from reports.render import fmt
 from sweep import verdict
-from sweep.commands.run import (
-    COMPILE_MODE_HELP,
-    COMPILE_MODES,
-    PROFILE_HELP,
-    STAGES_HELP,
-    device_options,
-)
+from sweep.commands import options
 
 # The model ran in its own (joined) process and the result is printed: the CLI ends the process
 # without the interpreter's teardown, which took 2-3 s and grew its resident memory by about
@@ -38,18 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MODEL_ID_OR_CONFIG_PATH",
         help="a Hub model id, or a config.json / model_index.json / model folder",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    p.add_argument("--profile", help=PROFILE_HELP)
-    p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument(
-        "--compile-backend",
-        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
-    )
-    p.add_argument("--stages", help=STAGES_HELP)
     p.add_argument("--catalog", default="bundled", help="catalog to look the id up in")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    options.add_device_arguments(p)
+    options.add_model_arguments(p)
+    options.add_limit_arguments(p, timeout=600.0, per="model")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--architecture", help="transformers/diffusers class to build (optional)")
 
@@ -136,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         from sweep.rows import RunContext, config_row
 
-        ctx = RunContext("check", device.name, device.emulated, None, None, args.dtype)
+        ctx = RunContext.of("check", device, args.dtype)
         print(
             json.dumps(
                 {
@@ -159,13 +145,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, progress: Any) -> tuple[Any, list, list, Any, Any]:
     """Plan the model, run it in its own process with progress; its rows and fallbacks."""
-    from runners.devices import get_device
-    from sweep.driver import stage_list
     from sweep.rows import RunContext, model_rows
 
-    stages = stage_list(args.stages)
-    options = device_options(args)
-    device = get_device(args.device, **options)  # unknown device: exit 2 before any work
+    task = options.model_settings(args)
+    stages = list(task.stages)
+    device = task.device.build()  # unknown device: exit 2 before any work
     progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
     planned = _plan(args, stages)
     outcome = planned.outcome
@@ -183,25 +167,8 @@ def _check(args: argparse.Namespace, progress: Any) -> tuple[Any, list, list, An
             if at + 1 >= len(names):
                 progress.phase("ending the model's process")
 
-        outcome = run_isolated(
-            planned.spec,
-            device=args.device,
-            device_options=options,
-            dtype=args.dtype,
-            stages=stages,
-            timeout_s=args.timeout,
-            compile_backend=args.compile_backend,
-            on_stage=on_stage,
-        )
-    profile, profile_hash = device.profile_info()
-    ctx = RunContext(
-        run_id="check",
-        device=device.name,
-        device_emulated=device.emulated,
-        device_profile=profile,
-        device_profile_hash=profile_hash,
-        dtype=args.dtype,
-    )
+        outcome = run_isolated(planned.spec, task, on_stage=on_stage)
+    ctx = RunContext.of("check", device, task.dtype)
     rows, fallbacks = model_rows(ctx, planned, outcome)
     return planned, rows, fallbacks, device, outcome
 

@@ -15,7 +15,7 @@ import socket
 import sys
 
 from reports.errors import UsageError
-from sweep.commands._store_arg import add_store_argument, store_to_read
+from sweep.commands.options import add_store_argument, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from sweep.commands._store_arg import add_store_argument, store_to_read
+from sweep.commands.options import add_store_argument, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from reports.errors import UsageError
-from sweep.commands._store_arg import add_store_argument, store_to_read
+from sweep.commands.options import add_store_argument, store_to_read
 
 FORMATS = ("text", "markdown", "json", "html")
 FILE_NAMES = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
