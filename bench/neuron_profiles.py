@@ -12,7 +12,7 @@ prints, per profile:
 and the differential: every model that passes every stage on cpu but not on the emulated neuron
 device (default profile), with its cause, classified by what the device data says (target:
 zero caused by the emulator itself). `--audit` adds the fidelity audit (runners/devices/
-fidelity.py) over tiny models of distinct families.
+neuron/fidelity.py) over tiny models of distinct families.
 
     flock /work/cpu.lock .venv/bin/python bench/neuron_profiles.py --top 300 --store /tmp/nb
     .venv/bin/python bench/neuron_profiles.py --audit-only
@@ -130,8 +130,8 @@ def stage_table(models: dict[str, dict[str, Any]]) -> list[str]:
 
 def snapshot_says(op: str, sources: list[str]) -> str:
     """What the TorchNeuron snapshot says of an op (and its compiler, for compile ops)."""
-    from runners.devices.profiles import OpClass, load_profile
-    from runners.neuron_compile import lowerable
+    from runners.devices.neuron.compiler import lowerable
+    from runners.devices.neuron.profiles import OpClass, load_profile
 
     profile = load_profile()
     cls = profile.classify(op)
@@ -199,8 +199,8 @@ def first_problem(m: dict[str, Any]) -> dict[str, Any] | None:
 
 def cause(row: dict[str, Any]) -> tuple[str, bool]:
     """(cause, explained by the device data). Unexplained causes are the emulator's."""
-    from runners.devices.profiles import OpClass, load_profile
-    from runners.neuron_compile import lowerable
+    from runners.devices.neuron.compiler import lowerable
+    from runners.devices.neuron.profiles import OpClass, load_profile
 
     profile = load_profile()
     status, error, message = row["status"], row["error_type"] or "", row["error_message"] or ""
@@ -265,7 +265,7 @@ def audit() -> list[str]:
         "import json, torch; torch.set_num_threads(1)\n"
         "from runners.run_model import quiet_libraries; quiet_libraries()\n"
         "from runners.devices import get_device\n"
-        "from runners.devices.fidelity import AUDIT_MODEL_TYPES, audit_model_type\n"
+        "from runners.devices.neuron.fidelity import AUDIT_MODEL_TYPES, audit_model_type\n"
         "d = get_device('neuron'); d.setup(); out = {}\n"
         "for t in AUDIT_MODEL_TYPES:\n"
         "    r = audit_model_type(d, t)\n"

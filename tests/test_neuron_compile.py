@@ -12,15 +12,15 @@ import textwrap
 import pytest
 import torch
 
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.devices.profiles import DeviceProfile
-from runners.neuron_compile import (
+from runners.devices.neuron.compiler import (
     UnlowerableOpError,
     check_graph,
     compile_report,
     resolve_compile_mode,
     short_reason,
 )
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
+from runners.devices.neuron.profiles import DeviceProfile
 from runners.stages import RecompileWatch, failing_op
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
@@ -296,7 +296,7 @@ def test_emulator_refuses_another_torch() -> None:
         import torch
         torch.__version__ = "2.13.0"
         from reports.errors import DeviceError
-        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        from runners.devices.neuron.emulated import NeuronEmulatedDevice
         try:
             NeuronEmulatedDevice().setup()
         except DeviceError as exc:

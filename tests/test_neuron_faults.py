@@ -35,8 +35,8 @@ def _statuses(outcome) -> dict[str, str]:
 
 def test_the_devices_refusals_are_the_models_results():
     from runners.devices.base import FallbackDisallowed
+    from runners.devices.neuron.compiler import UnlowerableOpError
     from runners.devices.preflight import DeviceCheckError
-    from runners.neuron_compile import UnlowerableOpError
 
     assert not is_environment_error(FallbackDisallowed(op="aten::digamma.out"))
     assert not is_environment_error(UnlowerableOpError(op="aten::clone"))

@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.devices.profiles import PROFILE_DIR, DeviceProfile, OpClass, classify, load_profile
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
+from runners.devices.neuron.profiles import (
+    PROFILE_DIR,
+    DeviceProfile,
+    OpClass,
+    classify,
+    load_profile,
+)
 from tests.conftest import SHARED
 from tests.neuron_support import forked
 

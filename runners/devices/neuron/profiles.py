@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.errors import DeviceError
+from runners.devices.aten_names import base_name, overload_name
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"
 SNAPSHOT = "torchneuron-2026-04-21"  # TorchNeuron source snapshot, commit 98154b8 (2026-04-21)
 DEFAULT_PROFILE = SNAPSHOT
 ALIASES = {"torchneuron": SNAPSHOT}
@@ -90,19 +91,6 @@ _NO_COMPUTE = frozenset(
         "aten::_local_scalar_dense",
     }
 )
-
-
-def base_name(op: str) -> str:
-    """`aten::add_.Tensor` -> `aten::add`: drop the overload and an in-place underscore."""
-    name = op.split(".", 1)[0]
-    if name.endswith("_") and not name.endswith("__"):
-        name = name[:-1]
-    return name
-
-
-def overload_name(op: str) -> str:
-    """`aten::add.Tensor` stays, `aten::add.default` -> `aten::add` (how OpOverload names)."""
-    return op[: -len(".default")] if op.endswith(".default") else op
 
 
 @functools.lru_cache(maxsize=4096)

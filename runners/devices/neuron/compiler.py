@@ -40,7 +40,8 @@ from typing import Any
 
 from reports.errors import DeviceError
 from runners.devices.base import active_fallback_logs
-from runners.devices.profiles import DeviceProfile, load_profile
+from runners.devices.neuron import pending
+from runners.devices.neuron.profiles import DeviceProfile, load_profile
 
 BACKEND_NAME = "neuron"
 COMPILE_MODES = ("raise", "eager", "partition")
@@ -179,6 +180,13 @@ class CompileReport:
     profile: str | None = None
     mode: str | None = None
     _frames: set[tuple[int, int]] = field(default_factory=set, repr=False)
+
+    def row_columns(self) -> dict[str, Any]:
+        """The columns of a compile stage's row this report fills (none if no graph reached
+        this backend)."""
+        if not (self.forward_graphs or self.backward_graphs):
+            return {}
+        return {"partition_count": self.partition_count}
 
 
 _REPORTS: list[CompileReport] = []
@@ -421,18 +429,16 @@ def neuron_backend(gm: Any, example_inputs: Any, **options: Any) -> Any:
             if frame[1] > 0 and frame not in report._frames:
                 report.recompile_count += 1
             report._frames.add(frame)
-    from runners.devices import neuron_emulated
-
-    neuron_emulated.take_pending_error()
+    pending.take_pending_error()
     try:
         return _STATE["aot"](gm, example_inputs)
     except SystemError:
         # A backward traced on the device raised inside the autograd engine's stream guard:
-        # the real error was kept there (see neuron_emulated._DeviceGuard).
-        pending = neuron_emulated.take_pending_error()
-        if pending is None:
+        # the real error was kept there (see hooks.DeviceGuard).
+        kept = pending.take_pending_error()
+        if kept is None:
             raise
-        raise pending from None
+        raise kept from None
 
 
 def register_backend() -> None:

@@ -1,0 +1,158 @@
+"""Native dtype rules: what TorchNeuron's kernels do with dtypes, over the borrowed CPU kernel.
+
+- float64 inputs (non-0-dim) are computed as float32 (python_ops/base.py); a float64 `out=`
+  with no float64 input is a TypeError;
+- a native op whose borrowed CPU kernel lacks a dtype the device computes runs in a wider dtype
+  (integer `histc`) and is cast back.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from runners.devices.neuron import rules
+from runners.devices.neuron.schemas import OpSchema
+
+_DTYPE_NAMES = {
+    "Bool": torch.bool,
+    "Byte": torch.uint8,
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+}
+_MISSING_DTYPE = re.compile(r"not implemented for '(\w+)'")
+
+
+class _Widened:
+    """Ops a native kernel ran through a wider dtype because the CPU kernel lacked one."""
+
+    calls: dict[tuple[str, str], int] = {}
+
+
+def widened_calls() -> dict[tuple[str, str], int]:
+    """(op, dtype) -> calls the emulator computed in a wider dtype (the CPU kernel lacks it)."""
+    return dict(_Widened.calls)
+
+
+def float64_as_float32(
+    info: OpSchema, args: list, kwargs: dict
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """python_ops/base.py: non-0-dim float64 inputs are computed as float32 (no float64 on the
+    hardware); a float64 `out` needs a float64 input. Returns (original, float32 copy) pairs of
+    the arguments written in place, to copy back after the op."""
+    written: list[tuple[torch.Tensor, torch.Tensor]] = []
+    mutated = set(info.mutated)
+
+    def cast(x: Any, key: int | str) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64 and x.dim() > 0:
+            copy = x.to(torch.float32)
+            if key in mutated:
+                written.append((x, copy))
+            return copy
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(cast(v, -1) for v in x)
+        return x
+
+    inputs = rules.tensors_in(list(args) + [v for k, v in kwargs.items() if k != "out"])
+    float64_in = any(t.dtype == torch.float64 for t in inputs)
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor) and out.dtype == torch.float64 and not float64_in:
+        raise TypeError(
+            "Output tensor has dtype float64 which is not supported on Neuron. "
+            "Please use float32 for the output tensor."
+        )
+    if not float64_in:
+        return written
+    for i, value in enumerate(args):
+        args[i] = cast(value, i)
+    for key, value in kwargs.items():
+        kwargs[key] = cast(value, key)
+    return written
+
+
+def run_native(run: Any, info: OpSchema, args: list, kwargs: dict) -> Any:
+    written = float64_as_float32(info, args, kwargs)
+    try:
+        result = run(*args, **kwargs)
+    except (RuntimeError, NotImplementedError) as exc:
+        result = _run_widened(run, info, args, kwargs, exc)
+    for original, copy in written:
+        if original.shape != copy.shape:  # an out= the op resized
+            original.resize_(copy.shape)
+        original.copy_(copy)
+        for i, value in enumerate(args):
+            if value is copy:
+                args[i] = original
+        for key, value in kwargs.items():
+            if value is copy:
+                kwargs[key] = original
+        if result is copy:
+            result = original
+    return result
+
+
+def _run_widened(run: Any, info: OpSchema, args: list, kwargs: dict, exc: Exception) -> Any:
+    """The CPU kernel lacks a dtype the device computes (`"histogram_cpu" not implemented for
+    'Int'`): compute in a wider dtype (integers in float64, halves in float32) and cast the
+    results back to the dtypes the op gives. Functional ops only; anything else re-raises."""
+    match = _MISSING_DTYPE.search(str(exc))
+    dtype = _DTYPE_NAMES.get(match.group(1)) if match else None
+    if dtype is None or info.mutated:
+        raise exc
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64
+
+    def widen(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype == dtype:
+            return x.to(wide)
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(widen(v) for v in x)
+        return x
+
+    try:
+        result = run(*[widen(a) for a in args], **{k: widen(v) for k, v in kwargs.items()})
+    except Exception:
+        raise exc from None
+    key = (info.name, str(dtype).removeprefix("torch."))
+    _Widened.calls[key] = _Widened.calls.get(key, 0) + 1
+    return _cast_like(result, _expected_dtypes(run, args, kwargs, dtype))
+
+
+def _expected_dtypes(run: Any, args: list, kwargs: dict, dtype: torch.dtype) -> Any:
+    """The output dtypes the op gives for these inputs (from its meta kernel), else `dtype`."""
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+            return type(x)(meta(v) for v in x)
+        return x
+
+    try:
+        out = run(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+    except Exception:
+        return dtype
+
+    def dtypes(y: Any) -> Any:
+        if isinstance(y, torch.Tensor):
+            return y.dtype
+        if isinstance(y, (list, tuple)):
+            return type(y)(dtypes(v) for v in y)
+        return None
+
+    return dtypes(out)
+
+
+def _cast_like(result: Any, dtypes: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        target = dtypes if isinstance(dtypes, torch.dtype) else None
+        return result.to(target) if target is not None and result.dtype != target else result
+    if isinstance(result, (list, tuple)):
+        per = dtypes if isinstance(dtypes, (list, tuple)) else [dtypes] * len(result)
+        return type(result)(_cast_like(r, d) for r, d in zip(result, per, strict=False))
+    return result
