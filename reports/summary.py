@@ -22,6 +22,7 @@ def run_report(
         "run": q.run_info(run_id) or {"run_id": run_id, "status": "unknown"},
         "denominators": coverage.denominators(q, run_id),
         "funnel": coverage.funnel(q, run_id),
+        "band": coverage.band(q, run_id),
         "headline": coverage.headline(q, run_id),
         "breakdowns": {
             key: coverage.breakdown(q, run_id, key, limit=top) for key in coverage.BREAKDOWN_KEYS

@@ -71,6 +71,10 @@ def decide(op: Any, info: OpSchema, args: tuple, kwargs: dict) -> tuple[bool, Op
     static = static_class(info.name, info, device)
     if not static.native or static.op_class is OpClass.VIEW:
         return static.native, static.op_class, None
+    if device.op_profile.raises_on_host_args(info.name):
+        host = rules.host_argument(args, kwargs, BACKEND_NAME)
+        if host is not None:  # TorchNeuron's default can_handle raises, uncaught
+            raise HostArgumentError(f"{info.name}: {host}", op=info.name)
     if rules.has_complex(args, kwargs):
         return False, static.op_class, "complex tensors are not supported on Neuron"
     if static.conditional:
@@ -212,7 +216,15 @@ def execute(
     run = (HOST_IMPLS.get(info.name) if native else None) or op
     try:
         if native and op_class is not OpClass.VIEW:
-            result = run_native(run, info, host_args, host_kwargs)
+            profile = device.op_profile if device is not None else None
+            result = run_native(
+                run,
+                info,
+                host_args,
+                host_kwargs,
+                mlir=profile is not None and profile.is_mlir_kernel(info.name),
+                fresh=profile is not None and profile.has_fresh_outputs(info.name),
+            )
         else:
             result = run(*host_args, **host_kwargs)
     except Exception as exc:  # name the op that failed, for the stage's `failing_op`
@@ -256,6 +268,23 @@ def execute(
             if declined:
                 log.declined.setdefault(info.name, declined)
     return out
+
+
+class HostArgumentError(RuntimeError):
+    """A native op given a non-scalar tensor on the host: TorchNeuron's default `can_handle`
+    (python_ops/base.py lines 49-87) raises RuntimeError, and its caller does not catch it
+    (lines 720-721). The model's `fail` naming the op."""
+
+    def __init__(self, message: str, *, op: str):
+        super().__init__(message)
+        self.op = op
+
+    def __reduce__(self) -> Any:  # keep `op` across processes
+        return (_rebuild_host_argument, (str(self), self.op))
+
+
+def _rebuild_host_argument(message: str, op: str) -> HostArgumentError:
+    return HostArgumentError(message, op=op)
 
 
 # The dispatcher's words when an op has no kernel for the CPU (it has one only for CUDA, say).

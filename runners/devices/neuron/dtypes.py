@@ -76,12 +76,78 @@ def float64_as_float32(
     return written
 
 
-def run_native(run: Any, info: OpSchema, args: list, kwargs: dict) -> Any:
-    written = float64_as_float32(info, args, kwargs)
+# python_ops/dtype_autocast.py: what the Torch-MLIR kernels compute an unsupported dtype in.
+_MLIR_COMPUTES_IN = {torch.float64: torch.float32, torch.int64: torch.int32}
+
+
+def _mlir_cast(x: Any, *, in_list: bool = False) -> Any:
+    """`DtypeAutocastContext._process_value`: non-0-dim float64 / int64 tensors (any tensor in a
+    list), and dtype arguments, in their 32-bit dtype."""
+    if isinstance(x, torch.Tensor):
+        target = _MLIR_COMPUTES_IN.get(x.dtype)
+        return x.to(target) if target is not None and (in_list or x.dim() > 0) else x
+    if isinstance(x, torch.dtype):
+        return _MLIR_COMPUTES_IN.get(x, x)
+    if isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in x):
+        return type(x)(_mlir_cast(v, in_list=True) for v in x)
+    return x
+
+
+def _contiguous(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return result if result.is_contiguous() else result.contiguous()
+    if isinstance(result, (list, tuple)):
+        return type(result)(_contiguous(r) for r in result)
+    return result
+
+
+def _run_mlir(run: Any, info: OpSchema, args: list, kwargs: dict) -> Any:
+    """A functional op served by an eager Torch-MLIR kernel (python_ops/torch_mlir/op_impl.py,
+    kernel.py): its inputs computed in 32 bits (dtype autocast: float64 as float32, int64 as
+    int32), its outputs fresh contiguous tensors (`io_tensor.empty`) of the dtypes the op gives
+    for the original inputs (`infer_outputs_from_meta` on them, then `_upcast_execution_results`,
+    kernel.py lines 479-509)."""
+    cast_args = [_mlir_cast(a) for a in args]
+    cast_kwargs = {k: _mlir_cast(v) for k, v in kwargs.items()}
+    changed = any(c is not a for c, a in zip(cast_args, args, strict=True)) or any(
+        cast_kwargs[k] is not v for k, v in kwargs.items()
+    )
+    if not changed:
+        return _run_or_widen(run, info, args, kwargs)
+    expected = _expected_dtypes(run, args, kwargs, None)
     try:
-        result = run(*args, **kwargs)
+        result = _run_or_widen(run, info, cast_args, cast_kwargs)
+    except Exception:
+        # the borrowed CPU kernel refuses a 32-bit input TorchNeuron's traced body computes
+        # (an index it wants as int64): a native op never fails for the borrowed kernel's
+        # dtype limits; it computes in the original dtypes (an error there is the op's own)
+        result = _run_or_widen(run, info, args, kwargs)
+    if expected is not None:
+        result = _cast_like(result, expected)
+    return result
+
+
+def _run_or_widen(run: Any, info: OpSchema, args: list, kwargs: dict) -> Any:
+    try:
+        return run(*args, **kwargs)
     except (RuntimeError, NotImplementedError) as exc:
-        result = _run_widened(run, info, args, kwargs, exc)
+        return _run_widened(run, info, args, kwargs, exc)
+
+
+def run_native(
+    run: Any, info: OpSchema, args: list, kwargs: dict, *, mlir: bool = False, fresh: bool = False
+) -> Any:
+    """Run a native op on the host with the device's dtype and layout rules: a Torch-MLIR
+    kernel's for a functional op it serves, else python_ops/base.py's (float64 computed as
+    float32); a functional op a Python implementation serves returns fresh contiguous outputs
+    (its kernel writes `io_tensor.empty` / `torch.empty` of its output spec), where the
+    borrowed CPU kernel would keep an input's layout (a permuted input stays permuted)."""
+    functional = not info.mutated and "out" not in kwargs
+    if mlir and functional:
+        result = _run_mlir(run, info, args, kwargs)
+        return _contiguous(result) if fresh else result
+    written = float64_as_float32(info, args, kwargs)
+    result = _run_or_widen(run, info, args, kwargs)
     for original, copy in written:
         if original.shape != copy.shape:  # an out= the op resized
             original.resize_(copy.shape)
@@ -94,7 +160,7 @@ def run_native(run: Any, info: OpSchema, args: list, kwargs: dict) -> Any:
                 kwargs[key] = original
         if result is copy:
             result = original
-    return result
+    return _contiguous(result) if fresh and functional else result
 
 
 def _run_widened(run: Any, info: OpSchema, args: list, kwargs: dict, exc: Exception) -> Any:
@@ -123,7 +189,7 @@ def _run_widened(run: Any, info: OpSchema, args: list, kwargs: dict, exc: Except
     return _cast_like(result, _expected_dtypes(run, args, kwargs, dtype))
 
 
-def _expected_dtypes(run: Any, args: list, kwargs: dict, dtype: torch.dtype) -> Any:
+def _expected_dtypes(run: Any, args: list, kwargs: dict, dtype: torch.dtype | None) -> Any:
     """The output dtypes the op gives for these inputs (from its meta kernel), else `dtype`."""
 
     def meta(x: Any) -> Any:
