@@ -353,40 +353,42 @@ def _traced_strides(val: Any) -> tuple[int, ...] | None:
 
 class _CompiledGraph:
     """How the emulator runs a graph its compiler lowered (or, in mode partition, the graph
-    around the partitions it would lower): op by op on the device. Inside a lowered graph
-    values have no layout (StableHLO has value semantics): every computed intermediate is
-    dense and contiguous, so an op that needs a viewable input (PyTorch's composite group
-    norm views its input) never meets a layout the eager kernels left (a permuted add), nor
-    one the trace recorded. The graph's outputs are laid out as the trace recorded them (what
-    AOTAutograd's wrappers expect)."""
+    around the partitions it would lower): op by op on the device, each result laid out as
+    the trace recorded it (the eager kernels may stride a size-1 dimension differently from
+    the trace's fake tensors). A lowered op consumes values, not layouts (StableHLO has value
+    semantics): a computing op gets its inputs dense, so one whose eager form needs a viewable
+    input (PyTorch's composite group norm views its input) never meets a layout only the
+    trace had (a permuted residual add). Views and ops that write their inputs get them as
+    they are."""
 
     def __init__(self, gm: Any):
         import torch.fx
-        import torch.utils._pytree as pytree
 
         class _Layout(torch.fx.Interpreter):
             def run_node(self, node: Any) -> Any:
                 out = super().run_node(node)
-                if node.op == "output":
-                    nodes = pytree.tree_leaves(node.args[0])
-                    values, spec = pytree.tree_flatten(out)
-                    if len(nodes) == len(values):
-                        laid = [
-                            _as_traced(v, n.meta.get("val") if hasattr(n, "meta") else None)
-                            for v, n in zip(values, nodes, strict=True)
-                        ]
-                        return pytree.tree_unflatten(laid, spec)
-                    return out
-                if node.op == "call_function" and not (
-                    isinstance(node.target, torch._ops.OpOverload) and is_view_op(node.target)
-                ):
-                    return _dense(out)
-                return out
+                return _as_traced(out, node.meta.get("val"))
+
+            def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+                if _consumes_values(target):
+                    args, kwargs = _dense(args), {k: _dense(v) for k, v in kwargs.items()}
+                return super().call_function(target, args, kwargs)
 
         self.interpreter = _Layout(gm)
 
     def run(self, *args: Any) -> Any:
         return self.interpreter.run(*args)
+
+
+def _consumes_values(target: Any) -> bool:
+    """An ATen op that neither returns a view nor writes an argument."""
+    import torch
+
+    if not isinstance(target, torch._ops.OpOverload) or is_view_op(target):
+        return False
+    return not any(
+        a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments
+    )
 
 
 def _dense(out: Any) -> Any:

@@ -41,10 +41,11 @@ def widened_calls() -> dict[tuple[str, str], int]:
 
 
 def float64_as_float32(
-    info: OpSchema, args: list, kwargs: dict
+    info: OpSchema, args: list, kwargs: dict, *, float64_out: bool = False
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """python_ops/base.py: non-0-dim float64 inputs are computed as float32 (no float64 on the
-    hardware); a float64 `out` needs a float64 input. Returns (original, float32 copy) pairs of
+    hardware); a float64 `out` needs a float64 input (a Torch-MLIR kernel takes one anyway,
+    `float64_out`: dtype_autocast.py `validate_output_dtypes`). Returns (original, float32 copy) pairs of
     the arguments written in place, to copy back after the op."""
     written: list[tuple[torch.Tensor, torch.Tensor]] = []
     mutated = set(info.mutated)
@@ -62,7 +63,12 @@ def float64_as_float32(
     inputs = rules.tensors_in(list(args) + [v for k, v in kwargs.items() if k != "out"])
     float64_in = any(t.dtype == torch.float64 for t in inputs)
     out = kwargs.get("out")
-    if isinstance(out, torch.Tensor) and out.dtype == torch.float64 and not float64_in:
+    if (
+        isinstance(out, torch.Tensor)
+        and out.dtype == torch.float64
+        and not float64_in
+        and not float64_out
+    ):
         raise TypeError(
             "Output tensor has dtype float64 which is not supported on Neuron. "
             "Please use float32 for the output tensor."
@@ -146,7 +152,7 @@ def run_native(
     if mlir and functional:
         result = _run_mlir(run, info, args, kwargs)
         return _contiguous(result) if fresh else result
-    written = float64_as_float32(info, args, kwargs)
+    written = float64_as_float32(info, args, kwargs, float64_out=mlir)
     result = _run_or_widen(run, info, args, kwargs)
     for original, copy in written:
         if original.shape != copy.shape:  # an out= the op resized
