@@ -25,7 +25,6 @@ from runners.stages import RecompileWatch, failing_op
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
 
-
 POSITIVE = ("registered", "decomposed", "tested", "torch-mlir")  # evidence that an op lowers
 
 
