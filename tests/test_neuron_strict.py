@@ -120,3 +120,48 @@ def test_python_kernels_return_contiguous_outputs(neuron: NeuronEmulatedDevice) 
     expected = _vae_residual(x, residual)
     torch.testing.assert_close(eager.cpu(), expected)
     torch.testing.assert_close(compiled.cpu(), expected)
+
+
+def test_a_mixture_of_experts_routes_rows_as_a_padded_batch() -> None:
+    """Tiny inputs meet the size preconditions a real (padded) batch meets: a mixture of
+    experts routes a multiple of 128 rows (tokens x experts per token)."""
+    from types import SimpleNamespace
+
+    from model_configs.tiny_inputs import BATCH, ROUTED_ROWS_MULTIPLE, SEQ, routed_seq
+    from model_configs.transformers_models import experts_per_token
+
+    for k in (1, 2, 3, 6, 8):
+        seq = routed_seq(SEQ, k)
+        assert seq >= SEQ and (BATCH * seq * k) % ROUTED_ROWS_MULTIPLE == 0, k
+    assert routed_seq(SEQ, 2) == 32
+    assert experts_per_token(SimpleNamespace(num_local_experts=4, num_experts_per_tok=2)) == 2
+    text = SimpleNamespace(n_routed_experts=8, num_experts_per_tok=3)
+    assert experts_per_token(SimpleNamespace(text_config=text)) == 3
+    assert experts_per_token(SimpleNamespace(top_k=50)) is None  # a sampling setting, no experts
+
+
+@forked
+def test_a_tiny_mixtral_fails_on_its_routing_offsets_not_its_size(
+    neuron: NeuronEmulatedDevice, monkeypatch
+) -> None:
+    """The failure names what a real input meets too: the per-expert routing offsets (a real
+    batch's router spreads tokens the same way), not the tiny input's row count; with
+    TORCH_NEURONX_SKIP_OP_PRECONDITIONS=1 (the released beta's behaviour is not known) it runs."""
+    from model_configs import build
+    from model_configs.resolve import resolve_entry
+    from model_configs.shrink import shrink
+    from model_configs.spec import CatalogEntry
+
+    entry = CatalogEntry(model_id="t/mixtral", library="transformers", model_type_hint="mixtral")
+    spec = shrink(resolve_entry(entry, offline=True))
+    torch.manual_seed(0)
+    model = neuron.prepare_model(build.build_model(spec))
+    inputs = neuron.to_device(build.make_inputs(spec, model, seed=0, purpose="train"))
+    with neuron.record_fallbacks(), pytest.raises(ValueError) as info, torch.no_grad():
+        model(**inputs)
+    assert "per-expert routing offsets" in str(info.value), str(info.value)
+    assert info.value.op == "aten::_grouped_mm"  # type: ignore[attr-defined]
+    monkeypatch.setenv(rules.SKIP_PRECONDITIONS_ENV, "1")
+    with neuron.record_fallbacks() as log, torch.no_grad():
+        model(**inputs)
+    assert log.classes["aten::_grouped_mm"] == "conditional"
