@@ -34,7 +34,7 @@ def _compile(rows: list[dict], **columns) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def q(tmp_path_factory) -> StoreQuery:
+def band_store(tmp_path_factory) -> Store:
     import datetime as dt
 
     store = Store(tmp_path_factory.mktemp("band"))
@@ -84,7 +84,12 @@ def q(tmp_path_factory) -> StoreQuery:
             )
         ],
     )
-    return StoreQuery(store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def q(band_store: Store) -> StoreQuery:
+    return StoreQuery(band_store)
 
 
 def test_the_band_counts_unverified_passes_in_its_upper_end_only(q: StoreQuery) -> None:
@@ -138,3 +143,18 @@ def test_a_store_without_evidence_is_no_band(tmp_path) -> None:
     band = coverage.band(StoreQuery(store), "r9")
     assert band["recorded"] is False
     assert band["lines"][0]["with_evidence"] == band["lines"][0]["at_most"] == 1
+
+
+def test_the_dashboard_shows_the_band_and_the_marks(band_store: Store) -> None:
+    from fastapi.testclient import TestClient
+
+    from dashboard.app import create_app
+
+    client = TestClient(create_app(band_store.uri, refresh_s=0, warm=False))
+    overview = client.get("/?run=r3")
+    assert overview.status_code == 200 and "Compile evidence band" in overview.text
+    page = client.get("/ops?run=r3")
+    assert page.status_code == 200 and "absence of evidence" in page.text
+    data = client.get("/api/ops?run=r3").json()
+    marks = {o["op"]: o["evidence"] for o in data["ops"]}
+    assert marks["aten::masked_scatter_backward"] == "absence of evidence"
