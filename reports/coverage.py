@@ -324,6 +324,67 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
     return q.memo("funnel", run_id, build)
 
 
+def band(q: StoreQuery, run_id: str) -> dict[str, Any]:
+    """Compile, and every stage, as a band: what passes with evidence for every compiler verdict
+    ("lowers with evidence") and what passes at most ("unless the unverified ops fail": some
+    graph op had no evidence either way, `compile_evidence = none`). Counts and downloads, of
+    the run's models; `recorded` is false where no row carries compiler evidence (a device
+    whose compiler reports none, or a store written before it was recorded): then the band
+    is no band."""
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_id])
+        row = q.fetch(
+            f"""
+            SELECT
+              count(*) FILTER (WHERE s_compile = 'pass') AS compile_at_most,
+              coalesce(sum(downloads) FILTER (WHERE s_compile = 'pass'), 0)
+                AS compile_at_most_downloads,
+              count(*) FILTER (WHERE s_compile = 'pass' AND NOT unverified) AS compile_with_evidence,
+              coalesce(sum(downloads) FILTER (WHERE s_compile = 'pass' AND NOT unverified), 0)
+                AS compile_with_evidence_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS every_at_most,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+                AS every_at_most_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND NOT unverified)
+                AS every_with_evidence,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+                AND NOT unverified), 0) AS every_with_evidence_downloads,
+              count(*) FILTER (WHERE unverified) AS unverified_models,
+              coalesce(sum(downloads) FILTER (WHERE unverified), 0) AS unverified_downloads,
+              coalesce(bool_or(evidence_recorded), false) AS recorded
+            FROM model_runs WHERE run_id = $run
+            """,
+            {"run": run_id},
+        )[0]
+        d = denominators(q, run_id)
+        lines = []
+        for key, label in (("compile", "compile"), ("every", "every stage")):
+            low, high = row[f"{key}_with_evidence"], row[f"{key}_at_most"]
+            low_dl, high_dl = row[f"{key}_with_evidence_downloads"], row[f"{key}_at_most_downloads"]
+            lines.append(
+                {
+                    "line": label,
+                    "with_evidence": low,
+                    "with_evidence_downloads": low_dl,
+                    "with_evidence_share": share(low, d["models"]),
+                    "with_evidence_downloads_share": share(low_dl, d["downloads"]),
+                    "at_most": high,
+                    "at_most_downloads": high_dl,
+                    "at_most_share": share(high, d["models"]),
+                    "at_most_downloads_share": share(high_dl, d["downloads"]),
+                }
+            )
+        return {
+            "recorded": bool(row["recorded"]),
+            "lines": lines,
+            "unverified_models": row["unverified_models"],
+            "unverified_downloads": row["unverified_downloads"],
+        }
+
+    return q.memo("band", run_id, build)
+
+
 def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[dict[str, Any]]:
     """Outcomes per library / pipeline tag / model type / architecture, largest by downloads."""
     if by not in BREAKDOWN_KEYS:
@@ -362,7 +423,7 @@ def headline(
             """
             SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
               failed_stage, failed_status, error_signature, error_type, error_message,
-              failing_op, fallback_ops, fallback_calls
+              failing_op, fallback_ops, fallback_calls, unverified
             FROM model_runs WHERE run_id = $run AND pipeline_tag = $task
             ORDER BY downloads DESC, model_id LIMIT $top
             """,
@@ -380,6 +441,7 @@ def headline(
                     "architecture": m["architecture"],
                     "models": 0,
                     "passed": 0,
+                    "with_evidence": 0,
                     "on_device": 0,
                     "downloads": 0,
                     "example": m["model_id"],
@@ -390,6 +452,8 @@ def headline(
             a["downloads"] += m["downloads"] or 0
             if m["outcome"] == OUTCOME_PASSED:
                 a["passed"] += 1
+                if not m["unverified"]:
+                    a["with_evidence"] += 1
                 if not m["fallback_ops"] and not m["fallback_calls"]:
                     a["on_device"] += 1
             elif a["first_problem"] is None:
@@ -397,8 +461,10 @@ def headline(
         listing = sorted(archs.values(), key=lambda a: (-a["downloads"], a["architecture"]))
         for a in listing:
             a["passes"] = a["passed"] == a["models"]
+            a["passes_with_evidence"] = a["with_evidence"] == a["models"]
             a["passes_on_device"] = a["on_device"] == a["models"]
         passing = sum(a["passes"] for a in listing)
+        with_evidence = sum(a["passes_with_evidence"] for a in listing)
         on_device = sum(a["passes_on_device"] for a in listing)
         return {
             "task": task,
@@ -411,6 +477,9 @@ def headline(
             "architectures": len(listing),
             "passing": passing,
             "passing_share": share(passing, len(listing)),
+            # the band: passing with evidence for every compiler verdict, and at most (above)
+            "passing_with_evidence": with_evidence,
+            "passing_with_evidence_share": share(with_evidence, len(listing)),
             "passing_on_device": on_device,
             "passing_on_device_share": share(on_device, len(listing)),
             "list": listing,

@@ -35,7 +35,7 @@ _PYTORCH = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_PYTORCH, key=lambda 
 _DEVICE = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_DEVICE, key=lambda r: r.value))
 _FAILED = ", ".join(f"'{s.value}'" for s in sorted(OP_FAILED_STATUSES, key=lambda s: s.value))
 
-# Base name of an ATen op, as `runners.devices.profiles.base_name`: drop the overload and one
+# Base name of an ATen op, as `runners.devices.aten_names.base_name`: drop the overload and one
 # trailing in-place underscore (never a dunder's).
 _MACROS = r"""
 CREATE MACRO IF NOT EXISTS op_base(o) AS regexp_replace(split_part(o, '.', 1), '([^_])_$', '\1');

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from reports.errors import StoreError
-from reports.schema import FAILED_STATUSES, STAGE_ORDER, SkipReason, Status
+from reports.schema import FAILED_STATUSES, STAGE_ORDER, CompileEvidence, SkipReason, Status
 from reports.store import Store
 
 T = TypeVar("T")
@@ -39,6 +39,7 @@ _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 _STAGE_IDX_SQL = "CASE stage " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STAGES))
 _STAGE_IDX_SQL += " ELSE 99 END"
 _NA = SkipReason.NOT_APPLICABLE.value
+_UNVERIFIED = CompileEvidence.NONE.value
 
 _RESULT_COLUMN_NAMES = (
     "run_id",
@@ -62,6 +63,7 @@ _RESULT_COLUMN_NAMES = (
     "error_message",
     "error_signature",
     "failing_op",
+    "compile_evidence",
     "duration_s",
     "fallback_op_count",
     "fallback_call_count",
@@ -132,6 +134,9 @@ SELECT
   -- (a skip's message repeats on every model skipped for the same reason: kept short)
   left(arg_min(error_message, stage_idx)
     FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}'), 300) AS skip_message,
+  -- a stage passed on a compiler verdict no evidence decides: counted in a band's upper bound
+  coalesce(bool_or(status = 'pass' AND compile_evidence = '{_UNVERIFIED}'), false) AS unverified,
+  bool_or(compile_evidence IS NOT NULL) AS evidence_recorded,
   count(*) FILTER (WHERE status = 'pass') AS stages_passed,
   coalesce(max(fallback_op_count), 0) AS fallback_ops,
   coalesce(sum(fallback_call_count), 0) AS fallback_calls,
@@ -165,7 +170,7 @@ CREATE TABLE IF NOT EXISTS model_runs (
   {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER, n_{s} BOOLEAN" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
   error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, error_message VARCHAR,
-  skip_message VARCHAR, stages_passed INTEGER,
+  skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
   peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
   finished_at TIMESTAMPTZ, part_no INTEGER

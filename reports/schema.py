@@ -131,6 +131,37 @@ class FallbackSource(str, enum.Enum):
         return self.value
 
 
+class CompileEvidence(str, enum.Enum):
+    """What a compile verdict about a graph op rests on (closed vocabulary, `compile_evidence`).
+
+    Positive (the op lowers), strongest first: `registered` (an eager Torch-MLIR kernel's traced
+    body holds it: the converter lowers it), `decomposed` (the compiler's decomposition table
+    replaces it), `tested` (the device's own compile tests compile a graph holding it),
+    `torch-mlir` (an upstream torch-mlir lowering pattern, third-party). `raises`: the device's
+    code raises on it (evidence of absence). `none`: no evidence either way, not a confident
+    failure (reports count such rows only in the upper bound of a band)."""
+
+    REGISTERED = "registered"
+    DECOMPOSED = "decomposed"
+    TESTED = "tested"
+    TORCH_MLIR = "torch-mlir"
+    RAISES = "raises"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Positive evidence from strongest to weakest (a row records the weakest its graph ops needed).
+EVIDENCE_STRENGTH: tuple[CompileEvidence, ...] = (
+    CompileEvidence.REGISTERED,
+    CompileEvidence.DECOMPOSED,
+    CompileEvidence.TESTED,
+    CompileEvidence.TORCH_MLIR,
+    CompileEvidence.NONE,
+)
+
+
 class OpStatus(str, enum.Enum):
     """Closed status vocabulary for one OpInfo sample (forward or backward) in the op sweep."""
 
@@ -242,6 +273,12 @@ RESULTS_SCHEMA = pa.schema(
         # optimizer stages: native op calls of the optimizer's part of the last step (clip,
         # step, zero_grad), where the device counts its calls (the emulated device); else null
         pa.field("step_op_calls", pa.int64()),
+        # compile stage, where the device's compiler says what its verdicts rest on
+        # (CompileEvidence): a failure's op (`failing_op`) and its evidence, else the weakest
+        # evidence any graph op needed; `none` when some op had none (they are listed next).
+        # Null in stores written before the column existed (read as "not recorded").
+        pa.field("compile_evidence", pa.string()),
+        pa.field("unverified_ops", pa.list_(pa.string())),  # graph ops with no evidence either way
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         pa.field("attempt", pa.int16()),
         pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid
@@ -313,7 +350,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("stages", pa.string()),  # comma-separated Stage values
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
-        pa.field("compile_mode", pa.string()),  # neuron: an unlowerable graph op raises / eager
+        pa.field("compile_mode", pa.string()),  # what an unlowerable graph op does: raise / eager
         pa.field("timeout_s", pa.float64()),  # per model
         pa.field("memory_limit_bytes", pa.int64()),  # per model (0: no cap)
         pa.field("catalog", pa.string()),  # "bundled:<name>" or a path / "hub"

@@ -24,6 +24,7 @@ def run_report(
         "denominators": coverage.denominators(q, run_id),
         "stages": coverage.run_stages(q, run_id),
         "funnel": coverage.funnel(q, run_id),
+        "band": coverage.band(q, run_id),
         "headline": coverage.headline(q, run_id),
         "fine_tune": fine_tune.fine_tune(q, run_id),
         "breakdowns": {

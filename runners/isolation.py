@@ -51,8 +51,11 @@ def warm_parent() -> None:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
     from torch._dynamo.backends.registry import list_backends
 
-    import runners.neuron_compile  # noqa: F401
     import runners.stages  # noqa: F401  (torch and the model libraries)
+    from runners.devices import preload_modules
+
+    for name in preload_modules():  # what the devices' model processes import (their compilers)
+        importlib.import_module(name)
 
     list_backends(exclude_tags=())
     for name in _COMPILE_IMPORTS:  # what a first compile imports (measured: about 0.7 s)
@@ -60,7 +63,7 @@ def warm_parent() -> None:
             importlib.import_module(name)
     import torch._decomp
 
-    # the decomposition table the neuron backend (and export) build on first use, from the
+    # the decomposition table compile backends (and export) build on first use, from the
     # dispatcher's registrations (cached per process; about 0.3 s): Python objects, no op
     torch._decomp.core_aten_decompositions()
     _WARM = True

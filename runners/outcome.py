@@ -31,6 +31,8 @@ class StageResult:
     bytes_d2h: int = 0
     max_abs_error: float | None = None
     compile_mode: str | None = None  # the device's compile mode (raise / eager / partition)
+    compile_evidence: str | None = None  # CompileEvidence of the compile verdict
+    unverified_ops: list[str] | None = None  # graph ops no evidence decides
     graph_count: int | None = None
     graph_break_count: int | None = None
     recompile_count: int | None = None

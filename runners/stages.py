@@ -212,9 +212,10 @@ class BackwardStage(StageRunner):
 class CompileStage(StageRunner):
     """`torch.compile` with the device's backend: a training step compiled, then one steady.
 
-    The `neuron` backend compiles as TorchNeuron does: `dynamic=False` (a new shape is a new
-    graph: a recompile, counted), and the device's compile mode (`raise` by default) decides
-    what a graph op it cannot lower does. Every row says which mode ran."""
+    The device's compile options decide `dynamic` (a device may force `dynamic=False`: a new
+    shape is then a new graph, a recompile, counted) and its compile mode what a graph op its
+    compiler cannot lower does; every row says which mode ran. What the device's compiler
+    reports (partitions, the evidence its verdicts rest on) goes into the row."""
 
     name = Stage.COMPILE
 
@@ -222,12 +223,11 @@ class CompileStage(StageRunner):
         import torch._dynamo as dynamo
         from torch._dynamo.utils import counters
 
-        from runners.neuron_compile import compile_report
-
         dynamo.reset()
         counters.clear()
         watch = RecompileWatch(ctx.compile_backend)
-        dynamic = False if ctx.compile_backend == "neuron" else None
+        options = ctx.device.compile_options()
+        dynamic = options.dynamic if ctx.compile_backend == options.backend else None
         compiled = torch.compile(ctx.model, backend=watch, dynamic=dynamic)
 
         def step() -> None:
@@ -236,8 +236,9 @@ class CompileStage(StageRunner):
             build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
             ctx.device.synchronize()
 
+        seen: dict[str, Any] = {}
         try:
-            with compile_report(reset=False) as report:  # filled by the `neuron` backend only
+            with ctx.device.compiling() as seen:  # what the device's compiler reports
                 start = time.perf_counter()
                 step()
                 ctx.extra["compile_s"] = time.perf_counter() - start
@@ -252,10 +253,9 @@ class CompileStage(StageRunner):
             raise
         finally:
             ctx.extra["recompile_count"] = watch.recompiles
+            ctx.extra.update(seen)
         ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
         ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
-        if ctx.compile_backend == "neuron":
-            ctx.extra["partition_count"] = report.partition_count
         ctx.model.zero_grad(set_to_none=True)
         dynamo.reset()
 
@@ -533,6 +533,8 @@ _EXTRA_COLUMNS = {
     "graph_break_count",
     "recompile_count",
     "partition_count",
+    "compile_evidence",
+    "unverified_ops",
     "compile_s",
     "step_s",
     "step_op_calls",

@@ -165,7 +165,7 @@ def test_the_device_failing_inside_a_stage_is_the_environment(llama, inject):
 
 def test_strict_mode_refusing_a_fallback_stays_the_models_fail():
     from reports.errors import is_environment_error
-    from runners.devices.neuron_emulated import FallbackDisallowed
+    from runners.devices.base import FallbackDisallowed
 
     assert not is_environment_error(FallbackDisallowed(op="aten::foo"))
 

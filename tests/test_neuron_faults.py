@@ -36,8 +36,8 @@ def _statuses(outcome) -> dict[str, str]:
 
 def test_the_devices_refusals_are_the_models_results():
     from runners.devices.base import FallbackDisallowed
+    from runners.devices.neuron.compiler import UnlowerableOpError
     from runners.devices.preflight import DeviceCheckError
-    from runners.neuron_compile import UnlowerableOpError
 
     assert not is_environment_error(FallbackDisallowed(op="aten::digamma.out"))
     assert not is_environment_error(UnlowerableOpError(op="aten::clone"))
@@ -84,11 +84,27 @@ def test_strict_refusal_on_neuron_is_a_fail_row_naming_the_op() -> None:
 
 @forked
 def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
-    """TorchNeuron's raise mode on a graph op the profile cannot lower: the model's `fail`."""
+    """TorchNeuron's raise mode on a graph op its compile path raises on (a boolean-mask
+    `index_put`, planted in a tiny Llama's forward: the forked model process inherits the
+    patch): the model's `fail`, naming the op and its evidence."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    original = LlamaForCausalLM.forward
+
+    def planted(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        mask = out.logits[..., 0] > 0
+        out.logits = out.logits.index_put(
+            (mask,), torch.zeros(out.logits.shape[-1]).to(mask.device)
+        )
+        return out
+
+    LlamaForCausalLM.forward = planted
     outcome = run_isolated(
         tiny("llama", "LlamaForCausalLM"),
         ModelSettings(
-            device=DeviceChoice("neuron", profile="torch-mlir", compile_mode="raise"),
+            device=DeviceChoice("neuron", compile_mode="raise"),
             stages=["load", "compile"],
             timeout_s=300,
         ),
@@ -96,7 +112,10 @@ def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
     compiled = outcome.stages[1]
     assert compiled.status == "fail", _statuses(outcome)
     assert compiled.error_type == "UnlowerableOpError"
-    assert compiled.failing_op and "cannot be lowered" in compiled.error_message
+    assert (
+        compiled.failing_op == "aten::index_put" and "cannot be lowered" in compiled.error_message
+    )
+    assert compiled.compile_evidence == "raises"
 
 
 def test_a_resume_with_another_compile_mode_is_refused(tmp_path):

@@ -44,7 +44,7 @@ def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
         """
         import json, os, torch
         from runners.devices import get_device
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         device = get_device("neuron")
         assert isinstance(device, RealNeuronDevice) and not device.emulated
         device.setup()
@@ -126,7 +126,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
         """
         import json, os
         from reports.errors import DeviceError
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         out = {}
         for mode in ("eager", "raise"):
             device = RealNeuronDevice(compile_mode=mode)
@@ -146,7 +146,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     done = run_python(
         """
         import json
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         device = RealNeuronDevice()
         device.setup()
         print(json.dumps(device.compile_mode))

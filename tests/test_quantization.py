@@ -368,7 +368,7 @@ def test_runnable_methods_run_on_cpu(planned: dict[str, Planned], key: str) -> N
 
 @pytest.fixture(scope="module")
 def neuron() -> Any:
-    from runners.devices.neuron_emulated import NeuronEmulatedDevice
+    from runners.devices.neuron.emulated import NeuronEmulatedDevice
 
     return NeuronEmulatedDevice()  # set up inside the forked test
 

@@ -17,7 +17,7 @@ from reports.errors import UsageError
 from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from runners import stages as stages_module
 from runners import training
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.run_model import run_model as run_with_settings
 from runners.settings import ModelSettings
 from sweep.commands.options import stage_list

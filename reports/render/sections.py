@@ -273,6 +273,53 @@ def optimizer_ops_section(report: dict[str, Any]) -> Section:
     )
 
 
+def band_section(report: dict[str, Any]) -> Section:
+    """Compile, and every stage, as a band: with evidence for every compiler verdict, and at
+    most (unless the unverified ops fail)."""
+    b = report.get("band") or {}
+    rows = [
+        [
+            line["line"],
+            fmt.count(line["with_evidence"]),
+            fmt.pct(line["with_evidence_share"]),
+            fmt.pct(line["with_evidence_downloads_share"]),
+            fmt.count(line["at_most"]),
+            fmt.pct(line["at_most_share"]),
+            fmt.pct(line["at_most_downloads_share"]),
+        ]
+        for line in b.get("lines", [])
+    ]
+    if b.get("recorded"):
+        notes = [
+            "'lowers with evidence': every graph op the device's compiler took to lower rests "
+            "on evidence (the device's registrations, decompositions or tests, or upstream "
+            "torch-mlir); 'at most': also the models whose compile passed on ops no evidence "
+            f"decides, unless those ops fail ({fmt.count(b.get('unverified_models'))} models, "
+            f"{fmt.downloads(b.get('unverified_downloads'))} downloads; their ops are in the "
+            "missing-ops ranking as absence of evidence)."
+        ]
+    else:
+        notes = [
+            "No compile verdict in this run records its evidence (a device whose compiler "
+            "reports none, or rows written before it was recorded): both ends are the same."
+        ]
+    return Section(
+        "band",
+        "Compile evidence band: passes with evidence, and at most",
+        [
+            "passed",
+            "with evidence",
+            "% models",
+            "% downloads",
+            "at most",
+            "% models",
+            "% downloads",
+        ],
+        rows,
+        notes,
+    )
+
+
 def headline_section(report: dict[str, Any]) -> Section:
     h = report["headline"]
     rows = [
@@ -297,7 +344,10 @@ def headline_section(report: dict[str, Any]) -> Section:
     notes = [
         f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
         f"downloaded {h['task']} models, {h['passing']} pass every stage "
-        f"({fmt.pct(h['passing_share'])}); {h['passing_on_device']} with no CPU fallback "
+        f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
+        f"{h.get('passing_with_evidence', h['passing'])}, "
+        f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
+        f"{h['passing_on_device']} with no CPU fallback "
         f"({fmt.pct(h['passing_on_device_share'])}). An architecture passes when all its models "
         "among them pass.",
     ]
@@ -426,6 +476,8 @@ def ops_section(report: dict[str, Any]) -> Section:
             fmt.pct(r["blocked_downloads_share"]),
             fmt.count(r["models"]),
             fmt.count(r["failing_models"]),
+            fmt.count(r.get("unverified_models")),
+            r.get("evidence") or "",
             fmt.count(r["calls"]),
             fmt.text(r["sources"]),
             fmt.count(r["sole_models"]),
@@ -444,6 +496,8 @@ def ops_section(report: dict[str, Any]) -> Section:
             "% dl",
             "fell back in",
             "failure names it",
+            "no evidence in",
+            "evidence",
             "calls",
             "source",
             "only obstacle",
@@ -452,6 +506,9 @@ def ops_section(report: dict[str, Any]) -> Section:
         ],
         rows,
         [
+            "'no evidence in': models whose compile took the op to lower with nothing deciding "
+            "it; 'evidence': evidence of absence (a fallback or a failure names the op) or "
+            "absence of evidence (only such compile verdicts: those models pass unless it fails).",
             "'only obstacle': models that passed every stage with this op as their only CPU "
             "fallback; lowering it makes their downloads run entirely on the device.",
             "'op sweep pass rate': the op's own results over PyTorch's OpInfo samples on the "
@@ -492,6 +549,7 @@ def report_sections(report: dict[str, Any]) -> list[Section]:
         denominators_section(report["denominators"]),
         quantized_section(report),
         funnel_section(report),
+        band_section(report),
         headline_section(report),
     ]
     if (report.get("fine_tune") or {}).get("ran"):

@@ -73,7 +73,7 @@ class DispatchRecorder(TorchDispatchMode):
     def attribute(self, log: FallbackLog) -> None:
         """Charge the fallbacks a device reported only after the block (a profiler-based log)
         to the dispatched ops of the same base name, or list them as ops of their own."""
-        from runners.devices.profiles import base_name
+        from runners.devices.aten_names import base_name
 
         seen = {f for entry in self.ops.values() for f in entry.fallbacks}
         for op, fb in log.ops.items():

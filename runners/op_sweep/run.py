@@ -51,22 +51,10 @@ _LOWERED = {
 
 
 def lowering_of(device: Device) -> Lowering:
-    """Whether `device` declares a native kernel for an ATen op: the device's own answer
-    (`classify` or `is_native`, e.g. the emulated device's profile), else, for a PrivateUse1 backend, its
-    dispatch table; the CPU runs everything natively; None where nothing is declared."""
-    if device.name == "cpu":
-        return lambda op: True
-    classify = getattr(device, "classify", None)  # native / view / routed / conditional / fallback
-    if callable(classify):
-        return functools.cache(lambda op: _LOWERED.get(str(classify(op))))
-    is_native = getattr(device, "is_native", None)
-    if callable(is_native):
-        return functools.cache(lambda op: bool(is_native(op)))
-    if device.name == torch._C._get_privateuse1_backend_name():
-        from runners.devices.neuron import dispatch_entry
-
-        return functools.cache(lambda op: dispatch_entry(op) == "kernel")
-    return lambda op: None
+    """Whether `device` declares a native kernel for an ATen op, from its own class of the op
+    (`Device.classify_op`: native / view / routed / conditional / fallback); None where the
+    device declares nothing."""
+    return functools.cache(lambda op: _LOWERED.get(str(device.classify_op(op))))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

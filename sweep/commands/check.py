@@ -291,6 +291,10 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             detail = (detail + ": " if detail else "") + message
         if r["failing_op"]:
             detail += f" [op {r['failing_op']}]"
+        if r.get("compile_evidence"):  # what the compiler's verdicts rest on
+            detail += f" [evidence {r['compile_evidence']}]"
+        if r.get("unverified_ops"):
+            detail += f" unverified (no evidence either way): {', '.join(r['unverified_ops'][:4])}"
         print(
             f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
