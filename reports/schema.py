@@ -286,6 +286,10 @@ RUNS_SCHEMA = pa.schema(
         pa.field("catalog_hash", pa.string()),  # of the catalog file: a resume must match it
         pa.field("catalog_size", pa.int64()),  # models in the catalog
         pa.field("models_requested", pa.int64()),  # models this run was asked for
+        # the nightly series the run belongs to (`hfsweep nightly --series`, default the
+        # device's name); null for a run that `hfsweep run` started. The previous night of a
+        # series is its newest earlier finished run.
+        pa.field("nightly", pa.string()),
         *(pa.field(name, pa.string()) for name in LIBRARY_VERSION_FIELDS),
         *_PROVENANCE_FIELDS,
     ]

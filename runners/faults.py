@@ -14,7 +14,8 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
 - `match`: what the place knows the model by (`*`: any): in `plan` its model id or model type
   hint; elsewhere the tiny model's model type, architecture or shrunk config hash.
 - `fault`: `segfault` (a real invalid read), `hang`, `alloc` (allocate 64 MiB tensors until
-  the memory budget stops it; refused without a budget), `unpicklable` (raise an exception that
+  the memory budget stops it; refused without a budget), `raise` (an ordinary RuntimeError:
+  the model's own failure, a `fail` row), `unpicklable` (raise an exception that
   cannot be pickled, whose message cannot be read either), `kill` (SIGKILL itself: what an
   operator's `kill -9` looks like), `kill_parent` (SIGKILL the worker that runs the model),
   `env` (the device fails: a DeviceError), `exit` (exit with status 3), `sleep:<seconds>`,
@@ -144,6 +145,8 @@ def _fire(fault: str) -> None:
         time.sleep(float(fault.split(":", 1)[1]))
     elif fault == "alloc":
         _allocate_past_budget()
+    elif fault == "raise":
+        raise RuntimeError("injected: the model fails here")
     elif fault == "unpicklable":
         raise UnpicklableFault()
     elif fault == "kill":

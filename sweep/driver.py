@@ -79,6 +79,7 @@ class RunConfig:
     plan_batch: int = PLAN_BATCH  # catalog entries per plan task
     progress: bool | None = None  # None: on when stderr is a terminal
     command: str = ""
+    nightly: str | None = None  # the nightly series (`hfsweep nightly`), in the run's row
 
 
 @dataclass
@@ -252,6 +253,7 @@ def _run_locked(
         "catalog_size": stream.size,
         "models_requested": requested,
         "command": config.command,
+        "nightly": config.nightly,
         **software_versions(device),
         **settings_row,
     }

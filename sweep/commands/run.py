@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from reports import settings
+
+if TYPE_CHECKING:
+    from sweep.driver import RunConfig, RunSummary
 
 PROFILE_HELP = (
     "neuron: a bundled profile (default torchneuron-2026-04-21, TorchNeuron's registrations; "
@@ -90,8 +94,27 @@ def run(args: argparse.Namespace) -> int:
     from sweep.commands._store_arg import store_to_write
 
     store_to_write(args.store)  # a file: one clear error before any work
+    from sweep.driver import abandoned_error, run_sweep
+
+    summary = run_sweep(run_config(args))
+    print(run_line(summary, args.store), file=sys.stderr)
+    code = 0
+    if not args.no_report:
+        from sweep.commands import report
+
+        report_args = argparse.Namespace(
+            store=args.store, run=summary.run_id, format="text", out=None, top=10
+        )
+        code = report.run(report_args)
+    if summary.abandoned:  # after the report of what did run: one error, exit 3
+        raise abandoned_error(summary)
+    return code
+
+
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run's settings from the arguments `add_arguments` declared (checked here)."""
     from reports.errors import UsageError
-    from sweep.driver import RunConfig, abandoned_error, command_line, run_sweep, stage_list
+    from sweep.driver import RunConfig, command_line, stage_list
 
     if args.top is not None and args.top < 1:
         raise UsageError("--top must be at least 1")
@@ -101,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--retries must be 0 or more")
     if args.memory_limit < 0:
         raise UsageError("--memory-limit must be 0 (no limit) or a size in GiB")
-    config = RunConfig(
+    return RunConfig(
         store=args.store,
         catalog=args.catalog,
         top=args.top,
@@ -121,23 +144,14 @@ def run(args: argparse.Namespace) -> int:
         dedup=not args.no_dedup,
         command=command_line(),
     )
-    summary = run_sweep(config)
-    print(
+
+
+def run_line(summary: RunSummary, store: str) -> str:
+    """What a run did, in one line (stderr)."""
+    return (
         f"run {summary.run_id}: {summary.requested} models asked for, "
         f"{summary.already_done} already done, {summary.skipped} skipped before running, "
         f"{summary.models_run} run as {summary.tasks} unique tiny models, "
         + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
-        + f"{summary.seconds:.0f} s; store: {args.store}",
-        file=sys.stderr,
+        + f"{summary.seconds:.0f} s; store: {store}"
     )
-    code = 0
-    if not args.no_report:
-        from sweep.commands import report
-
-        report_args = argparse.Namespace(
-            store=args.store, run=summary.run_id, format="text", out=None, top=10
-        )
-        code = report.run(report_args)
-    if summary.abandoned:  # after the report of what did run: one error, exit 3
-        raise abandoned_error(summary)
-    return code
