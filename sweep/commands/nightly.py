@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         check_run_id(series)  # a name, as run ids are
     except Exception:
         raise UsageError(
-            f"--series {series!r}: use letters, digits, '.', '_' or '-'", hint="e.g. --series neuron"
+            f"--series {series!r}: use letters, digits, '.', '_' or '-'",
+            hint="e.g. --series neuron",
         ) from None
     site = Path(args.site)
     if site.exists() and not site.is_dir():
