@@ -53,10 +53,11 @@ def nightly_catalog(
     folder: Path,
     *,
     progress: Callable[[int], None] | None = None,
+    client: Any = None,
 ) -> str:
     """The catalog the night runs on: `choice` as given ('bundled' or a file), or for `hub`
     (the default when the Hub is reachable) a fresh listing of the `top` models, refreshed into
-    `folder`; the bundled snapshot by default offline."""
+    `folder`; the bundled snapshot by default offline. `client`: a `HubClient` (tests)."""
     if choice is None:
         choice = "bundled" if settings.hub_offline() else HUB
     if choice != HUB:
@@ -70,7 +71,7 @@ def nightly_catalog(
 
     n = top or 1000
     out = folder / f"hub-{dt.date.today().isoformat()}-top{n}.csv"
-    refresh_catalog(n, out, token=settings.hub_token(), progress=progress)
+    refresh_catalog(n, out, client=client, token=settings.hub_token(), progress=progress)
     return str(out)
 
 

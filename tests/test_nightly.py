@@ -1,7 +1,7 @@
 """`hfsweep nightly`: the previous night from the runs table, the diff, the site, and the alert
 rules (exit 4 for a model that passed last night and fails tonight; a timeout or a model passing
 again is a flake and does not alert), end to end on tiny catalogs, locally and through Ray on
-the s3:// store."""
+the s3:// store (tests/test_nightly_recipes.py: the README's cron line and Ray job)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 from reports import alerts
 from reports.store import Store
 from tests.conftest import HFSWEEP, ROOT, write_catalog
-from tests.s3_support import BUCKET, local_s3
 
 MODELS = [
     {"model_id": "org/a", "library_name": "transformers", "model_type_hint": "llama"},
@@ -155,28 +154,3 @@ def test_nightly_bad_usage_is_one_line_exit_2(tmp_path):
     hub = nightly(tmp_path, "--catalog", "hub", "--site", str(tmp_path / "s"))
     assert hub.returncode == 2 and "the Hub is offline" in hub.stderr
     assert "Traceback" not in bad_site.stderr + bad_series.stderr + hub.stderr
-
-
-@pytest.mark.slow
-def test_nightly_through_ray_on_the_s3_store(tmp_path):
-    catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
-    with local_s3() as aws:
-        common = [
-            "--num-cpus",
-            "2",
-            "--catalog",
-            str(catalog),
-            "--store",
-            f"s3://{BUCKET}/nightly",
-            "--site",
-            str(tmp_path / "site"),
-        ]
-        first = nightly(tmp_path, *common, **aws)
-        assert first.returncode == 0, first.stderr[-3000:]
-        second = nightly(tmp_path, *common, faults=FAIL_B, **aws)
-        assert second.returncode == 4, second.stderr[-3000:]
-        assert "org/b  passed -> failed" in second.stdout
-        runs = Store(f"s3://{BUCKET}/nightly").runs()
-    assert [r["nightly"] for r in runs] == ["neuron", "neuron"]
-    night = json.loads((tmp_path / "site" / "nightly.json").read_text())
-    assert night["previous"] == runs[1]["run_id"] and night["run_id"] == runs[0]["run_id"]
