@@ -50,6 +50,7 @@ from sweep.executors import PlanFn, RunFn, TaskSettings, make_executor
 from sweep.ledger import Ledger
 from sweep.loop import PLAN_BATCH, RunLoop
 from sweep.progress import SweepProgress
+from sweep.reuse import KeyContext, reusable, source_runs
 from sweep.rows import RunContext
 from sweep.writer import RowWriter
 
@@ -80,6 +81,7 @@ class RunConfig:
     progress: bool | None = None  # None: on when stderr is a terminal
     command: str = ""
     nightly: str | None = None  # the nightly series (`hfsweep nightly`), in the run's row
+    reuse: str | None = None  # copy earlier runs' rows by task key: latest, a run id, all
 
 
 @dataclass
@@ -96,6 +98,9 @@ class RunSummary:
     abandoned: list[str] = field(default_factory=list)  # no rows: the environment kept failing
     causes: dict[str, str] = field(default_factory=dict)  # what stopped them -> first model
     damaged_parts: int = 0  # part files found damaged at the start and put aside
+    reused: int = 0  # models whose rows were copied from an earlier run (`--reuse`)
+    reused_tasks: int = 0  # unique tiny models among them
+    reuse_sources: list[str] = field(default_factory=list)  # the runs offered, newest first
 
 
 def software_versions(device: Any = None) -> dict[str, str | None]:
@@ -232,6 +237,7 @@ def _run_locked(
     settings_row = result_settings(config, device, stream)
     if previous is not None:
         check_same_settings(previous, settings_row)
+    sources = source_runs(store, config.reuse, run_id)  # a run id not in the store: refused
     profile, profile_hash = device.profile_info()
     run_ctx = RunContext(
         run_id=run_id,
@@ -254,6 +260,7 @@ def _run_locked(
         "models_requested": requested,
         "command": config.command,
         "nightly": config.nightly,
+        "reuse": config.reuse or None,
         **software_versions(device),
         **settings_row,
     }
@@ -276,13 +283,15 @@ def _run_locked(
     try:
         with (
             writer,
-            Ledger(dedup=config.dedup) as ledger,
+            Ledger(dedup=config.dedup, key_of=KeyContext.of(settings_row).key) as ledger,
             SweepProgress(
                 requested - already, description=f"run {run_id}", enabled=config.progress
             ) as bar,
         ):
             if already:
                 ledger.resume(store, run_id)  # groups that ran before the kill stay done
+            for earlier in reusable(store, sources):  # newest first: the first per key wins
+                ledger.offer(earlier)
             todo = _not_done(select_entries(stream, config), done)
             executor = make_executor(
                 config.executor,
@@ -323,6 +332,9 @@ def _run_locked(
         abandoned=loop.abandoned,
         causes=loop.causes,
         damaged_parts=len(damaged),
+        reused=loop.reused,
+        reused_tasks=ledger.reused,
+        reuse_sources=sources,
     )
 
 

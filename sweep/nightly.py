@@ -5,7 +5,9 @@ static site, and say whether to alert.
    `hub-<date>-top<N>.csv` of the catalogs folder; a refresh the Hub stopped goes on where it
    stopped when the job is run again the same day), or, offline, the bundled snapshot or a
    catalog file given.
-2. The run: `run_sweep` with the run tagged with its series (`runs.nightly`).
+2. The run: `run_sweep` with the run tagged with its series (`runs.nightly`), reusing by
+   default the rows of the previous night's tasks whose content key has not changed
+   (`sweep.reuse`): a night costs what changed.
 3. The previous night: the newest earlier finished run of the same series, from the runs table
    (`reports.alerts.previous_night`), and the diff of the two (`reports.diff.run_diff`).
 4. The static site of tonight's run (`hfsweep report --format html`), with `nightly.json`
@@ -25,10 +27,11 @@ from typing import Any
 
 from reports import alerts, settings
 from reports.errors import UsageError
-from reports.store import new_run_id
+from reports.store import Store, new_run_id
 from sweep.driver import RunConfig, RunSummary, run_sweep
 
 HUB = "hub"
+PREVIOUS = "previous"  # --reuse of a night: the rows of the previous night of its series
 NIGHTLY_JSON = "nightly.json"
 
 
@@ -88,7 +91,11 @@ def run_nightly(
     from reports.diff import run_diff
     from reports.query import StoreQuery
 
-    config = replace(config, nightly=series, run_id=config.run_id or f"nightly-{new_run_id()}")
+    run_id = config.run_id or f"nightly-{new_run_id()}"
+    reuse = config.reuse
+    if reuse == PREVIOUS:  # the previous night of the series, if there is one
+        reuse = alerts.previous_night(Store(config.store).runs(), series, run_id)
+    config = replace(config, nightly=series, run_id=run_id, reuse=reuse)
     summary = run_sweep(config, warn=warn)
     q = StoreQuery(config.store)
     result = NightlyResult(

@@ -31,7 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             action.help = "the N most downloaded models (default 1000)"
         elif action.dest == "run_id":
             action.help = "name the night's run (default nightly-<time>); an existing id resumes it"
-    p.set_defaults(catalog=None, top=1000)
+        elif action.dest == "reuse":
+            action.metavar = "previous|latest|RUN_ID|all|none"
+            action.help = (
+                "copy the rows of every task whose content key an earlier run has, run only the "
+                "rest: the previous night of the series (default), the newest run, that run, "
+                "every run, or none"
+            )
+    p.set_defaults(catalog=None, top=1000, reuse="previous")
     p.add_argument(
         "--series",
         help="the nightly series this run continues (default: the device's name); the "

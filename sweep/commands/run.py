@@ -76,6 +76,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run every model even when its tiny config equals another's",
     )
+    p.add_argument(
+        "--reuse",
+        metavar="latest|RUN_ID|all",
+        help="copy the rows of every task whose content key (its tiny config, the software, "
+        "the settings and the code that decide its rows) an earlier run has: the newest other "
+        "run (latest), that run, or every run of the store; only the new keys run (a timeout, "
+        "crash or oom always runs again); the rows say reused_from",
+    )
     p.add_argument("--no-report", action="store_true", help="do not print the summary at the end")
 
 
@@ -143,6 +151,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         memory_limit=int(args.memory_limit * 2**30) or None,
         dedup=not args.no_dedup,
         command=command_line(),
+        reuse=getattr(args, "reuse", None),
     )
 
 
@@ -151,7 +160,13 @@ def run_line(summary: RunSummary, store: str) -> str:
     return (
         f"run {summary.run_id}: {summary.requested} models asked for, "
         f"{summary.already_done} already done, {summary.skipped} skipped before running, "
-        f"{summary.models_run} run as {summary.tasks} unique tiny models, "
+        f"{summary.models_run - summary.reused} run as {summary.tasks} unique tiny models, "
+        + (
+            f"{summary.reused} reused from earlier runs "
+            f"({summary.reused_tasks} unique tiny models not run again), "
+            if summary.reuse_sources
+            else ""
+        )
         + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
         + f"{summary.seconds:.0f} s; store: {store}"
     )
