@@ -138,6 +138,15 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
         for r in sources:
             r["default"] = r["source"] in DEFAULT_CONFIG_SOURCES
         from_default = [r for r in sources if r["default"]]
+        reused = q.fetch(
+            """
+            SELECT reused_from AS run_id, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND reused_from IS NOT NULL
+            GROUP BY reused_from ORDER BY models DESC, reused_from
+            """,
+            {"run": run_id},
+        )
         requested = run.get("models_requested")
         emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
         device = t["device"] or run.get("device")
@@ -175,6 +184,10 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "built_from_default": sum(r["models"] for r in from_default),
             "built_from_default_downloads": sum(r["downloads"] for r in from_default),
             "quantized": quantized_checkpoints(q, run_id),
+            # swept models whose rows were copied from an earlier run (`--reuse`), per run
+            "reused": sum(r["models"] for r in reused),
+            "reused_downloads": sum(r["downloads"] for r in reused),
+            "reused_by_run": reused,
         }
 
     return q.memo("denominators", run_id, build)
