@@ -47,3 +47,10 @@ def text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     return str(value)
+
+
+def op_sweep_cell(s: dict[str, Any] | None) -> str:
+    """An op's own results in the op sweep: `97.0% (correct not native)`, or `-`."""
+    if not s:
+        return "-"
+    return f"{pct(s.get('pass_rate'))} ({s['verdict'].replace('_', ' ')})"

@@ -1,6 +1,6 @@
 """A self-contained static site of one run (inline CSS and SVG, no scripts, nothing fetched):
 `index.html` (the report with charts), `models.html` (the most downloaded models),
-`models.csv` (every model), `report.json`, and with an op sweep on the same device
+`models.csv` (every model; a row per model and dtype in a run of several), `report.json`, and with an op sweep on the same device
 `op-sweep.html` and `ops/<op>.html`. Publish the folder as is."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ MODELS_ON_PAGE = 1000
 
 
 def report_charts(report: dict[str, Any]) -> dict[str, Any]:
+    if len(report.get("dtypes") or []) > 1 and report.get("by_dtype"):
+        return dtype_charts(report)
     d = report["denominators"]
     return {
         "funnel": charts.funnel_chart(report["funnel"]),
@@ -34,6 +36,31 @@ def report_charts(report: dict[str, Any]) -> dict[str, Any]:
         ),
         "signatures": charts.reasons_chart(
             report["failure_clusters"],
+            label="signature",
+            title="Failures by reason: top error signatures (models)",
+            limit=8,
+        ),
+    }
+
+
+def dtype_charts(report: dict[str, Any]) -> dict[str, Any]:
+    """The charts of a run of several dtypes: each a bar per dtype, side by side."""
+    per = report["by_dtype"]
+    return {
+        "funnel": charts.funnel_by_dtype_chart({d: v["funnel"] for d, v in per.items()}),
+        "trend": charts.trend_chart(report["coverage_over_runs"]),
+        "skips": charts.by_dtype_chart(
+            {d: v["skip_reasons"] for d, v in per.items()},
+            label="reason",
+            title="Skips by reason (models)",
+        ),
+        "failures": charts.by_dtype_chart(
+            {d: failures_by_stage(v["denominators"]["failed_by_stage"]) for d, v in per.items()},
+            label="key",
+            title="Failures by stage (models)",
+        ),
+        "signatures": charts.by_dtype_chart(
+            {d: v["failure_clusters"] for d, v in per.items()},
             label="signature",
             title="Failures by reason: top error signatures (models)",
             limit=8,
@@ -74,14 +101,17 @@ def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[P
 
 
 def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:
+    dtypes = q.run_dtypes(run_id)
+    dtype = "dtype, " if len(dtypes) > 1 else ""  # a run of several: a row per model and dtype
     rows = q.fetch(
         f"""
-        SELECT model_id, rank, downloads, library, pipeline_tag, model_type, architecture,
+        SELECT model_id, {dtype}rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
           error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in STAGES)}
-        FROM model_runs WHERE run_id = $run ORDER BY downloads DESC, model_id
+        FROM model_runs WHERE run_id = $run
+        ORDER BY downloads DESC, model_id, list_position($dtypes, dtype)
         """,
-        {"run": run_id},
+        {"run": run_id, "dtypes": dtypes},
     )
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="", encoding="utf-8") as fh:
