@@ -29,6 +29,7 @@ SORT_COLUMNS = {
 OUTCOME_FILTERS = (*OUTCOMES, "on_device", "with_fallback")
 STATUS_VALUES = tuple(s.value for s in Status)
 MAX_PER_PAGE = 500
+DEFAULT_DTYPE = "fp32"  # `hfsweep run` and `check` without --dtype
 TABLE_COLUMNS = (
     "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
@@ -443,10 +444,10 @@ def _config_index(q: StoreQuery, files: RunFiles) -> dict[tuple[str | None, str]
 
 
 def reproduce_command(model_id: str, device: str | None, dtypes: list[str] | None = None) -> str:
-    """The `hfsweep check` command that reruns this model on this device (at these dtypes; one
-    dtype is left to `check`'s default, as the run that had one)."""
+    """The `hfsweep check` command that reruns this model on this device, at these dtypes
+    (fp32, `check`'s default, goes without saying)."""
     command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
-    if dtypes and len(dtypes) > 1:
+    if dtypes and dtypes != [DEFAULT_DTYPE]:
         command += f" --dtype {shlex.quote(','.join(dtypes))}"
     return command
 

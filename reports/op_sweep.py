@@ -800,6 +800,8 @@ def op_page(
             "downloads": 0,
             "total": 0,
             "downloads_share": None,
+            "dtypes": q.run_dtypes(model_run) if model_run else [],
+            "by_dtype": {},
         }
     else:
         models = op_models(q, model_run, base) if model_run else None

@@ -269,3 +269,44 @@ def test_new_dtype_part_keeps_the_other_dtypes_summary(tmp_path: Path) -> None:
     assert coverage.denominators(q, "d1", "bf16")["passed"] == 4
     assert coverage.denominators(q, "d1", "fp32")["passed"] == 4
     assert models.model_detail(q, "org/mixtral-fail", "d1")["summary"]["outcome"] == "failed"
+
+
+def test_lookup_and_report_commands(q: StoreQuery) -> None:
+    """`hfsweep lookup` shows every dtype of the run side by side (exit 0 only when the model
+    passes at each), or one with --dtype; `hfsweep report` says the run's dtypes."""
+    import json
+    import subprocess
+
+    from tests.conftest import HFSWEEP, ROOT
+
+    def hfsweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*HFSWEEP, *args, "--store", q.store.uri],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+
+    p = hfsweep("lookup", "org/qwen-bf16-accuracy")
+    assert p.returncode == 1, p.stderr
+    assert "org/qwen-bf16-accuracy: fp32 passed, bf16 failed on neuron (emulated)" in p.stdout
+    assert f"they differ: bf16: forward fail_accuracy: {ACCURACY_SIGNATURE}" in p.stdout
+    assert "at fp32:" in p.stdout and "at bf16:" in p.stdout
+    assert "history (newest first): d1 fp32 passed, d1 bf16 failed" in p.stdout
+    assert "reproduce: hfsweep check org/qwen-bf16-accuracy --device neuron --dtype fp32,bf16" in (
+        p.stdout
+    )
+    p = hfsweep("lookup", "org/qwen-bf16-accuracy", "--dtype", "fp32")
+    assert p.returncode == 0 and "at fp32:" not in p.stdout
+    assert "--dtype fp32" not in p.stdout  # fp32 is check's default
+    p = hfsweep("lookup", "org/qwen-bf16-accuracy", "--dtype", "bf16", "--format", "json")
+    assert p.returncode == 1 and json.loads(p.stdout)["summary"]["failed_stage"] == "forward"
+    p = hfsweep("lookup", "org/llama-same")
+    assert p.returncode == 0 and "fp32 passed, bf16 passed" in p.stdout
+    p = hfsweep("lookup", "org/llama-same", "--dtype", "fp16")
+    assert p.returncode == 2 and "no results for model 'org/llama-same' at dtype fp16 in" in (
+        p.stderr
+    )
+    p = hfsweep("report", "--run", "d1", "--top", "5")
+    assert p.returncode == 0 and "dtypes fp32, bf16" in p.stdout.splitlines()[0]
