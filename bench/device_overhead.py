@@ -68,8 +68,8 @@ def main() -> int:
     import torch
 
     from runners.devices.cpu import CpuDevice
-    from runners.devices.neuron_emulated import NeuronEmulatedDevice
-    from runners.devices.profiles import DeviceProfile
+    from runners.devices.neuron.emulated import NeuronEmulatedDevice
+    from runners.devices.neuron.profiles import DeviceProfile
     from runners.numerics import compare_gradients, compare_tensors
 
     torch.set_num_threads(1)

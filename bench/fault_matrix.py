@@ -1,6 +1,6 @@
 """The fault matrix: every fault type, many trials each, on real sweeps; what survived.
 
-Sections (default: all):
+Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
   model  one sweep on an embedded Ray (2 CPUs, a driver in a subprocess, as `hfsweep run`):
          `--trials` models per fault type, each with its own config (no two share a task) and
          its own fault, injected through the test-only hook (`runners/faults.py`) and matched
@@ -14,6 +14,12 @@ Sections (default: all):
          without the fault writes its rows
   kill   one run (embedded Ray) whose driver is killed with SIGKILL at a random moment,
          `--kills` times, each time resumed with the same run id, then finished
+  ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
+         round, one OpInfo per fault type, its first sample faulted (matched by its name),
+         beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
+  ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
+  ops-kill  as `kill`, for one op run (`--kills` times; a kill that comes after the run
+         finished is not a trial)
 Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
 row and then the right rows), rows lost, rows duplicated, processes left behind (model
 children, what they started, Ray processes of a killed driver), and environment errors
@@ -21,6 +27,7 @@ recorded as model results. Target: all survived, 0 lost, 0 duplicated, 0 orphane
 
     python bench/fault_matrix.py                       # 20 trials per fault type, 30 kills
     python bench/fault_matrix.py --fast                # 1 per fault type, 2 kills (CI)
+    python bench/fault_matrix.py --sections ops,ops-env,ops-kill   # the op sweep's
     python bench/fault_matrix.py --sections kill --kills 50 --seed 7
 """
 
@@ -40,6 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -557,6 +565,63 @@ def section_env(trials: int, work: Path) -> list[Line]:
 # ---- the driver killed at random moments ---------------------------------------------------
 
 
+def kill_and_resume(
+    line: Line,
+    cmd: list[str],
+    counts: Callable[[], Counter],
+    kills: int,
+    rng: random.Random,
+    work: Path,
+) -> None:
+    """Start `cmd` (a driver) and SIGKILL it at a random moment, `kills` times, each time
+    counting what it lost (rows there before, gone after), doubled or left behind; then run it
+    to the end. A driver that finished before its kill is no trial (what it did still counts)."""
+    seen: Counter = Counter()
+    for _ in range(kills):
+        mark = uuid.uuid4().hex
+        driver = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=bench_env(mark, None, work),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            driver.wait(rng.uniform(1.0, 20.0))
+        except subprocess.TimeoutExpired:
+            driver.send_signal(signal.SIGKILL)
+        _, err = driver.communicate()
+        orphans = left_behind(mark, 10.0)
+        now = counts()
+        lost = sum(1 for key, n in seen.items() if n and now[key] == 0)
+        dup = sum(n - 1 for n in now.values() if n > 1)
+        line.lost += lost
+        line.duplicated += dup
+        line.orphans += len(orphans)
+        seen = now
+        if driver.returncode == 0:
+            print(f"{line.fault}: the run finished before kill {line.trials + 1} of {kills}",
+                  file=sys.stderr)  # fmt: skip
+            break
+        line.trials += 1
+        errored = driver.returncode != -signal.SIGKILL
+        if errored:
+            print(err[-2000:], file=sys.stderr)
+        line.survived += int(not lost and not dup and not orphans and not errored)
+    final = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(uuid.uuid4().hex, None, work),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if final.returncode != 0:
+        line.survived = min(line.survived, line.trials - 1)
+        print(final.stderr[-2000:], file=sys.stderr)
+
+
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
     # Large enough that every kill lands mid-run (on the 2-core machine 150 models took 19
@@ -581,60 +646,15 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
         "2",
         "--no-report",
     ]
-    seen: Counter = Counter()
-    for _ in range(kills):
-        mark = uuid.uuid4().hex
-        driver = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=bench_env(mark, None, work),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        delay = rng.uniform(1.0, 20.0)
-        try:
-            driver.wait(delay)
-        except subprocess.TimeoutExpired:
-            driver.send_signal(signal.SIGKILL)
-        _, err = driver.communicate()
-        finished = driver.returncode == 0
-        orphans = left_behind(mark, 10.0)
-        counts = pair_counts(read_rows(store, "kill"))
-        lost = sum(1 for pair, n in seen.items() if n and counts[pair] == 0)
-        dup = sum(c - 1 for c in counts.values() if c > 1)
-        line.lost += lost
-        line.duplicated += dup
-        line.orphans += len(orphans)
-        seen = counts
-        if finished:  # not a kill: not a trial (what it lost or left still counts)
-            print(
-                f"kill section: the run finished before kill {line.trials + 1} of {kills}",
-                file=sys.stderr,
-            )
-            break
-        line.trials += 1
-        errored = driver.returncode != -signal.SIGKILL
-        if errored:
-            print(err[-2000:], file=sys.stderr)
-        line.survived += int(not lost and not dup and not orphans and not errored)
-    final = subprocess.run(
-        cmd,
-        cwd=ROOT,
-        env=bench_env(uuid.uuid4().hex, None, work),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    kill_and_resume(line, cmd, lambda: pair_counts(read_rows(store, "kill")), kills, rng, work)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
     missing = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
     line.lost += missing
     line.duplicated = max(line.duplicated, sum(c - 1 for c in counts.values() if c > 1))
     line.mislabelled = sum(1 for r in rows if r["status"] != "pass")
-    if final.returncode != 0 or missing:
+    if missing:
         line.survived = min(line.survived, line.trials - 1)
-        print(final.stderr[-2000:], file=sys.stderr)
     print(
         f"kill section: {line.trials} kills; the final run wrote {len(rows)} rows for {len(ids)} models",
         file=sys.stderr,
@@ -642,7 +662,180 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     return [line]
 
 
+# ---- op-sweep faults -----------------------------------------------------------------------
+
+# OpInfos whose samples pass on the CPU in fp32 in well under a second each (one group each).
+OP_NAMES = ["abs", "neg", "exp", "sin", "cos", "tanh", "sigmoid", "sqrt", "floor", "ceil", "trunc"]
+# label, rule (without match), the status of the faulted sample's forward (None: the
+# environment's fault: retried, every row passes)
+OP_FAULTS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("op: segfault in a sample", {"at": "sample", "fault": "segfault", "times": 1}, "crash"),
+    ("op: hang in a sample", {"at": "sample", "fault": "hang", "times": 1}, "timeout"),
+    ("op: allocation past the memory budget", {"at": "sample", "fault": "alloc", "times": 1}, "oom"),
+    ("op: exception that cannot be pickled", {"at": "sample", "fault": "unpicklable", "times": 1}, "fail"),
+    ("op: child killed from outside (kill -9)", {"at": "sample", "fault": "kill", "times": 1}, None),
+    ("op: worker killed mid-task", {"at": "sample", "fault": "kill_parent", "times": 1}, None),
+    ("op: device error in the child (set-up)", {"at": "setup", "fault": "env", "times": 1}, None),
+    ("op: device error inside a sample", {"at": "sample", "fault": "env", "times": 1}, None),
+    ("op: runtime env that cannot be set up", {"at": "submit", "fault": "runtime_env", "times": 1}, None),
+    ("op: lost object (ObjectLostError on get)", {"at": "get", "fault": "lose_object", "times": 1}, None),
+]  # fmt: skip
+
+
+def hfsweep_ops(
+    store: Path, run_id: str, ops: list[str], *extra: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    cmd = [*HFSWEEP, "ops", "--ops", ",".join(ops), "--dtypes", "fp32", "--device", "cpu"]
+    cmd += ["--store", str(store), "--run-id", run_id, "--group-size", "1", "--no-report"]
+    return subprocess.run(
+        [*cmd, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def op_rows(store: Path, run_id: str) -> list[dict[str, Any]]:
+    from reports.store import Store
+
+    return Store(store).read("ops", run_id).to_pylist()
+
+
+def op_keys(rows: list[dict[str, Any]]) -> Counter:
+    return Counter((r["opinfo"], r["dtype"], r["sample_index"], r["phase"]) for r in rows)
+
+
+def section_ops(trials: int, work: Path) -> list[Line]:
+    """`trials` rounds of one op sweep (embedded Ray, 2 CPUs) over OpInfos of one group each:
+    one OpInfo per fault type, its first sample faulted, beside a healthy one; then the same
+    command again (nothing to do, nothing doubled). Every sample of a healthy OpInfo, or of one
+    whose fault was the environment's (retried), passes; the faulted sample of the others has
+    the fault's status and the rest of its OpInfo passes."""
+    assert len(OP_NAMES) >= len(OP_FAULTS) + 1
+    lines = [Line(label) for label, *_ in OP_FAULTS]
+    healthy = Line("op: (healthy OpInfos beside them)")
+    whole = Line("op: (the sweep: driver exit, rerun, processes left)")
+    ops = OP_NAMES[: len(OP_FAULTS) + 1]
+    extra = ["--num-cpus", "2", "--timeout", "8", "--memory-limit", "1", "--retries", "2"]
+    for t in range(trials):
+        state, store, mark = work / f"ops{t}-state", work / f"ops{t}-store", uuid.uuid4().hex
+        rules = [{**rule, "match": op} for (_, rule, _), op in zip(OP_FAULTS, ops, strict=False)]
+        env = bench_env(mark, rules, state)
+        run_id = f"ops{t}"
+        start = time.monotonic()
+        proc = hfsweep_ops(store, run_id, ops, *extra, env=env, timeout=3600)
+        seconds = time.monotonic() - start
+        orphans_after = left_behind(mark)
+        again = hfsweep_ops(store, run_id, ops, *extra, env=env, timeout=600)
+        rows = op_rows(store, run_id)
+        counts = op_keys(rows)
+        for i, op in enumerate(ops):
+            fault = OP_FAULTS[i] if i < len(OP_FAULTS) else None
+            line = lines[i] if fault else healthy
+            expected = fault[2] if fault else None
+            mine = [r for r in rows if r["opinfo"] == op]
+            line.trials += 1
+            lost = int(not mine)
+            line.lost += lost
+            line.duplicated += sum(n - 1 for k, n in counts.items() if k[0] == op and n > 1)
+            line.orphans += len(wait_all_dead(faults.fired(str(state), i), 2.0)) if fault else 0
+            bad = [r for r in mine if r["status"] not in ("pass", "skip")]
+            faulted = [r for r in bad if r["phase"] == "forward"]
+            if expected is None:  # the environment's: nothing but passes
+                line.mislabelled += len(bad)
+                ok = not bad and bool(mine)
+                ok = ok and (fault is None or bool(faults.fired(str(state), i)))
+            else:
+                line.mislabelled += sum(
+                    r["error_type"] in ("DeviceError", "EnvironmentFault") for r in bad
+                )
+                ok = [r["status"] for r in faulted] == [expected] and all(
+                    r["status"] == "not_run" for r in bad if r not in faulted
+                )
+            ok = ok and not lost and not any(n > 1 for k, n in counts.items() if k[0] == op)
+            line.survived += int(ok)
+            if not ok:
+                seen = [
+                    (r["sample_index"], r["phase"], r["status"], r["error_type"],
+                     (r["error_message"] or "")[:200])
+                    for r in mine
+                ]  # fmt: skip
+                print(f"{line.fault}: {op} expected {expected or 'all pass'}, got {seen}",
+                      file=sys.stderr)  # fmt: skip
+        whole.trials += 1
+        whole.orphans += len(orphans_after)
+        whole.duplicated += sum(n - 1 for n in counts.values() if n > 1)
+        nothing_left = f"{len(ops)} OpInfo x dtype already done, 0 rows written" in again.stderr
+        whole.survived += int(proc.returncode == 0 and again.returncode == 0 and nothing_left)
+        if proc.returncode != 0 or again.returncode != 0:
+            print(proc.stderr[-3000:], again.stderr[-1500:], file=sys.stderr)
+        print(
+            f"ops section, round {t + 1}: {len(ops)} OpInfos in {seconds:.0f} s "
+            f"(exit {proc.returncode}, rerun exit {again.returncode})",
+            file=sys.stderr,
+        )
+    return [*lines, healthy, whole]
+
+
+def section_ops_env(trials: int, work: Path) -> list[Line]:
+    """`trials` op sweeps (`--local`) where the device never sets up for one OpInfo: no row
+    for it (never `crash`), exit 3 naming it, then the same command without the fault."""
+    line = Line("op: environment error that keeps happening")
+    ops = OP_NAMES[:2]
+    for t in range(trials):
+        bad, good = ops
+        store, mark = work / f"opsenv{t}-store", uuid.uuid4().hex
+        rules = [{"at": "setup", "match": bad, "fault": "env"}]
+        env = bench_env(mark, rules, work / f"opsenv{t}-state")
+        first = hfsweep_ops(store, "env", ops, "--local", "--retries", "1", env=env, timeout=600)
+        rows = op_rows(store, "env")
+        recorded = [r for r in rows if r["opinfo"] == bad]
+        clear = first.returncode == 3 and f"{bad}:fp32" in first.stderr
+        clear = clear and "Traceback" not in first.stderr
+        second = hfsweep_ops(store, "env", ops, "--local", env=bench_env(mark, None, work),
+                             timeout=600)  # fmt: skip
+        counts = op_keys(op_rows(store, "env"))
+        line.trials += 1
+        line.mislabelled += len(recorded)
+        line.lost += sum(1 for op in ops if not any(k[0] == op for k in counts))
+        line.duplicated += sum(n - 1 for n in counts.values() if n > 1)
+        line.orphans += len(left_behind(mark, 3.0))
+        good_first = {r["opinfo"] for r in rows} == {good}
+        if clear and good_first and not recorded and second.returncode == 0 and not line.lost:
+            line.survived += 1
+        elif t == 0:
+            print(first.stderr[-2000:], second.stderr[-2000:], file=sys.stderr)
+    return [line]
+
+
+def section_ops_kill(kills: int, work: Path, seed: int) -> list[Line]:
+    """One op run (embedded Ray) whose driver is killed with SIGKILL at a random moment,
+    `kills` times, each time resumed with the same run id, then finished: every sample row
+    exactly once."""
+    from runners.op_sweep.opdb import op_db
+
+    rng = random.Random(seed)
+    unary = [o.name for o in op_db() if type(o).__name__ == "UnaryUfuncInfo"]
+    ops = sorted(set(unary))[: max(60, 20 * kills)]  # fast OpInfos, one group each
+    store = work / "opskill-store"
+    line = Line("op: driver killed (SIGKILL) at a random moment")
+    cmd = [*HFSWEEP, "ops", "--ops", ",".join(ops), "--dtypes", "fp32", "--device", "cpu"]
+    cmd += ["--store", str(store), "--run-id", "kill", "--num-cpus", "2", "--group-size", "1"]
+    cmd += ["--no-report"]
+    kill_and_resume(line, cmd, lambda: op_keys(op_rows(store, "kill")), kills, rng, work)
+    counts = op_keys(op_rows(store, "kill"))
+    missing = sum(1 for op in ops if not any(k[0] == op for k in counts))
+    line.lost += missing
+    line.duplicated = max(line.duplicated, sum(n - 1 for n in counts.values() if n > 1))
+    if missing:
+        line.survived = min(line.survived, line.trials - 1)
+    print(f"ops kill section: {line.trials} kills; {len(ops)} OpInfos, {sum(counts.values())} "
+          "rows at the end", file=sys.stderr)  # fmt: skip
+    return [line]
+
+
 # ---- main --------------------------------------------------------------------------------
+
+
+ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill"
+FAST_SECTIONS = "model,node,env,kill,ops"
 
 
 def run(sections: list[str], trials: int, kills: int, seed: int, work: Path) -> list[Line]:
@@ -657,6 +850,12 @@ def run(sections: list[str], trials: int, kills: int, seed: int, work: Path) -> 
             lines += section_env(trials, work)
         elif name == "kill":
             lines += section_kill(kills, work, seed)
+        elif name == "ops":
+            lines += section_ops(trials, work)
+        elif name == "ops-env":
+            lines += section_ops_env(trials, work)
+        elif name == "ops-kill":
+            lines += section_ops_kill(kills, work, seed)
         else:
             raise SystemExit(f"unknown section {name!r}")
         print(f"[{name}: {time.monotonic() - start:.0f} s]", file=sys.stderr)
@@ -688,7 +887,11 @@ def table(lines: list[Line]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default="model,node,env,kill")
+    parser.add_argument(
+        "--sections",
+        help="comma-separated (default: all; with --fast: model,node,env,kill,ops, the op "
+        "sweep's env and kill trials being tests of their own: tests/test_op_sweep_faults.py)",
+    )
     parser.add_argument("--trials", type=int, default=20, help="trials per fault type")
     parser.add_argument("--kills", type=int, default=30, help="kill-and-resume trials")
     parser.add_argument("--fast", action="store_true", help="1 trial per fault type, 2 kills (CI)")
@@ -697,6 +900,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     trials, kills = (1, 2) if args.fast else (args.trials, args.kills)
+    if args.sections is None:
+        args.sections = FAST_SECTIONS if args.fast else ALL_SECTIONS
     work = Path(tempfile.mkdtemp(prefix="hfsweep-faults-"))
     try:
         lines = run(args.sections.split(","), trials, kills, args.seed, work)

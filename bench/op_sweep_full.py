@@ -40,7 +40,9 @@ def main() -> None:
     from reports.op_sweep import joined_ops, op_query
     from reports.query import StoreQuery
     from reports.render.op_sections import render_op_text
-    from sweep.op_driver import OpSweepConfig, run_op_sweep
+    from runners.settings import OpSettings
+    from sweep.op_driver import run_op_sweep
+    from sweep.settings import JobSettings, OpRun
 
     cores = os.cpu_count() or 1
     ops = args.ops.split(",") if args.ops else None
@@ -53,13 +55,10 @@ def main() -> None:
         run_id = f"{args.run_prefix}-{args.device}-{dtype}"
         start = time.monotonic()
         summary = run_op_sweep(
-            OpSweepConfig(
-                store=args.store,
+            OpRun(
+                job=JobSettings(store=args.store, run_id=run_id, command=" ".join(sys.argv)),
+                task=OpSettings(device=args.device, dtypes=(dtype,)),
                 ops=ops,
-                dtypes=[dtype],
-                device=args.device,
-                run_id=run_id,
-                command=" ".join(sys.argv),
             )
         )
         wall = time.monotonic() - start

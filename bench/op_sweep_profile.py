@@ -56,10 +56,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from runners.devices import get_device
     from runners.op_sweep import opdb
-    from runners.op_sweep.isolation import SweepOptions, Unit
     from runners.op_sweep.run import sweep_units
+    from runners.op_sweep.units import Unit
+    from runners.settings import OpSettings
 
     names = None if args.ops == "all" else [n for n in args.ops.split(",") if n]
     keys = opdb.select_opinfos(names)
@@ -68,7 +68,8 @@ def main() -> None:
         Unit(k, opdb.get_opinfo(k).name, opdb.get_opinfo(k).variant_test_name or None, dtypes)
         for k in keys
     ]
-    device = get_device(args.device)
+    settings = OpSettings(device=args.device, dtypes=dtypes)
+    device = settings.device.build()
     device.setup()
     rows: list[dict] = []
 
@@ -79,7 +80,7 @@ def main() -> None:
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()
-    sweep_units(units, (0, 0, 0), device, SweepOptions(device=args.device), send=send)
+    sweep_units(units, (0, 0, 0), device, settings, send=send)
     profiler.disable()
     wall = time.perf_counter() - start
     stats = pstats.Stats(profiler)

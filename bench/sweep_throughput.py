@@ -52,8 +52,8 @@ def floor(top: int, device: str, stages: list[str]) -> dict[str, Any]:
 
     from model_configs.catalog import load_catalog
     from reports.schema import Stage
-    from runners.devices import get_device
     from runners.run_model import run_model
+    from runners.settings import ModelSettings
     from sweep.plan import group_tasks, plan_entries
 
     torch.set_num_threads(1)  # as each sweep child runs
@@ -62,12 +62,13 @@ def floor(top: int, device: str, stages: list[str]) -> dict[str, Any]:
     planned = plan_entries(load_catalog("bundled").top(top), order)
     plan_s = time.perf_counter() - start
     tasks = group_tasks(planned)
-    dev = get_device(device)
+    settings = ModelSettings(device=device, stages=order)
+    dev = settings.device.build()
     dev.setup()
     per_model, per_stage = [], {s: 0.0 for s in stages}
     for task in tasks:
         t0 = time.perf_counter()
-        outcome = run_model(task.spec, device=dev, stages=order)
+        outcome = run_model(task.spec, settings, device=dev)
         per_model.append(time.perf_counter() - t0)
         for r in outcome.stages:
             per_stage[r.stage] += r.duration_s or 0.0
@@ -85,20 +86,19 @@ def floor(top: int, device: str, stages: list[str]) -> dict[str, Any]:
 
 def one_sweep(args: argparse.Namespace) -> dict[str, Any]:
     from reports.store import Store
-    from sweep.driver import RunConfig, run_sweep, stage_list
+    from runners.settings import ModelSettings
+    from sweep.commands.options import stage_list
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
 
     store = args.store or tempfile.mkdtemp(prefix="hfsweep-throughput-")
     run_id = f"bench-{args.workers}w-{int(time.time())}"
     summary = run_sweep(
-        RunConfig(
-            store=store,
+        ModelRun(
+            job=JobSettings(store=store, run_id=run_id, num_cpus=int(args.workers), progress=False),
+            task=ModelSettings(device=args.device, stages=stage_list(args.stages)),
             catalog=args.catalog,
             top=args.top,
-            device=args.device,
-            stages=stage_list(args.stages),
-            run_id=run_id,
-            num_cpus=int(args.workers),
-            progress=False,
         )
     )
     rows = Store(store).read("results", run_id).to_pylist()
@@ -203,11 +203,11 @@ def trivial_plan(entries: Any, stages: list[str], config_dir: str | None) -> lis
     return out
 
 
-def trivial_run(spec: Any, kwargs: dict[str, Any]) -> Any:
+def trivial_run(spec: Any, settings: Any) -> Any:
     from runners.outcome import ModelOutcome, StageResult
 
     return ModelOutcome(
-        [StageResult(stage=s, status="pass", duration_s=0.0) for s in kwargs["stages"]],
+        [StageResult(stage=s.value, status="pass", duration_s=0.0) for s in settings.stages],
         param_count=1,
         worker="trivial",
     )
@@ -217,7 +217,10 @@ def driver_alone(n: int, workers: int) -> dict[str, Any]:
     """Run in a subprocess per size, so peak memory is this catalog's alone."""
     import csv
 
-    from sweep.driver import RunConfig, run_sweep, stage_list
+    from runners.settings import ModelSettings
+    from sweep.commands.options import stage_list
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
 
     folder = Path(tempfile.mkdtemp(prefix="hfsweep-driver-"))
     catalog = folder / "catalog.csv"
@@ -228,14 +231,13 @@ def driver_alone(n: int, workers: int) -> dict[str, Any]:
             w.writerow([i, f"synthetic/model-{i:07d}", 10_000_000 // i, "transformers", "llama"])
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     summary = run_sweep(
-        RunConfig(
-            store=str(folder / "store"),
+        ModelRun(
+            job=JobSettings(
+                store=str(folder / "store"), run_id="driver", num_cpus=workers, progress=False
+            ),
+            task=ModelSettings(stages=stage_list("load,forward")),
             catalog=str(catalog),
             top=None,
-            stages=stage_list("load,forward"),
-            run_id="driver",
-            num_cpus=workers,
-            progress=False,
         ),
         plan_fn=trivial_plan,
         run_fn=trivial_run,

@@ -32,7 +32,9 @@ def pct(values: list[float], q: float) -> float:
 def main() -> int:
     from reports.schema import Stage
     from reports.store import Store
-    from sweep.driver import RunConfig, run_sweep
+    from runners.settings import ModelSettings
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=50)
@@ -54,15 +56,14 @@ def main() -> int:
         run_id = f"bench-{device}-{int(time.time())}"
         start = time.perf_counter()
         summary = run_sweep(
-            RunConfig(
-                store=str(store_root),
+            ModelRun(
+                job=JobSettings(
+                    store=str(store_root), run_id=run_id, num_cpus=args.num_cpus, progress=False
+                ),
+                task=ModelSettings(
+                    device=device, stages=stages, compile_backend=args.compile_backend
+                ),
                 top=args.top,
-                device=device,
-                stages=stages,
-                run_id=run_id,
-                progress=False,
-                num_cpus=args.num_cpus,
-                compile_backend=args.compile_backend,
             )
         )
         wall = time.perf_counter() - start

@@ -20,7 +20,7 @@ from model_configs.family_inputs import lookup as family_lookup
 from model_configs.family_rules import input_rules
 from model_configs.shrink.transformers import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
-from model_configs.tiny_inputs import BATCH, SEQ
+from model_configs.tiny_inputs import BATCH, SEQ, routed_seq
 from model_configs.transformers_classes import builds_as_is, part_config
 from reports.errors import ShrinkError
 from reports.schema import ConfigSource
@@ -124,10 +124,14 @@ def make_inputs(
     import torch
 
     rules = input_rules().get(spec.model_type or "", {})
+    seq = int(rules.get("seq_len", SEQ))
+    routed = experts_per_token(model.config)
+    if routed and "seq_len" not in rules:  # a mixture of experts: rows routed as a real batch's
+        seq = routed_seq(seq, routed)
     ctx = InputContext(
         spec=spec, model=model, config=model.config, params=_forward_params(model),
         gen=torch.Generator().manual_seed(seed), avoid=special_token_ids(spec.config),
-        rules=rules, seq=int(rules.get("seq_len", SEQ)), purpose=purpose,
+        rules=rules, seq=seq, purpose=purpose,
     )  # fmt: skip
     builder = family_lookup(spec.model_type)
     if builder is None or not builder.replace:
@@ -135,6 +139,25 @@ def make_inputs(
     if builder is not None:
         builder.fn(ctx)
     return _finish(ctx)
+
+
+def experts_per_token(config: Any) -> int | None:
+    """How many experts a mixture of experts routes each token to (its text model's, for a
+    composite config); None for a model with no routed experts."""
+    from model_configs.shrink.transformers_rules import EXPERT_KEYS, TOPK_KEYS
+
+    for c in (config, getattr(config, "text_config", None)):
+        if c is None:
+            continue
+        experts = [getattr(c, k, None) for k in EXPERT_KEYS]
+        count = next((e for e in experts if isinstance(e, int) and e > 1), None)
+        if count is None:
+            continue
+        for key in TOPK_KEYS:
+            k = getattr(c, key, None)
+            if isinstance(k, int) and 1 <= k <= count:
+                return k
+    return None
 
 
 def _generic_inputs(ctx: InputContext) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from reports.query import (
     STAGES,
     StoreQuery,
 )
-from reports.schema import FAILED_STATUSES, ConfigSource, SkipReason
+from reports.render import fmt
+from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, ConfigSource, SkipReason
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
 # Config sources that are not the repo's own config: a library's defaults for the architecture
@@ -219,14 +220,35 @@ def quantized_checkpoints(q: StoreQuery, run_id: str, dtype: str | None = None) 
     return {**total, "by_method": rows}
 
 
+def run_stages(q: StoreQuery, run_id: str) -> list[str]:
+    """The stages a run reports, in order: those it asked for (its run row; the default ones
+    for a run without one) and any other it has rows for."""
+
+    def build() -> list[str]:
+        q.ensure_summaries([run_id])
+        counts = q.fetch(
+            "SELECT "
+            + ", ".join(f'count(s_{stage}) AS "{stage}"' for stage in STAGES)
+            + " FROM model_runs WHERE run_id = $run",
+            {"run": run_id},
+        )[0]
+        asked = (q.run_info(run_id) or {}).get("stages")
+        wanted = set(asked.split(",")) if asked else {s.value for s in DEFAULT_STAGES}
+        return [s for s in STAGES if s in wanted or counts[s]]
+
+    return q.memo("run_stages", run_id, build)
+
+
 def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
-    """One line per stage (models that passed it; and of those, with no CPU fallback in it),
-    then "every stage" and "every stage, no CPU fallback". Shares are of the run's models."""
+    """One line per stage of the run (models that passed it; and of those, with no CPU fallback
+    in it), then "every stage" and "every stage, no CPU fallback". Shares are of the run's
+    models (`dtype`: of that dtype's rows of a run of several)."""
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
+        stages = run_stages(q, run_id)
         parts = []
-        for stage in STAGES:
+        for stage in stages:
             parts.append(
                 f"""
                 count(*) FILTER (WHERE s_{stage} = 'pass') AS "{stage}.passed",
@@ -242,7 +264,10 @@ def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[st
                 count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
                   AS "{stage}.skipped",
                 count(*) FILTER (WHERE s_{stage} = 'pass'
-                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted"
+                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted",
+                count(*) FILTER (WHERE NOT n_{stage}) AS "{stage}.applies",
+                coalesce(sum(downloads) FILTER (WHERE NOT n_{stage}), 0)
+                  AS "{stage}.applies_downloads"
                 """
             )
         row = q.fetch(
@@ -252,22 +277,26 @@ def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[st
         d = denominators(q, run_id, dtype)
         models, downloads = d["models"], d["downloads"]
         lines = []
-        for stage in STAGES:
+        for stage in stages:
             passed = row[f"{stage}.passed"]
+            # a stage's shares are of the models it applies to (generate: not the encoders)
+            base, base_dl = row[f"{stage}.applies"], row[f"{stage}.applies_downloads"]
             lines.append(
                 {
                     "line": stage,
                     "stage": stage,
+                    "applies": base,
+                    "applies_downloads": base_dl,
                     "attempted": row[f"{stage}.attempted"],
                     "passed": passed,
                     "passed_downloads": row[f"{stage}.passed_downloads"],
-                    "passed_share": share(passed, models),
-                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], downloads),
+                    "passed_share": share(passed, base),
+                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], base_dl),
                     "no_fallback": row[f"{stage}.no_fallback"],
                     "no_fallback_downloads": row[f"{stage}.no_fallback_downloads"],
-                    "no_fallback_share": share(row[f"{stage}.no_fallback"], models),
+                    "no_fallback_share": share(row[f"{stage}.no_fallback"], base),
                     "no_fallback_downloads_share": share(
-                        row[f"{stage}.no_fallback_downloads"], downloads
+                        row[f"{stage}.no_fallback_downloads"], base_dl
                     ),
                     "failed": row[f"{stage}.failed"],
                     "not_run": row[f"{stage}.not_run"],
@@ -286,6 +315,8 @@ def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[st
                 {
                     "line": line,
                     "stage": None,
+                    "applies": models,
+                    "applies_downloads": downloads,
                     "attempted": d["swept"],
                     "passed": count,
                     "passed_downloads": dl,
@@ -296,6 +327,67 @@ def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[st
         return lines
 
     return q.memo("funnel", run_id, build, dtype)
+
+
+def band(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
+    """Compile, and every stage, as a band: what passes with evidence for every compiler verdict
+    ("lowers with evidence") and what passes at most ("unless the unverified ops fail": some
+    graph op had no evidence either way, `compile_evidence = none`). Counts and downloads, of
+    the run's models; `recorded` is false where no row carries compiler evidence (a device
+    whose compiler reports none, or a store written before it was recorded): then the band
+    is no band."""
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_id])
+        row = q.fetch(
+            f"""
+            SELECT
+              count(*) FILTER (WHERE s_compile = 'pass') AS compile_at_most,
+              coalesce(sum(downloads) FILTER (WHERE s_compile = 'pass'), 0)
+                AS compile_at_most_downloads,
+              count(*) FILTER (WHERE s_compile = 'pass' AND NOT unverified) AS compile_with_evidence,
+              coalesce(sum(downloads) FILTER (WHERE s_compile = 'pass' AND NOT unverified), 0)
+                AS compile_with_evidence_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}') AS every_at_most,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'), 0)
+                AS every_at_most_downloads,
+              count(*) FILTER (WHERE outcome = '{OUTCOME_PASSED}' AND NOT unverified)
+                AS every_with_evidence,
+              coalesce(sum(downloads) FILTER (WHERE outcome = '{OUTCOME_PASSED}'
+                AND NOT unverified), 0) AS every_with_evidence_downloads,
+              count(*) FILTER (WHERE unverified) AS unverified_models,
+              coalesce(sum(downloads) FILTER (WHERE unverified), 0) AS unverified_downloads,
+              coalesce(bool_or(evidence_recorded), false) AS recorded
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
+            """,
+            {"run": run_id, "dtype": dtype},
+        )[0]
+        d = denominators(q, run_id, dtype)
+        lines = []
+        for key, label in (("compile", "compile"), ("every", "every stage")):
+            low, high = row[f"{key}_with_evidence"], row[f"{key}_at_most"]
+            low_dl, high_dl = row[f"{key}_with_evidence_downloads"], row[f"{key}_at_most_downloads"]
+            lines.append(
+                {
+                    "line": label,
+                    "with_evidence": low,
+                    "with_evidence_downloads": low_dl,
+                    "with_evidence_share": share(low, d["models"]),
+                    "with_evidence_downloads_share": share(low_dl, d["downloads"]),
+                    "at_most": high,
+                    "at_most_downloads": high_dl,
+                    "at_most_share": share(high, d["models"]),
+                    "at_most_downloads_share": share(high_dl, d["downloads"]),
+                }
+            )
+        return {
+            "recorded": bool(row["recorded"]),
+            "lines": lines,
+            "unverified_models": row["unverified_models"],
+            "unverified_downloads": row["unverified_downloads"],
+        }
+
+    return q.memo("band", run_id, build, dtype)
 
 
 def breakdown(
@@ -342,7 +434,8 @@ def headline(
         models = q.fetch(
             f"""
             SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
-              failed_stage, failed_status, error_signature, fallback_ops, fallback_calls
+              failed_stage, failed_status, error_signature, error_type, error_message,
+              failing_op, fallback_ops, fallback_calls, unverified
             FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND pipeline_tag = $task
             ORDER BY downloads DESC, model_id LIMIT $top
             """,
@@ -360,6 +453,7 @@ def headline(
                     "architecture": m["architecture"],
                     "models": 0,
                     "passed": 0,
+                    "with_evidence": 0,
                     "on_device": 0,
                     "downloads": 0,
                     "example": m["model_id"],
@@ -370,6 +464,8 @@ def headline(
             a["downloads"] += m["downloads"] or 0
             if m["outcome"] == OUTCOME_PASSED:
                 a["passed"] += 1
+                if not m["unverified"]:
+                    a["with_evidence"] += 1
                 if not m["fallback_ops"] and not m["fallback_calls"]:
                     a["on_device"] += 1
             elif a["first_problem"] is None:
@@ -377,8 +473,10 @@ def headline(
         listing = sorted(archs.values(), key=lambda a: (-a["downloads"], a["architecture"]))
         for a in listing:
             a["passes"] = a["passed"] == a["models"]
+            a["passes_with_evidence"] = a["with_evidence"] == a["models"]
             a["passes_on_device"] = a["on_device"] == a["models"]
         passing = sum(a["passes"] for a in listing)
+        with_evidence = sum(a["passes_with_evidence"] for a in listing)
         on_device = sum(a["passes_on_device"] for a in listing)
         return {
             "task": task,
@@ -391,6 +489,9 @@ def headline(
             "architectures": len(listing),
             "passing": passing,
             "passing_share": share(passing, len(listing)),
+            # the band: passing with evidence for every compiler verdict, and at most (above)
+            "passing_with_evidence": with_evidence,
+            "passing_with_evidence_share": share(with_evidence, len(listing)),
             "passing_on_device": on_device,
             "passing_on_device_share": share(on_device, len(listing)),
             "list": listing,
@@ -402,8 +503,12 @@ def headline(
 def _problem(m: dict[str, Any]) -> str:
     if m["outcome"] == OUTCOME_SKIPPED or m["outcome"] == OUTCOME_PARTIAL:
         return f"skip: {m['skip_reason'] or 'unknown'}"
-    if m["outcome"] == OUTCOME_FAILED:
-        return f"{m['failed_stage']}: {m['failed_status']}: {m['error_signature'] or ''}".strip()
+    if m["outcome"] == OUTCOME_FAILED:  # the op it names, else its real error's first line
+        what = m.get("failing_op") or fmt.clip(
+            ": ".join(filter(None, (m.get("error_type"), fmt.first_line(m.get("error_message"))))),
+            100,
+        )
+        return f"{m['failed_stage']}: {m['failed_status']}: {what or ''}".strip(": ")
     return ""
 
 
@@ -463,5 +568,6 @@ __all__ = [
     "device_label",
     "funnel",
     "headline",
+    "run_stages",
     "share",
 ]

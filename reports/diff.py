@@ -50,9 +50,18 @@ def version_changes(q: StoreQuery, run_a: str, run_b: str) -> list[dict[str, Any
     ]
 
 
+def resolve_known_run(q: StoreQuery, run_id: str) -> str:
+    """`run_id` if the store has results for it or a row in its runs table, else StoreError."""
+    if run_id in {r["run_id"] for r in q.runs()}:
+        return run_id
+    return q.resolve_run(run_id)  # raises, naming the runs it knows
+
+
 def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict[str, Any]:
-    """Counts, downloads and (up to `limit`, most downloaded first) models per category."""
-    run_a, run_b = q.resolve_run(run_a), q.resolve_run(run_b)
+    """Counts, downloads and (up to `limit`, most downloaded first) models per category. A run
+    in the runs table with no results yet (interrupted before its first part) has no models:
+    everything of the other run is added or removed."""
+    run_a, run_b = resolve_known_run(q, run_a), resolve_known_run(q, run_b)
 
     def build() -> dict[str, Any]:
         q.ensure_summaries([run_a, run_b])
@@ -72,6 +81,9 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
               a.outcome AS outcome_a, b.outcome AS outcome_b,
               a.failed_stage AS failed_stage_a, b.failed_stage AS failed_stage_b,
               a.error_signature AS signature_a, b.error_signature AS signature_b,
+              a.failing_op AS failing_op_a, b.failing_op AS failing_op_b,
+              a.error_type AS error_type_a, b.error_type AS error_type_b,
+              a.error_message AS error_message_a, b.error_message AS error_message_b,
               a.shrunk_config_hash IS NOT DISTINCT FROM b.shrunk_config_hash AS same_config,
               CASE
                 WHEN a.model_id IS NULL THEN 'added'
@@ -115,6 +127,10 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
                 {"a": run_a, "b": run_b},
             )
         }
+        for run in (run_a, run_b):  # a run with no results: its device from the runs table
+            info = q.run_info(run) or {}
+            if run not in devices and info.get("device"):
+                devices[run] = device_label(info["device"], info.get("device_emulated"))
         return {
             "run_a": run_a,
             "run_b": run_b,

@@ -90,9 +90,12 @@ class HubError(SweepError):
 
 class DeviceError(SweepError):
     """The device cannot be set up (not installed, not available on this machine). Subclasses
-    that are a model's own result (strict mode's refused fallback) set `environment = False`."""
+    that are a model's own result (strict mode's refused fallback) set `environment = False`.
+    Exit code 3, as the README defines it: the device failed before any model ran (the same
+    command works where the device is there; an unknown device name is a UsageError, 2)."""
 
     environment = True
+    exit_code = 3
 
 
 class EnvironmentFault(SweepError):

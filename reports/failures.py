@@ -25,6 +25,9 @@ def failure_clusters(
               list(DISTINCT failed_status ORDER BY failed_status) AS statuses,
               any_value(error_type) AS error_type,
               any_value(failing_op) AS failing_op,
+              -- what users read: the real message (numbers and all) of the most downloaded
+              -- model of the cluster; the signature only groups them
+              arg_max(error_message, downloads) AS example_message,
               list(model_id ORDER BY downloads DESC, model_id)[1:5] AS top_models
             FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
             GROUP BY ALL ORDER BY downloads DESC, models DESC, signature LIMIT $limit
@@ -36,6 +39,34 @@ def failure_clusters(
         return rows
 
     return q.memo("failure_clusters", run_id, build, limit, dtype)
+
+
+def failures_by_op(
+    q: StoreQuery, run_id: str, *, limit: int = 50, dtype: str | None = None
+) -> list[dict[str, Any]]:
+    """Failed models by the op their first failure names (failures that name none: by error
+    type), most models first: what the overview's chart of failures shows."""
+
+    def build() -> list[dict[str, Any]]:
+        q.ensure_summaries([run_id])
+        total = q.run_downloads(run_id, dtype)
+        rows = q.fetch(
+            f"""
+            SELECT coalesce(failing_op, coalesce(error_type, failed_status) || ' (no op named)')
+                AS key,
+              failing_op IS NOT NULL AS is_op,
+              count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+              list(DISTINCT failed_stage ORDER BY failed_stage) AS stages
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
+            GROUP BY ALL ORDER BY models DESC, downloads DESC, key LIMIT $limit
+            """,
+            {"run": run_id, "dtype": dtype, "limit": limit},
+        )
+        for r in rows:
+            r["downloads_share"] = share(r["downloads"], total)
+        return rows
+
+    return q.memo("failures_by_op", run_id, build, limit, dtype)
 
 
 def skip_reasons(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:

@@ -4,15 +4,25 @@ detail of one model (every stage's row, its fallback ops, configs, versions, his
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
-from reports.coverage import device_label
+from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
 from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
-from reports.schema import RESULTS_SCHEMA, VERSION_FIELDS, Status, run_dtypes
+from reports.schema import (
+    DEFAULT_STAGES,
+    RESULTS_SCHEMA,
+    TRAINING_STAGES,
+    VERSION_FIELDS,
+    FallbackSource,
+    Status,
+    run_dtypes,
+)
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -21,6 +31,7 @@ SORT_COLUMNS = {
     "outcome": "outcome",
     "stages_passed": "stages_passed",
     "fallback_ops": "fallback_ops",
+    "wall_s": "wall_s",
     "library": "library",
     "pipeline_tag": "pipeline_tag",
     "model_type": "model_type",
@@ -33,8 +44,8 @@ DEFAULT_DTYPE = "fp32"  # `hfsweep run` and `check` without --dtype
 TABLE_COLUMNS = (
     "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
-    "failing_op, stages_passed, fallback_ops, fallback_calls, "
-    + ", ".join(f"s_{s}" for s in STAGES)
+    "failing_op, error_type, error_message, skip_message, stages_passed, fallback_ops, "
+    "fallback_calls, wall_s, peak_host_memory_bytes, " + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
 )
 
 
@@ -148,6 +159,7 @@ def model_table(
     for r in rows:
         r["device_label"] = device_label(r["device"], r["device_emulated"])
         r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
+        r["not_applicable"] = {s: bool(r.pop(f"n_{s}")) for s in STAGES}
     pages = max(1, -(-int(total) // flt.per_page))
     return {
         "run_id": run_id,
@@ -193,20 +205,21 @@ def model_history(
     rows = q.fetch(
         f"""
         SELECT run_id, dtype, outcome, skip_reason, failed_stage, failed_status, error_signature,
-          failing_op, stages_passed, fallback_ops, fallback_calls, device, device_emulated,
-          part_no, {", ".join(f"s_{s}" for s in STAGES)}
+          error_type, error_message, failing_op, skip_message,
+          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
+          {", ".join(f"s_{s}" for s in STAGES)}
         FROM model_runs WHERE model_id = $model AND list_contains($ids, run_id)
         """,
         {"model": model_id, "ids": ids},
     )
     order = {run: i for i, run in enumerate(ids)}
     asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
-
-    def dtype_position(r: dict[str, Any]) -> tuple[int, str]:
-        listed = asked.get(r["run_id"]) or []
-        return (listed.index(r["dtype"]) if r["dtype"] in listed else len(listed), r["dtype"] or "")
-
-    rows.sort(key=lambda r: (order.get(r["run_id"], len(order)), dtype_position(r)))
+    rows.sort(
+        key=lambda r: (
+            order.get(r["run_id"], len(order)),
+            _position(asked.get(r["run_id"]) or [], r["dtype"]),
+        )
+    )
     for r in rows:
         r["device_label"] = device_label(r["device"], r["device_emulated"])
         r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
@@ -262,12 +275,172 @@ def model_detail(
     shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
         legacy[0] if legacy else {}
     )
+    return _detail(
+        model_id,
+        run_id,
+        primary,
+        history,
+        stages,
+        fallbacks,
+        shrink,
+        q.run_info(run_id),
+        by_dtype,
+    )
+
+
+def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """`model_detail` of many models of one run at once (the static site's model pages): one
+    scan of the run's results, fallbacks and configs instead of a few per model."""
+    q.ensure_summaries([run_id])
+    if not model_ids:
+        return {}
+    if len(q.run_dtypes(run_id)) > 1:  # a run of several dtypes: each page shows them all
+        found = {m: model_detail(q, m, run_id) for m in dict.fromkeys(model_ids)}
+        return {m: d for m, d in found.items() if d is not None}
+    files = q.files(run_id)
+    summaries = {
+        r["model_id"]: r
+        for r in q.fetch(
+            f"""
+            SELECT run_id, model_id, dtype, outcome, skip_reason, failed_stage, failed_status,
+              error_signature, error_type, error_message, failing_op, skip_message,
+              stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
+              {", ".join(f"s_{s}" for s in STAGES)}
+            FROM model_runs WHERE run_id = $run AND list_contains($models, model_id)
+            """,
+            {"run": run_id, "models": model_ids},
+        )
+    }
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for h in model_histories(q, list(summaries)):
+        histories.setdefault(h["model_id"], []).append(h)
+    rows = q.fetch(
+        """
+        SELECT * FROM results_parts WHERE list_contains($models, model_id)
+        QUALIFY row_number() OVER (PARTITION BY model_id, stage
+          ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+        """,
+        {"models": list(summaries)},
+        scans={"results_parts": Scan("results", files.results)},
+    )
+    stages_of: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        for name in RESULTS_SCHEMA.names:
+            row.setdefault(name, None)
+        row.pop("run_id", None)
+        stages_of.setdefault(row["model_id"], []).append(row)
+    part_of = {m: q.summary_part(run_id, s["part_no"]) for m, s in summaries.items()}
+    fallbacks_of: dict[str, list[dict[str, Any]]] = {}
+    if files.fallbacks:
+        for fb in q.fetch(
+            """
+            SELECT model_id, stage, op, count, source, bytes_h2d, bytes_d2h, filename
+            FROM fallback_parts WHERE list_contains($models, model_id)
+            ORDER BY model_id, list_position($stages, stage), count DESC, op
+            """,
+            {"models": list(summaries), "stages": list(STAGES)},
+            scans={
+                "fallback_parts": Scan(
+                    "fallbacks",
+                    files.fallbacks,
+                    ("model_id", "stage", "op", "count", "source", "bytes_h2d", "bytes_d2h"),
+                    filename=True,
+                )
+            },
+        ):
+            part = part_of.get(fb["model_id"])
+            # the fallbacks written with the model's (latest) results part
+            if part is None or fb.pop("filename").rsplit("/", 1)[-1] == part.rsplit("/", 1)[-1]:
+                fallbacks_of.setdefault(fb.pop("model_id"), []).append(fb)
+    shrinks: dict[tuple[Any, Any], dict[str, Any]] = {}
+    if files.configs:
+        for c in q.fetch(
+            "SELECT config_hash, shrunk_config_hash, shrink_changes, shrunk_config "
+            "FROM config_parts",
+            scans={"config_parts": Scan("configs", files.configs)},
+        ):
+            shrinks.setdefault((c["config_hash"], c["shrunk_config_hash"]), c)
+    run = q.run_info(run_id)
+    out = {}
+    for model_id, summary in summaries.items():
+        stages = sorted(
+            stages_of.get(model_id, []),
+            key=lambda r: STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
+        )
+        legacy = [{k: r.pop(k, None) for k in _LEGACY_SHRINK} for r in stages]
+        first = stages[0] if stages else {}
+        shrink = shrinks.get((first.get("config_hash"), first.get("shrunk_config_hash"))) or (
+            legacy[0] if legacy else {}
+        )
+        history = histories.get(model_id, [])
+        for h in history:
+            h.pop("part_no", None)
+            h.pop("model_id", None)
+        # the page's summary is the run's history row, as `model_detail` gives it
+        summary = next((h for h in history if h["run_id"] == run_id), summary)
+        summary.pop("part_no", None)
+        out[model_id] = _detail(
+            model_id, run_id, summary, history, stages, fallbacks_of.get(model_id, []), shrink, run
+        )
+    return out
+
+
+def model_histories(q: StoreQuery, model_ids: list[str]) -> list[dict[str, Any]]:
+    """`model_history` of many models at once: their rows of every summarised run."""
+    ids, _ = q.available_runs()
+    rows = q.fetch(
+        f"""
+        SELECT model_id, run_id, dtype, outcome, skip_reason, failed_stage, failed_status,
+          error_signature, error_type, error_message, failing_op, skip_message,
+          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
+          {", ".join(f"s_{s}" for s in STAGES)}
+        FROM model_runs WHERE list_contains($models, model_id) AND list_contains($ids, run_id)
+        """,
+        {"models": model_ids, "ids": ids},
+    )
+    order = {run: i for i, run in enumerate(ids)}
+    asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
+    rows.sort(
+        key=lambda r: (
+            r["model_id"],
+            order.get(r["run_id"], len(order)),
+            _position(asked.get(r["run_id"]) or [], r["dtype"]),
+        )
+    )
+    for r in rows:
+        r["device_label"] = device_label(r["device"], r["device_emulated"])
+        r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
+    return rows
+
+
+def _detail(
+    model_id: str,
+    run_id: str,
+    summary: dict[str, Any],
+    history: list[dict[str, Any]],
+    stages: list[dict[str, Any]],
+    fallbacks: list[dict[str, Any]],
+    shrink: dict[str, Any],
+    run: dict[str, Any] | None,
+    by_dtype: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One model's page data from its pieces (one model, or many at once); `by_dtype`: each
+    dtype's summary, stages and fallbacks in a run of several."""
+    run = run or {}
     first = stages[0] if stages else {}
-    run = q.run_info(run_id) or {}
+    device_peaks = [
+        r["peak_memory_bytes"] for r in stages if r.get("peak_memory_bytes") is not None
+    ]
+    source = first.get("config_source")
+    by_dtype = by_dtype or {}
+    dtypes = list(by_dtype) or [d for d in (first.get("dtype") or summary.get("dtype"),) if d]
+    history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
+        s.value for s in DEFAULT_STAGES
+    ]
     return {
         "model_id": model_id,
         "run_id": run_id,
-        "summary": {k: v for k, v in primary.items()},
+        "summary": dict(summary),
         "model": {
             k: first.get(k)
             for k in (
@@ -291,10 +464,18 @@ def model_detail(
             first.get("device") or run.get("device"),
             first.get("device_emulated") or run.get("device_emulated"),
         ),
-        "dtype": first.get("dtype") or primary["dtype"],
+        "dtype": first.get("dtype") or summary.get("dtype"),
+        # the model's whole run in its process (the same on each of its rows)
+        "wall_s": first.get("wall_s"),
+        "peak_host_memory_bytes": first.get("peak_host_memory_bytes"),
+        "peak_device_memory_bytes": max(device_peaks) if device_peaks else None,
+        # offline, the "original" config is a library's default for the architecture, not the
+        # repo's own: the page says so
+        "config_is_default": source in DEFAULT_CONFIG_SOURCES,
+        "hub_url": hub_url(model_id),
         "stages": stages,
         "fallbacks": fallbacks,
-        "dtypes": list(by_dtype),
+        "dtypes": dtypes,
         "by_dtype": by_dtype if len(by_dtype) > 1 else {},
         "dtype_differences": _model_differences(by_dtype) if len(by_dtype) > 1 else None,
         "shrink_changes": _json(shrink.get("shrink_changes")),
@@ -305,9 +486,11 @@ def model_detail(
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
         "reproduce": reproduce_command(
-            model_id, first.get("device") or run.get("device"), list(by_dtype)
+            model_id, first.get("device") or run.get("device"), run.get("stages"), dtypes
         ),
+        "fine_tune": _fine_tune_of(stages, fallbacks),
         "history": history,
+        "history_stages": history_stages,
     }
 
 
@@ -402,6 +585,32 @@ def _model_differences(by_dtype: dict[str, dict[str, Any]]) -> dict[str, Any] | 
     return {"kind": difference_kind(summaries), "cause": cause, "stages": differing}
 
 
+def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[dict]:
+    """The model's training stages: status, whether it ran with no CPU fallback, and the ops
+    that fell back in the optimizer's part of a step."""
+    out = []
+    for r in stages:
+        if r["stage"] not in {s.value for s in TRAINING_STAGES}:
+            continue
+        ops = [
+            f["op"]
+            for f in fallbacks
+            if f["stage"] == r["stage"] and f["source"] == FallbackSource.OPTIMIZER.value
+        ]
+        out.append(
+            {
+                "stage": r["stage"],
+                "status": r["status"],
+                "reason": r["reason"],
+                "no_fallback": r["status"] == Status.PASS.value and not r["fallback_op_count"],
+                "fallback_ops": r["fallback_op_count"],
+                "optimizer_ops": ops,
+                "step_op_calls": r.get("step_op_calls"),
+            }
+        )
+    return out
+
+
 _LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
 
 
@@ -443,13 +652,33 @@ def _config_index(q: StoreQuery, files: RunFiles) -> dict[tuple[str | None, str]
     return index
 
 
-def reproduce_command(model_id: str, device: str | None, dtypes: list[str] | None = None) -> str:
-    """The `hfsweep check` command that reruns this model on this device, at these dtypes
-    (fp32, `check`'s default, goes without saying)."""
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def hub_url(model_id: str) -> str | None:
+    """The model's page on the Hugging Face Hub (None for an id that is not a Hub id: a local
+    config's path)."""
+    if not _HUB_ID.fullmatch(model_id) or ".." in model_id:
+        return None
+    return "https://huggingface.co/" + "/".join(quote(p, safe="") for p in model_id.split("/"))
+
+
+def reproduce_command(
+    model_id: str, device: str | None, stages: str | None = None, dtypes: list[str] | None = None
+) -> str:
+    """The `hfsweep check` command that reruns this model on this device (with the run's
+    `--stages` when they are not the default ones, and its dtypes when not fp32 alone)."""
     command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
+    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+        command += f" --stages {shlex.quote(stages)}"
     if dtypes and dtypes != [DEFAULT_DTYPE]:
         command += f" --dtype {shlex.quote(','.join(dtypes))}"
     return command
+
+
+def _position(listed: list[str], dtype: str | None) -> tuple[int, str]:
+    """A row's place among its run's dtypes (in the order the run asked for them)."""
+    return (listed.index(dtype) if dtype in listed else len(listed), dtype or "")
 
 
 def _json(text: str | None) -> Any:

@@ -10,6 +10,7 @@ op sweep the overload a sample dispatched. Queries are parameterised.
 
 from __future__ import annotations
 
+import shlex
 import threading
 import weakref
 from collections.abc import Sequence
@@ -18,8 +19,10 @@ from typing import Any
 import duckdb
 
 from reports.coverage import device_label, share
+from reports.models import reproduce_command
 from reports.query import Scan, StoreQuery, same_dtype
 from reports.schema import (
+    OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
     OP_SKIP_PYTORCH,
     OPS_SCHEMA,
@@ -30,9 +33,9 @@ from reports.store import Store
 
 _PYTORCH = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_PYTORCH, key=lambda r: r.value))
 _DEVICE = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_DEVICE, key=lambda r: r.value))
-_FAILED = "'fail', 'timeout', 'crash'"
+_FAILED = ", ".join(f"'{s.value}'" for s in sorted(OP_FAILED_STATUSES, key=lambda s: s.value))
 
-# Base name of an ATen op, as `runners.devices.profiles.base_name`: drop the overload and one
+# Base name of an ATen op, as `runners.devices.aten_names.base_name`: drop the overload and one
 # trailing in-place underscore (never a dunder's).
 _MACROS = r"""
 CREATE MACRO IF NOT EXISTS op_base(o) AS regexp_replace(split_part(o, '.', 1), '([^_])_$', '\1');
@@ -90,6 +93,7 @@ SELECT dtype, count(*) AS total,
   count(*) FILTER (WHERE status = 'fail') AS failed_error,
   count(*) FILTER (WHERE status = 'timeout') AS failed_timeout,
   count(*) FILTER (WHERE status = 'crash') AS failed_crash,
+  count(*) FILTER (WHERE status = 'oom') AS failed_oom,
   count(*) FILTER (WHERE status = 'not_run') AS not_run,
   count(*) FILTER (WHERE status = 'wrong') AS wrong,
   count(DISTINCT opinfo) AS opinfos,
@@ -317,7 +321,7 @@ class OpSweepQuery:
           count(*) FILTER (WHERE status IN ({_FAILED})) AS failed,
           count(*) FILTER (WHERE status = 'wrong') AS wrong,
           count(*) FILTER (WHERE status = 'skip') AS skipped,
-          count(*) FILTER (WHERE status IN ('timeout', 'crash')) AS lost,
+          count(*) FILTER (WHERE status IN ('timeout', 'crash', 'oom')) AS lost,
           arg_min(error_signature, sample_index) FILTER (WHERE status IN ({_FAILED}))
             AS first_error,
           max(max_abs_error) FILTER (WHERE status = 'wrong') AS max_abs_error
@@ -349,6 +353,7 @@ class OpSweepQuery:
               AND o.dtype = u.dtype AND o.sample_index = u.sample_index AND o.phase = u.phase
             WHERE u.run_id = $run AND u.op = $op
             ORDER BY CASE o.status WHEN 'fail' THEN 0 WHEN 'wrong' THEN 1 WHEN 'crash' THEN 2
+              WHEN 'oom' THEN 2
               WHEN 'timeout' THEN 3 WHEN 'skip' THEN 5 ELSE 4 END, u.fell_back DESC,
               o.dtype, o.opinfo, o.sample_index, o.phase
             LIMIT $limit
@@ -404,6 +409,7 @@ def _empty_counts() -> dict[str, Any]:
         "failed_error",
         "failed_timeout",
         "failed_crash",
+        "failed_oom",
         "not_run",
         "wrong",
         "opinfos",
@@ -683,6 +689,30 @@ def _no_models(model_run_id: str, dtypes: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def failing_models_by_op(q: StoreQuery, model_run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """For each base op a failure names (its `failing_op`), the failed models of the run whose
+    first failure names it, most downloaded first."""
+
+    def build() -> dict[str, list[dict[str, Any]]]:
+        q.ensure_summaries([model_run_id])
+        rows = q.fetch(
+            """
+            SELECT model_id, downloads, failed_stage, failed_status, failing_op, error_type,
+              error_message, architecture
+            FROM model_runs WHERE run_id = $run AND outcome = 'failed'
+              AND failing_op IS NOT NULL
+            ORDER BY downloads DESC NULLS LAST, model_id
+            """,
+            {"run": model_run_id},
+        )
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(base_name(r["failing_op"]), []).append(r)
+        return out
+
+    return q.memo("failing_models_by_op", model_run_id, build)  # type: ignore[no-any-return]
+
+
 def op_sweep_report(
     q: StoreQuery | None,
     oq: OpSweepQuery,
@@ -807,6 +837,17 @@ def op_page(
         models = op_models(q, model_run, base) if model_run else None
     model_info = (q.run_info(model_run) if model_run else None) or {}
     emulated = bool(info.get("device_emulated")) or bool(model_info.get("device_emulated"))
+    failing = failing_models_by_op(q, model_run).get(base, []) if model_run else []
+    device = info.get("device") or model_info.get("device")
+    reproduce = []  # the most downloaded model that meets it, and its OpInfo samples
+    example = (failing or (models or {}).get("models") or [None])[0]
+    if example is not None:
+        reproduce.append(reproduce_command(example["model_id"], device))
+    opinfos = sorted({o for r in (sweep or {}).get("by_dtype") or () for o in r["opinfos"]})
+    if opinfos:
+        reproduce.append(
+            f"hfsweep ops --ops {shlex.quote(','.join(opinfos))} --device {device or 'cpu'}"
+        )
     return {
         "op": base,
         "asked": op,
@@ -819,7 +860,10 @@ def op_page(
         or device_label(model_info.get("device"), model_info.get("device_emulated")),
         "sweep": sweep,
         "models": models,
-        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"])),
+        "failing": failing[:limit],
+        "reproduce": reproduce,
+        "failing_total": len(failing),
+        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"]) or failing),
     }
 
 

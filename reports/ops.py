@@ -1,6 +1,10 @@
-"""Missing ops: every ATen op that fell back to the CPU (or that a failure names), ranked by the
-downloads of the models it touches, with the downloads that would run entirely on the device if
-that op alone were lowered."""
+"""Missing ops: every ATen op that fell back to the CPU (or that a failure names, or that a
+compiler took to lower with no evidence either way), ranked by the downloads of the models it
+touches, with the downloads that would run entirely on the device if that op alone were lowered.
+
+Each entry says what it rests on: evidence of absence (the op fell back, or a failure names it:
+the device has no kernel, or its code raises) or absence of evidence (only graph ops a compiler
+took to lower with nothing deciding it: the models it touches pass, unless the op fails)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from reports.query import (
     in_dtype,
     same_dtype,
 )
+
+EVIDENCE_OF_ABSENCE = "evidence of absence"
+ABSENCE_OF_EVIDENCE = "absence of evidence"
 
 
 def _fallback_scan(files: tuple[str, ...]) -> Scan:
@@ -35,16 +42,22 @@ def missing_ops(
     - `sole_models` / `sole_downloads`: models that passed every stage and whose only fallback
       is this op: lowering it makes them run entirely on the device;
     - `failing_models` / `failing_downloads`: models whose failure names this op;
-    - `blocked_models` / `blocked_downloads`: models it touches either way (the ranking).
+    - `unverified_models` / `unverified_downloads`: models whose compile took the op to lower
+      with no evidence either way (`unverified_ops`);
+    - `blocked_models` / `blocked_downloads`: models it touches any of these ways (the ranking);
+    - `evidence`: "evidence of absence" when some model's fallback or failure names it, else
+      "absence of evidence".
     """
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
         files = q.files(run_id)
+        unverified = _unverified(q, run_id, files, dtype)
         rows = _merge(
             _fallen_back(q, run_id, files, dtype),
             _failing(q, run_id, dtype),
             _blocked(q, run_id, files, dtype),
+            unverified,
         )
         total = q.run_downloads(run_id, dtype)
         for r in rows:
@@ -116,10 +129,46 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> l
     )
 
 
+_UNVERIFIED_SQL = """
+  SELECT DISTINCT unnest(r.unverified_ops) AS op, r.model_id, s.dtype
+  FROM results_parts r
+  JOIN model_runs s ON s.run_id = $run AND s.model_id = r.model_id
+    AND s.part_no = list_position($parts, parse_filename(r.filename))
+    AND s.dtype = r.dtype AND ($dtype IS NULL OR s.dtype = $dtype)
+  WHERE r.unverified_ops IS NOT NULL"""
+
+
+def _results_scan(files: tuple[str, ...]) -> Scan:
+    return Scan("results", files, ("model_id", "dtype", "unverified_ops"), filename=True)
+
+
+def _unverified(
+    q: StoreQuery, run_id: str, files: Any, dtype: str | None
+) -> dict[str, dict[str, Any]]:
+    """Per op, the models whose compile took it to lower with no evidence either way (in the
+    part each model's summary counts)."""
+    if not files.results:
+        return {}
+    rows = q.fetch(
+        f"""
+        WITH u AS ({_UNVERIFIED_SQL})
+        SELECT u.op, count(*) AS unverified_models,
+          coalesce(sum(m.downloads), 0) AS unverified_downloads
+        FROM u JOIN model_runs m ON m.run_id = $run AND m.model_id = u.model_id
+          AND m.dtype = u.dtype
+        GROUP BY u.op
+        """,
+        {"run": run_id, "dtype": dtype, "parts": q.summary_part_names(run_id)},
+        scans={"results_parts": _results_scan(files.results)},
+    )
+    return {r["op"]: r for r in rows}
+
+
 def _blocked(
     q: StoreQuery, run_id: str, files: Any, dtype: str | None
 ) -> dict[str, dict[str, Any]]:
-    """Per op, the models it touches either way: a fallback, or a failure that names it."""
+    """Per op, the models it touches any way: a fallback, a failure that names it, or a
+    compile verdict with no evidence."""
     union = (
         "UNION SELECT DISTINCT f.op, f.model_id, s.dtype "
         "FROM fallback_parts f "
@@ -129,6 +178,8 @@ def _blocked(
         if files.fallbacks
         else ""
     )
+    if files.results:
+        union += f" UNION {_UNVERIFIED_SQL}"
     blocked_sql = f"""
         WITH fail AS (
           SELECT failing_op AS op, model_id, dtype FROM model_runs
@@ -144,40 +195,56 @@ def _blocked(
     """
     params: dict[str, Any] = {"run": run_id, "dtype": dtype}
     scans = {}
-    if files.fallbacks:
+    if files.fallbacks or files.results:
         params["parts"] = q.summary_part_names(run_id)
+    if files.fallbacks:
         scans["fallback_parts"] = _fallback_scan(files.fallbacks)
+    if files.results:
+        scans["results_parts"] = _results_scan(files.results)
     return {r["op"]: r for r in q.fetch(blocked_sql, params, scans=scans)}
+
+
+def _empty(op: str) -> dict[str, Any]:
+    return {
+        "op": op,
+        "models": 0,
+        "downloads": 0,
+        "calls": 0,
+        "sources": [],
+        "stages": [],
+        "sole_models": 0,
+        "sole_downloads": 0,
+        "top_models": [],
+        "failing_models": 0,
+        "failing_downloads": 0,
+    }
 
 
 def _merge(
     fell_back: list[dict[str, Any]],
     failing: list[dict[str, Any]],
     blocked: dict[str, dict[str, Any]],
+    unverified: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per op named by a fallback or a failure, with its counts of each kind."""
+    """One row per op named by a fallback, a failure or an unverified compile verdict, with its
+    counts of each kind and what it rests on."""
+    unverified = unverified or {}
     by_op = {r["op"]: r for r in fell_back}
     for r in fell_back:
         r.update(failing_models=0, failing_downloads=0)
     for f in failing:
-        row = by_op.setdefault(
-            f["op"],
-            {
-                "op": f["op"],
-                "models": 0,
-                "downloads": 0,
-                "calls": 0,
-                "sources": [],
-                "stages": [],
-                "sole_models": 0,
-                "sole_downloads": 0,
-                "top_models": [],
-            },
-        )
+        row = by_op.setdefault(f["op"], _empty(f["op"]))
         row.update(failing_models=f["failing_models"], failing_downloads=f["failing_downloads"])
+    for op in unverified:
+        by_op.setdefault(op, _empty(op))
     rows = list(by_op.values())
     for r in rows:
         b = blocked.get(r["op"], {})
+        u = unverified.get(r["op"], {})
         r["blocked_models"] = b.get("blocked_models", 0)
         r["blocked_downloads"] = b.get("blocked_downloads", 0)
+        r["unverified_models"] = u.get("unverified_models", 0)
+        r["unverified_downloads"] = u.get("unverified_downloads", 0)
+        absent = bool(r["models"] or r["failing_models"])
+        r["evidence"] = EVIDENCE_OF_ABSENCE if absent else ABSENCE_OF_EVIDENCE
     return rows

@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 import duckdb
 
 from reports.errors import StoreError
-from reports.schema import FAILED_STATUSES, STAGE_ORDER, SkipReason, Status, run_dtypes
+from reports.schema import (
+    FAILED_STATUSES,
+    STAGE_ORDER,
+    CompileEvidence,
+    SkipReason,
+    Status,
+    run_dtypes,
+)
 from reports.store import Store
 
 T = TypeVar("T")
@@ -39,6 +46,7 @@ _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 _STAGE_IDX_SQL = "CASE stage " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STAGES))
 _STAGE_IDX_SQL += " ELSE 99 END"
 _NA = SkipReason.NOT_APPLICABLE.value
+_UNVERIFIED = CompileEvidence.NONE.value
 
 _RESULT_COLUMN_NAMES = (
     "run_id",
@@ -62,17 +70,25 @@ _RESULT_COLUMN_NAMES = (
     "error_message",
     "error_signature",
     "failing_op",
+    "compile_evidence",
     "duration_s",
     "fallback_op_count",
     "fallback_call_count",
+    "wall_s",
+    "peak_host_memory_bytes",
+    "peak_memory_bytes",
     "attempt",
     "finished_at",
 )
 _RESULT_COLUMNS = ", ".join(_RESULT_COLUMN_NAMES)
 
+# Per stage: its status, its ops that fell back, and whether it does not apply to the model
+# (`n_`: a `not_applicable` skip, e.g. generate on an encoder: not in that stage's base).
 _STAGE_STATUS_SQL = ",\n".join(
     f"  max(status) FILTER (WHERE stage = '{s}') AS s_{s},\n"
-    f"  max(fallback_op_count) FILTER (WHERE stage = '{s}') AS f_{s}"
+    f"  max(fallback_op_count) FILTER (WHERE stage = '{s}') AS f_{s},\n"
+    f"  coalesce(bool_or(status = 'skip' AND reason = '{_NA}') FILTER (WHERE stage = '{s}'),"
+    f" false) AS n_{s}"
     for s in STAGES
 )
 
@@ -122,10 +138,20 @@ SELECT
   arg_min(error_type, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_type,
   arg_min(error_signature, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_signature,
   arg_min(failing_op, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failing_op,
+  arg_min(error_message, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_message,
+  -- (a skip's message repeats on every model skipped for the same reason: kept short)
+  left(arg_min(error_message, stage_idx)
+    FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}'), 300) AS skip_message,
+  -- a stage passed on a compiler verdict no evidence decides: counted in a band's upper bound
+  coalesce(bool_or(status = 'pass' AND compile_evidence = '{_UNVERIFIED}'), false) AS unverified,
+  bool_or(compile_evidence IS NOT NULL) AS evidence_recorded,
   count(*) FILTER (WHERE status = 'pass') AS stages_passed,
   coalesce(max(fallback_op_count), 0) AS fallback_ops,
   coalesce(sum(fallback_call_count), 0) AS fallback_calls,
   sum(duration_s) AS duration_s,
+  max(wall_s) AS wall_s,
+  max(peak_host_memory_bytes) AS peak_host_memory_bytes,
+  max(peak_memory_bytes) AS peak_device_memory_bytes,
   max(finished_at) AS finished_at,
   max(part_no) AS part_no  -- parts sort by time: the latest part that has the model
 FROM r
@@ -170,10 +196,12 @@ CREATE TABLE IF NOT EXISTS model_runs (
   pipeline_tag VARCHAR, model_type VARCHAR, architecture VARCHAR, config_source VARCHAR,
   quantization VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN,
   dtype VARCHAR,
-  {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER" for s in STAGES)},
+  {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER, n_{s} BOOLEAN" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
-  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, stages_passed INTEGER,
-  fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE,
+  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, error_message VARCHAR,
+  skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
+  fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
+  peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
   finished_at TIMESTAMPTZ, part_no INTEGER
 )
 """

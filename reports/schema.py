@@ -14,19 +14,45 @@ import pyarrow as pa
 
 
 class Stage(str, enum.Enum):
-    """Stages a model goes through, in order. A failure makes every later stage `not_run`."""
+    """Stages a model goes through, in order. A stage that does not pass makes the stages that
+    build on it `not_run` (`STAGE_NEEDS`)."""
 
     LOAD = "load"
     FORWARD = "forward"
     BACKWARD = "backward"
     COMPILE = "compile"
     GENERATE = "generate"
+    # Training as users train, on a fresh copy of the loaded weights each: two AdamW steps with
+    # PyTorch's default AdamW for the device, the same with `fused=True`, one step under bf16
+    # autocast, one LoRA step (peft's default target modules).
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_FUSED = "optimizer_fused"
+    AMP = "amp"
+    LORA = "lora"
 
     def __str__(self) -> str:
         return self.value
 
 
 STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
+# What a run does unless `--stages` says otherwise. The training stages are asked for by name
+# (`--stages training` or `all`): they add rows, an optional package (peft) and cost to every
+# model (bench/training_stages.py), and "passed every stage" keeps meaning the five.
+DEFAULT_STAGES: tuple[Stage, ...] = (
+    Stage.LOAD,
+    Stage.FORWARD,
+    Stage.BACKWARD,
+    Stage.COMPILE,
+    Stage.GENERATE,
+)
+TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
+# The stages each one builds on (among those a run asks for): one of them not passing makes it
+# `not_run`. The first five build on every stage before them; a training stage on a model that
+# loads, runs forward and backward, so a compile or generate failure does not hide it.
+STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
+    **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
+    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
+}
 
 
 class Status(str, enum.Enum):
@@ -39,7 +65,7 @@ class Status(str, enum.Enum):
     CRASH = "crash"  # the worker process died
     OOM = "oom"
     SKIP = "skip"  # with a SkipReason
-    NOT_RUN = "not_run"  # an earlier stage did not pass
+    NOT_RUN = "not_run"  # a stage it builds on did not pass (STAGE_NEEDS)
 
     def __str__(self) -> str:
         return self.value
@@ -92,13 +118,48 @@ class ConfigSource(str, enum.Enum):
 
 
 class FallbackSource(str, enum.Enum):
-    """Where a CPU fallback was seen: eager dispatch, or a compiled graph's unlowerable op."""
+    """Where a CPU fallback was seen: eager dispatch, a compiled graph's unlowerable op, or
+    eager dispatch inside the optimizer's part of a training step only (`clip_grad_norm_`,
+    `optimizer.step()`, `zero_grad()`; an op that also fell back in that step's forward or
+    backward is `eager`)."""
 
     EAGER = "eager"
     COMPILE = "compile"
+    OPTIMIZER = "optimizer"
 
     def __str__(self) -> str:
         return self.value
+
+
+class CompileEvidence(str, enum.Enum):
+    """What a compile verdict about a graph op rests on (closed vocabulary, `compile_evidence`).
+
+    Positive (the op lowers), strongest first: `registered` (an eager Torch-MLIR kernel's traced
+    body holds it: the converter lowers it), `decomposed` (the compiler's decomposition table
+    replaces it), `tested` (the device's own compile tests compile a graph holding it),
+    `torch-mlir` (an upstream torch-mlir lowering pattern, third-party). `raises`: the device's
+    code raises on it (evidence of absence). `none`: no evidence either way, not a confident
+    failure (reports count such rows only in the upper bound of a band)."""
+
+    REGISTERED = "registered"
+    DECOMPOSED = "decomposed"
+    TESTED = "tested"
+    TORCH_MLIR = "torch-mlir"
+    RAISES = "raises"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Positive evidence from strongest to weakest (a row records the weakest its graph ops needed).
+EVIDENCE_STRENGTH: tuple[CompileEvidence, ...] = (
+    CompileEvidence.REGISTERED,
+    CompileEvidence.DECOMPOSED,
+    CompileEvidence.TESTED,
+    CompileEvidence.TORCH_MLIR,
+    CompileEvidence.NONE,
+)
 
 
 class OpStatus(str, enum.Enum):
@@ -108,7 +169,8 @@ class OpStatus(str, enum.Enum):
     FAIL = "fail"  # raised on the device (the CPU reference did not)
     WRONG = "wrong"  # ran, but outputs or gradients differ from the CPU beyond tolerance
     TIMEOUT = "timeout"  # did not finish within the per-sample timeout (the process was killed)
-    CRASH = "crash"  # the process running it died (segfault, abort, out of memory)
+    CRASH = "crash"  # the process running it died (a segfault, an abort)
+    OOM = "oom"  # it allocated past the memory budget, or the kernel's OOM killer killed it
     SKIP = "skip"  # not run on the device, with an OpSkipReason
     NOT_RUN = "not_run"  # backward, when the forward pass did not run to the end
 
@@ -116,7 +178,7 @@ class OpStatus(str, enum.Enum):
         return self.value
 
 
-OP_FAILED_STATUSES = frozenset({OpStatus.FAIL, OpStatus.TIMEOUT, OpStatus.CRASH})
+OP_FAILED_STATUSES = frozenset({OpStatus.FAIL, OpStatus.TIMEOUT, OpStatus.CRASH, OpStatus.OOM})
 
 
 class OpSkipReason(str, enum.Enum):
@@ -206,9 +268,23 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("partition_count", pa.int32()),
         pa.field("compile_s", pa.float64()),  # compile + first step
         pa.field("step_s", pa.float64()),  # steady-state step time
-        pa.field("peak_memory_bytes", pa.int64()),
+        pa.field("peak_memory_bytes", pa.int64()),  # the device's, in this stage (if it says)
+        # The model's whole run in its own process, the same on each of its rows (null when it
+        # never ran): wall seconds from the process's start to its end (device set-up, every
+        # stage, compile included), and the process's peak resident host memory (its VmHWM).
+        pa.field("wall_s", pa.float64()),
+        pa.field("peak_host_memory_bytes", pa.int64()),
         pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
         pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
+        # optimizer stages: native op calls of the optimizer's part of the last step (clip,
+        # step, zero_grad), where the device counts its calls (the emulated device); else null
+        pa.field("step_op_calls", pa.int64()),
+        # compile stage, where the device's compiler says what its verdicts rest on
+        # (CompileEvidence): a failure's op (`failing_op`) and its evidence, else the weakest
+        # evidence any graph op needed; `none` when some op had none (they are listed next).
+        # Null in stores written before the column existed (read as "not recorded").
+        pa.field("compile_evidence", pa.string()),
+        pa.field("unverified_ops", pa.list_(pa.string())),  # graph ops with no evidence either way
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         pa.field("attempt", pa.int16()),
         pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid
@@ -284,7 +360,7 @@ RUNS_SCHEMA = pa.schema(
         pa.field("stages", pa.string()),  # comma-separated Stage values
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
-        pa.field("compile_mode", pa.string()),  # neuron: an unlowerable graph op raises / eager
+        pa.field("compile_mode", pa.string()),  # what an unlowerable graph op does: raise / eager
         pa.field("timeout_s", pa.float64()),  # per model
         pa.field("memory_limit_bytes", pa.int64()),  # per model (0: no cap)
         pa.field("catalog", pa.string()),  # "bundled:<name>" or a path / "hub"
@@ -372,15 +448,20 @@ OP_SUMMARY_SCHEMA = pa.schema(
 OP_RUNS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),  # running | finished | interrupted
+        # running | finished | interrupted | incomplete (as the runs table's)
+        pa.field("status", pa.string(), nullable=False),
         pa.field("started_at", pa.timestamp("us", tz="UTC")),
         pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("device", pa.string()),
         pa.field("device_emulated", pa.bool_()),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("dtypes", pa.string()),  # comma-separated
         pa.field("inputs", pa.string()),  # sample | reference (OpInfo's sample_inputs or more)
+        pa.field("timeout_s", pa.float64()),  # per sample
+        pa.field("memory_limit_bytes", pa.int64()),  # per child (0: no cap)
+        pa.field("declarations_hash", pa.string()),  # of the --skips file ("none": no file)
         pa.field("opinfos_requested", pa.int64()),
         pa.field("opinfo_filter", pa.string()),  # the --ops list, or null for all of op_db
         pa.field("torch_version", pa.string()),

@@ -43,6 +43,9 @@ from reports.schema import TABLES, statistics_columns, to_table
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
 COMMITTED_BY_RESULTS = ("fallbacks", "configs")
+# What each sweep writes into a run (what a resume checks for damaged parts).
+MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "runs")
+OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
 
 
 def check_run_id(run_id: str) -> str:
@@ -150,6 +153,15 @@ class Store:
                 pq.write_table(data, final, filesystem=self.fs, write_statistics=stats)
         return final
 
+    def write_parts(self, run_id: str, parts: dict[str, list[dict[str, Any]]]) -> None:
+        """Write one batch of rows as one part per table, all under one name, in the order
+        given: the last table's part commits the others (`COMMITTED_BY_RESULTS` count only
+        once their results part exists), so a kill between the writes leaves the batch's
+        tasks to run again and its other parts invisible."""
+        name = _part_name()
+        for table, rows in parts.items():
+            self.write(table, run_id, rows, name=name)
+
     def write_model_rows(
         self,
         run_id: str,
@@ -157,13 +169,11 @@ class Store:
         fallbacks: list[dict[str, Any]],
         configs: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Write one batch of finished models as a results part and fallbacks / configs parts of
-        the same name. Those go first and count only once their results part exists: a kill
-        between the writes leaves the models to be run again, and the orphans stay invisible."""
-        name = _part_name()
-        self.write("fallbacks", run_id, fallbacks, name=name)
-        self.write("configs", run_id, configs or [], name=name)
-        self.write("results", run_id, results, name=name)
+        """Write one batch of finished models: fallbacks and configs parts, then the results
+        part of the same name that makes them count."""
+        self.write_parts(
+            run_id, {"fallbacks": fallbacks, "configs": configs or [], "results": results}
+        )
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -278,12 +288,14 @@ class Store:
             return _first_line(exc)
         return None
 
-    def damaged_parts(self, run_id: str) -> list[tuple[str, str, str]]:
-        """(table, path, why) of every part of `run_id` that does not read whole: truncated,
-        corrupted, or not this table's rows. A damaged fallbacks or configs part takes its
-        results part with it (their models' rows would be incomplete)."""
+    def damaged_parts(
+        self, run_id: str, tables: tuple[str, ...] = MODEL_SWEEP_TABLES
+    ) -> list[tuple[str, str, str]]:
+        """(table, path, why) of every part of `run_id` in `tables` (a sweep's) that does not
+        read whole: truncated, corrupted, or not this table's rows. A damaged fallbacks or
+        configs part takes its results part with it (their models' rows would be incomplete)."""
         bad: list[tuple[str, str, str]] = []
-        for table in ("results", "fallbacks", "configs", "runs"):
+        for table in tables:
             for path in self.part_files(table, run_id):
                 why = self.check_part(table, path)
                 if why is not None:
@@ -305,16 +317,17 @@ class Store:
             self.fs.move(path, target)
         return target
 
-    def runs(self) -> list[dict[str, Any]]:
-        """One dict per run (the latest state of each), newest first. A damaged runs part is
-        left out (the driver that resumes its run puts it aside and writes a new one)."""
+    def runs(self, table: str = "runs") -> list[dict[str, Any]]:
+        """One dict per run (the latest state of each) of a runs table (`runs`, `op_runs`),
+        newest first. A damaged part is left out (the driver that resumes its run puts it aside
+        and writes a new one)."""
         try:
-            rows = self.read("runs").to_pylist()
+            rows = self.read(table).to_pylist()
         except (pa.ArrowException, StoreError, ValueError):
             rows = []
-            for path in self.part_files("runs"):
-                if self.check_part("runs", path) is None:
-                    rows += self.dataset("runs", [path]).to_table().to_pylist()
+            for path in self.part_files(table):
+                if self.check_part(table, path) is None:
+                    rows += self.dataset(table, [path]).to_table().to_pylist()
         latest: dict[str, dict[str, Any]] = {}
         for row in rows:
             seen = latest.get(row["run_id"])
@@ -324,8 +337,8 @@ class Store:
             latest.values(), key=lambda r: r["started_at"] or r["updated_at"], reverse=True
         )
 
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        for row in self.runs():
+    def run(self, run_id: str, table: str = "runs") -> dict[str, Any] | None:
+        for row in self.runs(table):
             if row["run_id"] == run_id:
                 return row
         return None
@@ -343,10 +356,10 @@ class Store:
         table = self.read("results", run_id, columns=["model_id"])
         return set(table.column("model_id").to_pylist())
 
-    def write_run(self, run: dict[str, Any]) -> None:
+    def write_run(self, run: dict[str, Any], table: str = "runs") -> None:
         run = dict(run)
         run["updated_at"] = utcnow()
-        self.write("runs", run["run_id"], [run])
+        self.write(table, run["run_id"], [run])
 
 
 def _fsync_dir(folder: str) -> None:

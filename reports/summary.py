@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, dtypes, failures, op_sweep, ops
+from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops
 from reports.query import StoreQuery
 
 
 def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Denominators, funnel, headline, breakdowns, failure clusters, skips, missing ops, trend,
-    and the op sweep on the same device (`op_run_id`, else the newest) joined to them.
+    """Denominators, funnel, headline, fine-tuning (the training stages), breakdowns, failure
+    clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
+    the newest) joined to them.
 
     A run of several dtypes (`dtypes`) has every figure per dtype in `by_dtype` (the missing
     ops joined to the op sweep's samples of the same dtype) and what differs between them in
@@ -28,12 +29,15 @@ def run_report(
         return {
             "denominators": coverage.denominators(q, run_id, dtype),
             "funnel": coverage.funnel(q, run_id, dtype),
+            "band": coverage.band(q, run_id, dtype),
             "headline": coverage.headline(q, run_id, dtype=dtype),
+            "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
                 for key in coverage.BREAKDOWN_KEYS
             },
             "failure_clusters": failures.failure_clusters(q, run_id, limit=top, dtype=dtype),
+            "failures_by_op": failures.failures_by_op(q, run_id, limit=top, dtype=dtype),
             "skip_reasons": failures.skip_reasons(q, run_id, dtype),
             "missing_ops": op_sweep.with_op_sweep(
                 q, run_id, ops.missing_ops(q, run_id, limit=top, dtype=dtype), op_run, dtype
@@ -48,6 +52,7 @@ def run_report(
         "run": q.run_info(run_id) or {"run_id": run_id, "status": "unknown"},
         "dtypes": run_dtypes,
         "dtype": run_dtypes[0] if run_dtypes else None,
+        "stages": coverage.run_stages(q, run_id),
         **main,
         "coverage_over_runs": coverage.coverage_over_runs(q),
         "op_sweep": (

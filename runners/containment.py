@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -242,6 +243,21 @@ def processes_with_env(name: str, value: str) -> list[int]:
         if state != "Z":
             out.append(int(entry.name))
     return out
+
+
+def kill_marked(name: str, value: str, *, spare: Collection[int] = ()) -> list[int]:
+    """SIGKILL every live process whose environment has `name=value` and every process below
+    them (what a test or a bench started, found by the marker it set and by descent: Ray's
+    agents carry no marker), but not `spare`; returns the pids killed. Never a process by name."""
+    roots = [pid for pid in processes_with_env(name, value) if pid not in spare]
+    killed = []
+    for pid, start in _processes_under(roots):
+        if pid in spare or _start_time(pid) != start:
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
 
 
 # ---- an embedded Ray dies with its driver ------------------------------------------------------

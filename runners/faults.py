@@ -5,14 +5,16 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
 
     {"at": "stage:forward", "match": "gpt2", "fault": "segfault", "times": 1}
 
-- `at`: where it fires: `plan` (planning an entry, in the plan task), `task` (the model task on
-  the worker, before the child is forked), `setup` (the child, before the device is set up),
-  `stage:<name>` (the child, inside that stage), or in the driver's Ray executor `submit`
-  (fault `runtime_env`: the task is submitted with a runtime env that cannot be set up) and
-  `get` (fault `lose_object`: fetching the task's result raises Ray's ObjectLostError, as when
-  the node holding it is gone; Ray has no call that frees one object to do it for real).
-- `match`: what the place knows the model by (`*`: any): in `plan` its model id or model type
-  hint; elsewhere the tiny model's model type, architecture or shrunk config hash.
+- `at`: where it fires: `plan` (planning an entry, in the plan task), `task` (the task on the
+  worker, before a child is forked), `setup` (the child, before the device is set up),
+  `stage:<name>` (a model's child, inside that stage), `sample` (an op-sweep child, as a
+  sample's op runs on the device), or in the driver's Ray executor `submit` (fault
+  `runtime_env`: the task is submitted with a runtime env that cannot be set up) and `get`
+  (fault `lose_object`: fetching the task's result raises Ray's ObjectLostError, as when the
+  node holding it is gone; Ray has no call that frees one object to do it for real).
+- `match`: what the place knows the task by (`*`: any): in `plan` its model id or model type
+  hint; for a model the tiny model's model type, architecture or shrunk config hash; for an
+  op-sweep task the OpInfo names (`sample`: the OpInfo of the sample).
 - `fault`: `segfault` (a real invalid read), `hang`, `alloc` (allocate 64 MiB tensors until
   the memory budget stops it; refused without a budget), `unpicklable` (raise an exception that
   cannot be pickled, whose message cannot be read either), `kill` (SIGKILL itself: what an

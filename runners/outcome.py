@@ -31,12 +31,15 @@ class StageResult:
     bytes_d2h: int = 0
     max_abs_error: float | None = None
     compile_mode: str | None = None  # the device's compile mode (raise / eager / partition)
+    compile_evidence: str | None = None  # CompileEvidence of the compile verdict
+    unverified_ops: list[str] | None = None  # graph ops no evidence decides
     graph_count: int | None = None
     graph_break_count: int | None = None
     recompile_count: int | None = None
     partition_count: int | None = None
     compile_s: float | None = None
     step_s: float | None = None
+    step_op_calls: int | None = None  # optimizer stages: native calls of the optimizer's part
     peak_memory_bytes: int | None = None
     fallbacks: list[dict[str, Any]] = field(default_factory=list)  # op, count, bytes, source
 
@@ -56,6 +59,8 @@ class ModelOutcome:
     # where the time went outside the stages (seconds): the child process from start to join
     # (`child_s`), its set-up before the first stage (`setup_s`), the stages' own (`stages_s`)
     timings: dict[str, float] = field(default_factory=dict)
+    # the peak resident host memory of the process that ran the model (None: not measured)
+    peak_host_memory_bytes: int | None = None
 
 
 def ordered(stages: list[Stage] | list[str]) -> list[Stage]:

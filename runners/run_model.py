@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
-from reports.schema import SkipReason, Stage, Status
-from runners.outcome import ModelOutcome, StageResult, failed_before, ordered, skipped
+from reports.schema import SkipReason, Status
+from runners.outcome import ModelOutcome, StageResult, failed_before, skipped
+from runners.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from runners.devices.base import Device
 
 
 def quiet_libraries() -> None:
@@ -53,34 +57,30 @@ def quiet_libraries() -> None:
 
 def run_model(
     spec: TinySpec,
+    settings: ModelSettings,
     *,
-    device: Any,
-    dtype: str = "fp32",
-    stages: list[Stage] | list[str] | None = None,
-    seed: int = 0,
+    device: Device | None = None,
     compare: bool | None = None,
-    compile_backend: str | None = None,
     on_stage: Callable[[StageResult], None] | None = None,
     release_memory: bool = True,
 ) -> ModelOutcome:
-    """`device` is a Device (already set up) or a registry name. `release_memory=False` skips
-    dropping the model and collecting garbage at the end (a full collection costs 0.2-0.4 s),
-    for a child process that exits right after."""
+    """Run `spec` through `settings.stages`. `device`: the settings' device, already set up
+    (None: built and set up here). `release_memory=False` skips dropping the model and
+    collecting garbage at the end (a full collection costs 0.2-0.4 s), for a child process
+    that exits right after."""
 
-    from runners.devices import get_device
     from runners.stages import DTYPES, StageContext, release, run_stages
 
     quiet_libraries()
-    order = ordered(stages or list(Stage))
-    if isinstance(device, str):
-        device = get_device(device)
+    order = list(settings.stages)
+    if device is None:
+        device = settings.device.build()
         device.setup()
-    torch_dtype = DTYPES[dtype]
-    if not device.supports_dtype(torch_dtype):
+    if not device.supports_dtype(DTYPES[settings.dtype]):
         outcome = skipped(
             order,
             SkipReason.DEVICE_UNSUPPORTED_FEATURE.value,
-            f"{device.name} does not support dtype {dtype}",
+            f"{device.name} does not support dtype {settings.dtype}",
         )
         for r in outcome.stages:
             if on_stage:
@@ -89,10 +89,8 @@ def run_model(
     ctx = StageContext(
         spec=spec,
         device=device,
-        dtype=torch_dtype,
+        settings=settings,
         compare=(device.name != "cpu") if compare is None else compare,
-        seed=seed,
-        compile_backend=compile_backend or device.compile_backend,
     )
     results: list[StageResult] = []
     start = time.perf_counter()

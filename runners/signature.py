@@ -31,8 +31,16 @@ def error_signature(error_type: str, message: str) -> str:
 
 
 def short_message(message: str, limit: int = 500) -> str:
+    """The message as stored: at most `limit` characters, cut at a word boundary (never inside
+    a word, unless one word fills most of the limit), lines kept."""
     text = (message or "").strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space >= limit * 3 // 4:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(\n") + "..."
 
 
 def op_in_message(message: str) -> str | None:

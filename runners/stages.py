@@ -1,15 +1,17 @@
-"""The stages one model goes through on a device: load, forward, backward, compile, generate.
+"""The stages one model goes through on a device: load, forward, backward, compile, generate,
+and the training stages (`runners/training.py`: optimizer, optimizer_fused, amp, lora).
 
 Each stage is a class with a `name` and a `run(ctx)` that raises on failure; `run_stages` turns
 every outcome into a `StageResult` (status from the closed vocabulary, duration, error type,
-short message, signature, fallbacks). A stage that does not pass makes every later one `not_run`.
-Stages never deal with device specifics: those live in the Device.
+short message, signature, fallbacks). A stage that does not pass makes the stages that build on
+it `not_run` (`STAGE_NEEDS`). Stages never deal with device specifics: those live in the Device.
 """
 
 from __future__ import annotations
 
 import copy
 import gc
+import importlib
 import math
 import tempfile
 import time
@@ -26,11 +28,12 @@ from model_configs.grad_coverage import grad_coverage, watch_grad_mode
 from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
-from reports.schema import SkipReason, Stage, Status
+from reports.schema import STAGE_NEEDS, TRAINING_STAGES, SkipReason, Stage, Status
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult
+from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
 DTYPES: dict[str, torch.dtype] = {
@@ -63,16 +66,33 @@ class StageContext:
 
     spec: TinySpec
     device: Device
-    dtype: torch.dtype
+    settings: ModelSettings  # the run's, as the CLI built them
     compare: bool  # compare against a CPU reference (devices other than the CPU)
-    seed: int = 0
-    compile_backend: str = "inductor"
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
+    # the loaded weights on the CPU, untouched by any stage: what each training stage copies
+    # (kept when a training stage is asked for; a model that ran caches tensors of its own)
+    pristine: Any = None
+    keep_pristine: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)  # on the device
     cpu_inputs: dict[str, Any] = field(default_factory=dict)
     param_count: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # per-stage metrics for the row
+    # the optimizer's part of a training step, recorded apart (`FallbackSource.OPTIMIZER`)
+    step_log: FallbackLog | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.settings.dtype]
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def compile_backend(self) -> str:
+        """The run's `--compile-backend`, else the device's own."""
+        return self.settings.compile_backend or self.device.compile_backend
 
 
 class StageRunner(ABC):
@@ -80,6 +100,11 @@ class StageRunner(ABC):
 
     def applies(self, ctx: StageContext) -> bool:
         return True
+
+    def prepare(self, ctx: StageContext) -> None:
+        """Set-up that is not what the stage measures (fresh copies of the weights): run before
+        its fallback recording starts (its time counts in the stage's); raises like `run`."""
+        return None
 
     @abstractmethod
     def run(self, ctx: StageContext) -> None:
@@ -121,6 +146,11 @@ class LoadStage(StageRunner):
             loaded = build.save_and_load(ctx.spec, built, Path(tmp))
         del built
         loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
+        if ctx.keep_pristine:
+            try:
+                ctx.pristine = copy.deepcopy(loaded)
+            except Exception as exc:  # the training stages say so; loading did not fail
+                ctx.pristine = exc
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
         ctx.cpu_inputs = _cast_inputs(
             build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
@@ -145,7 +175,7 @@ class ForwardStage(StageRunner):
             ctx.device.synchronize()
             if ctx.compare:
                 expected = ctx.reference(**ctx.cpu_inputs)
-                _check_close("forward output", expected, outputs, ctx)
+                check_close("forward output", expected, outputs, ctx)
 
 
 class BackwardStage(StageRunner):
@@ -175,16 +205,17 @@ class BackwardStage(StageRunner):
                 n: p.grad for n, p in ctx.reference.named_parameters() if p.grad is not None
             }
             actual = {n: p.grad for n, p in ctx.model.named_parameters() if n in expected}
-            _check_close("gradients", expected, actual, ctx)
+            check_close("gradients", expected, actual, ctx)
         ctx.model.zero_grad(set_to_none=True)
 
 
 class CompileStage(StageRunner):
     """`torch.compile` with the device's backend: a training step compiled, then one steady.
 
-    The `neuron` backend compiles as TorchNeuron does: `dynamic=False` (a new shape is a new
-    graph: a recompile, counted), and the device's compile mode (`raise` by default) decides
-    what a graph op it cannot lower does. Every row says which mode ran."""
+    The device's compile options decide `dynamic` (a device may force `dynamic=False`: a new
+    shape is then a new graph, a recompile, counted) and its compile mode what a graph op its
+    compiler cannot lower does; every row says which mode ran. What the device's compiler
+    reports (partitions, the evidence its verdicts rest on) goes into the row."""
 
     name = Stage.COMPILE
 
@@ -192,12 +223,11 @@ class CompileStage(StageRunner):
         import torch._dynamo as dynamo
         from torch._dynamo.utils import counters
 
-        from runners.neuron_compile import compile_report
-
         dynamo.reset()
         counters.clear()
         watch = RecompileWatch(ctx.compile_backend)
-        dynamic = False if ctx.compile_backend == "neuron" else None
+        options = ctx.device.compile_options()
+        dynamic = options.dynamic if ctx.compile_backend == options.backend else None
         compiled = torch.compile(ctx.model, backend=watch, dynamic=dynamic)
 
         def step() -> None:
@@ -206,8 +236,9 @@ class CompileStage(StageRunner):
             build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
             ctx.device.synchronize()
 
+        seen: dict[str, Any] = {}
         try:
-            with compile_report(reset=False) as report:  # filled by the `neuron` backend only
+            with ctx.device.compiling() as seen:  # what the device's compiler reports
                 start = time.perf_counter()
                 step()
                 ctx.extra["compile_s"] = time.perf_counter() - start
@@ -222,10 +253,9 @@ class CompileStage(StageRunner):
             raise
         finally:
             ctx.extra["recompile_count"] = watch.recompiles
+            ctx.extra.update(seen)
         ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
         ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
-        if ctx.compile_backend == "neuron":
-            ctx.extra["partition_count"] = report.partition_count
         ctx.model.zero_grad(set_to_none=True)
         dynamo.reset()
 
@@ -280,21 +310,38 @@ class GenerateStage(StageRunner):
             raise RuntimeError("generate returned no tokens")
 
 
-STAGES: dict[Stage, type[StageRunner]] = {
-    Stage.LOAD: LoadStage,
-    Stage.FORWARD: ForwardStage,
-    Stage.BACKWARD: BackwardStage,
-    Stage.COMPILE: CompileStage,
-    Stage.GENERATE: GenerateStage,
+# The stage registry: each Stage (in `Stage` order) -> its runner class, as a lazy
+# "module:attr" target (the training stages build on this module's classes).
+STAGES: dict[Stage, str] = {
+    Stage.LOAD: "runners.stages:LoadStage",
+    Stage.FORWARD: "runners.stages:ForwardStage",
+    Stage.BACKWARD: "runners.stages:BackwardStage",
+    Stage.COMPILE: "runners.stages:CompileStage",
+    Stage.GENERATE: "runners.stages:GenerateStage",
+    Stage.OPTIMIZER: "runners.training:OptimizerStage",
+    Stage.OPTIMIZER_FUSED: "runners.training:FusedOptimizerStage",
+    Stage.AMP: "runners.training:AmpStage",
+    Stage.LORA: "runners.training:LoraStage",
 }
 
 
-def _check_close(what: str, expected: Any, actual: Any, ctx: StageContext) -> None:
+def stage_runner(stage: Stage) -> type[StageRunner]:
+    """The runner class registered for `stage`."""
+    module, _, attr = STAGES[stage].partition(":")
+    runner: type[StageRunner] = getattr(importlib.import_module(module), attr)
+    return runner
+
+
+def check_close(
+    what: str, expected: Any, actual: Any, ctx: StageContext, *, tol: Any = None
+) -> None:
+    """Raise `AccuracyError` when `actual` differs from the CPU's `expected` beyond the run
+    dtype's tolerance (or `tol`, a `runners.numerics.Tolerance`); the error goes to the row."""
     try:
         from runners.numerics import compare_tensors
     except ImportError:  # numerics not installed in this build: record nothing
         return
-    result = compare_tensors(expected, actual, ctx.dtype)
+    result = compare_tensors(expected, actual, ctx.dtype, tol=tol)
     ctx.extra["max_abs_error"] = max(ctx.extra.get("max_abs_error") or 0.0, result.max_abs_error)
     if not result.ok:
         raise AccuracyError(
@@ -330,14 +377,18 @@ def _classify(exc: BaseException) -> Status:
     return Status.FAIL
 
 
-def _fallback_rows(log: FallbackLog) -> list[dict[str, Any]]:
+def _fallback_rows(log: FallbackLog, step_log: FallbackLog | None = None) -> list[dict[str, Any]]:
+    """One row per op and source. An op that fell back only in the optimizer's part of a
+    training step (`step_log`) is `optimizer`; one that also fell back outside it `eager`."""
+    step = step_log.ops if step_log is not None else {}
+    step_only = {op for op, e in step.items() if op in log.ops and log.ops[op].count == e.count}
     rows = [
         {
             "op": op,
             "count": e.count,
             "bytes_h2d": e.bytes_h2d,
             "bytes_d2h": e.bytes_d2h,
-            "source": "eager",
+            "source": "optimizer" if op in step_only else "eager",
         }
         for op, e in sorted(log.ops.items())
     ]
@@ -356,6 +407,7 @@ def run_stages(
 ) -> Iterator[StageResult]:
     """Run the requested stages in order, yielding one StageResult per requested stage
     (`on_stage` sees each as soon as it is known, before the next stage starts)."""
+    ctx.keep_pristine = ctx.keep_pristine or any(s in TRAINING_STAGES for s in stages)
     for result in _stage_results(ctx, stages):
         if on_stage is not None:
             on_stage(result)
@@ -364,13 +416,14 @@ def run_stages(
 
 def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResult]:
     results: list[StageResult] = []
-    blocked_by: str | None = None
+    not_passed: list[Stage] = []  # in order: what makes the stages building on them not_run
     skipped: StageResult | None = None  # a skip with a reason skips every later stage too
     wanted = set(stages)
     for stage in STAGES:
         if stage not in wanted:
             continue
-        runner = STAGES[stage]()
+        runner = stage_runner(stage)()
+        blocked_by = next((s.value for s in not_passed if s in STAGE_NEEDS[stage]), None)
         if skipped is not None:
             results.append(
                 StageResult(
@@ -390,6 +443,7 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
                     error_message=f"{blocked_by} did not pass",
                 )
             )
+            not_passed.append(stage)
             yield results[-1]
             continue
         if not runner.applies(ctx):
@@ -408,25 +462,39 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
         if results[-1].status == Status.SKIP.value and stage is Stage.LOAD:
             skipped = results[-1]
         elif results[-1].status != Status.PASS.value:
-            blocked_by = stage.value
+            not_passed.append(stage)
+
+
+def _skip_result(runner: StageRunner, exc: StageSkipped) -> StageResult:
+    return StageResult(
+        stage=runner.name.value,
+        status=Status.SKIP.value,
+        reason=exc.reason.value,
+        error_message=str(exc),
+    )
 
 
 def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
     ctx.extra = {}
-    ctx.device.reset_peak_memory()
-    start = time.perf_counter()
+    ctx.step_log = None
     error: BaseException | None = None
+    start = time.perf_counter()  # the stage's time includes its set-up (what it costs a sweep)
+    try:
+        runner.prepare(ctx)
+    except StageSkipped as exc:
+        return _skip_result(runner, exc)
+    except Exception as exc:  # a model's failure is data, never an exception
+        if is_environment_error(exc):
+            raise  # the machine failed, not the model: the task is retried, no row
+        error = exc
+    ctx.device.reset_peak_memory()
     with ctx.device.record_fallbacks() as log:
         try:
-            faults.inject_spec(f"stage:{runner.name.value}", ctx.spec)
-            runner.run(ctx)
+            if error is None:
+                faults.inject_spec(f"stage:{runner.name.value}", ctx.spec)
+                runner.run(ctx)
         except StageSkipped as exc:
-            return StageResult(
-                stage=runner.name.value,
-                status=Status.SKIP.value,
-                reason=exc.reason.value,
-                error_message=str(exc),
-            )
+            return _skip_result(runner, exc)
         except Exception as exc:  # a model's failure is data, never an exception
             if is_environment_error(exc):
                 raise  # the machine failed, not the model: the task is retried, no row
@@ -444,7 +512,7 @@ def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
         bytes_h2d=log.bytes_h2d,
         bytes_d2h=log.bytes_d2h,
         peak_memory_bytes=ctx.device.peak_memory_bytes(),
-        fallbacks=_fallback_rows(log),
+        fallbacks=_fallback_rows(log, ctx.step_log),
         **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
     )
     if error is not None:
@@ -465,13 +533,17 @@ _EXTRA_COLUMNS = {
     "graph_break_count",
     "recompile_count",
     "partition_count",
+    "compile_evidence",
+    "unverified_ops",
     "compile_s",
     "step_s",
+    "step_op_calls",
 }
 
 
 def release(ctx: StageContext) -> None:
     """Drop the model and its caches so a long-lived worker does not grow."""
-    ctx.model = ctx.reference = None
+    ctx.model = ctx.reference = ctx.pristine = None
     ctx.inputs = ctx.cpu_inputs = {}
+    ctx.step_log = None
     gc.collect()

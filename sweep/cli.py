@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
@@ -38,6 +39,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Version(argparse.Action):
+    """`--version`: the package's version and the checkout's commit, found only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        print(version_line())
+        parser.exit(0)
+
+
+def version_line() -> str:
+    """`hfsweep 0.1.0 (git 1a2b3c4d5e6f)`; the commit of this code's checkout, if it is one."""
+    from importlib import metadata
+
+    from sweep.settings import _git_sha
+
+    try:
+        number = metadata.version("hfsweep")
+    except metadata.PackageNotFoundError:
+        number = "(not installed)"
+    sha = _git_sha()
+    return f"hfsweep {number}" + (f" (git {sha[:12]})" if sha else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hfsweep",
@@ -45,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and what stops the rest.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print hfsweep's version and git commit"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     chosen = _chosen_command(sys.argv[1:])
     for name, (module, help_text) in COMMANDS.items():
@@ -72,7 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         module = importlib.import_module(COMMANDS[args.command][0])
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        if argv is None and getattr(module, "EXIT_WITHOUT_TEARDOWN", False):
+            # the command's output is out and nothing is left to clean up: skip the teardown
+            # of an interpreter holding torch and the model libraries (seconds, and memory)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

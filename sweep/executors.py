@@ -1,38 +1,68 @@
-"""Executors: where plan tasks and model tasks run (a Ray cluster, or this process with --local).
+"""Executors: where a sweep's tasks run (a Ray cluster, or this process with --local), for both
+sweeps: a model task (`sweep.plan.Task`: one unique tiny model) and an op-sweep task
+(`sweep.op_driver.OpGroup`: a few OpInfos), and the model sweep's plan tasks (a batch of
+catalog entries to resolve and shrink, `sweep.plan.plan_batch`).
 
-Both take two kinds of work from the run loop and hand back finished work as events:
-- a plan task: a batch of catalog entries to resolve and shrink (`sweep.plan.plan_batch`);
-- a model task: one unique tiny model to run through its stages in an isolated child process
-  (`runners.isolation.run_isolated`).
-What fails is sorted once, here. A model's own failures never reach this code: they come back
-as rows. Anything else that stops a task (the environment failing in the child, a worker or
-node lost, a lost object, a runtime env that cannot be set up, a task that never returns) is a
-system fault: the task is retried `retries` times with a short backoff, and then given up
-(`Abandoned`): its models get no rows, so a rerun with the same run id retries them. A plan
-batch that fails is split and its entries planned one by one, so one bad entry cannot take
-its batch with it. The one exception is Ray's memory monitor killing a worker: the node ran
-out of memory while that model ran, which is the model's `oom` row, not a retry.
+A task's body runs on a worker with the run's settings, unchanged (`runners.settings`), and
+returns an outcome: its rows' data, a model's or a sample's own failures included. What fails
+is sorted once, here (the fault policy). Anything that stops a task (the environment failing
+in the child, a worker or node lost, a lost object, a runtime env that cannot be set up, a
+task that shows no sign of life) is a system fault: the task is retried `retries` times with
+a backoff, then given up (`Abandoned`): what it covers gets no rows, so a rerun with the same
+run id retries it, and `GiveUp` stops the run with one error when task after task is given
+up. A plan batch that fails is split and its entries planned one by one, so one bad entry
+cannot take its batch with it. The one exception: Ray's memory monitor killing a worker while
+a single model ran is that model's `oom` row (`on_oom`), not a retry.
+
+What is slow is not lost. A task's worker says it is alive every `BEAT_S` seconds (Ray's key
+value store); a task is given up as lost only when nothing of it (or, before it starts,
+nothing in the executor) shows life for `guard_s`, never because a loaded machine runs it
+slowly. The embedded Ray's workers run at the driver's niceness (Ray's default, +15, lets any
+other process on the machine starve the models). A cluster that goes away under the driver
+(its raylet or GCS dead) stops the run with one `SystemFaultError` (exit 3) before Ray's own
+client gives up on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
 import time
-from collections import deque
+import uuid
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from model_configs.spec import CatalogEntry
-from reports.errors import UsageError, safe_text
-from reports.schema import Stage, Status
+from reports.errors import SystemFaultError, UsageError, safe_text
 from runners import containment, faults
-from runners.outcome import ModelOutcome, failed_before
-from sweep.plan import Planned, Task
+from sweep.plan import Planned
 
+RunFn = Callable[[Any, Any], Any]  # (payload, settings) -> outcome (with .worker, .timings)
 PlanFn = Callable[[Sequence[CatalogEntry], list[str], "str | None"], list[Planned]]
-RunFn = Callable[[Any, dict[str, Any]], ModelOutcome]
+OomFn = Callable[[Any, str], Any]  # (task, cause) -> its outcome when Ray's memory monitor hit
+
+
+class Work(Protocol):
+    """A task as the executor sees it, whatever it sweeps."""
+
+    key: str
+
+    @property
+    def payload(self) -> Any:
+        """What the body receives (with the settings) on the worker."""
+        ...
+
+    def names(self) -> list[str]:
+        """What it answers for (model ids, OpInfo x dtype): what gets no rows if given up."""
+        ...
+
+    def fault_keys(self) -> tuple[str | None, ...]:
+        """What the test-only fault hook matches it by."""
+        ...
 
 
 @dataclass
@@ -45,26 +75,27 @@ class PlanDone:
 
 @dataclass
 class RunDone:
-    task: Task
-    outcome: ModelOutcome
+    task: Any
+    outcome: Any
     attempt: int
     elapsed_s: float | None = None  # from submission to result, as the driver saw it
 
 
 @dataclass
 class Abandoned:
-    """A task the environment kept failing: its models get no rows (a rerun retries them)."""
+    """A task the environment kept failing: what it covers gets no rows (a rerun retries it)."""
 
     kind: str  # "run" | "plan"
-    models: list[str]
+    models: list[str]  # the names it answers for
     cause: str
     attempts: int
-    task: Task | None = None
+    task: Any = None
 
 
 Event = PlanDone | RunDone | Abandoned
 
 RETRY_BACKOFF_S = 1.0  # before the first retry; doubled for each further one (at most 30 s)
+GIVE_UP_AFTER = 3  # tasks of one kind given up in a row (each after its retries): stop the run
 
 
 def backoff_s(attempt: int) -> float:
@@ -80,43 +111,70 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
-@dataclass
-class TaskSettings:
-    """What every model task is told (from the run's config)."""
+class GiveUp:
+    """The tasks a run gave up (no rows: a rerun runs them), and the rule that stops the run:
+    `GIVE_UP_AFTER` tasks of one kind given up in a row, each after its retries."""
 
-    device: str
-    device_options: dict[str, Any]
-    dtype: str
-    stages: list[Stage]
-    timeout_s: float
-    compile_backend: str | None
-    retries: int
+    def __init__(self, noun: str = "model"):
+        self.noun = noun  # what a run task is, in the error
+        self.names: list[str] = []
+        self.causes: dict[str, str] = {}  # what stopped them -> the first name it hit
+        self._streak: Counter[str] = Counter()
+
+    def ran(self, kind: str) -> None:
+        """A task of `kind` came back: the streak is broken."""
+        self._streak[kind] = 0
+
+    def add(self, event: Abandoned) -> None:
+        self.names += event.models
+        self.causes.setdefault(event.cause, event.models[0] if event.models else "")
+        self._streak[event.kind] += 1
+        if self._streak[event.kind] >= GIVE_UP_AFTER:
+            raise SystemFaultError(
+                f"the environment keeps failing: {self._streak[event.kind]} "
+                f"{self.noun if event.kind == 'run' else 'plan'} tasks in a row could not run "
+                f"after {event.attempts} attempts each (last: {event.cause})",
+                hint="fix the machine (device, packages, Ray, store), then rerun the same "
+                "command with the same --run-id: what has no rows runs then",
+            )
+
+
+def gave_up_error(
+    run_id: str, names: list[str], causes: dict[str, str], what: tuple[str, str]
+) -> SystemFaultError:
+    """The one error for what the environment kept from running (it has no rows);
+    `what`: (one, several) of what the names are."""
+    n = len(names)
+    listed = "; ".join(f"{cause} (first: {name})" for cause, name in causes.items())
+    return SystemFaultError(
+        f"{n} {what[0] if n == 1 else what[1]} of run {run_id} got no rows: the environment "
+        f"kept failing after retries: {listed}",
+        hint=f"rerun the same command (--run-id {run_id}): only those run again",
+    )
+
+
+@dataclass(frozen=True)
+class Planner:
+    """How a model sweep's plan tasks are run: their body, the stages and the configs folder,
+    and what planning one entry that ran the node out of memory says (`on_oom(cause)`)."""
+
+    fn: PlanFn
+    stages: list[str]
     config_dir: str | None = None
-    memory_limit: int | None = None  # bytes per model beyond the child's start (None: no cap)
-
-    def run_kwargs(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "device_options": self.device_options,
-            "dtype": self.dtype,
-            "stages": [s.value for s in self.stages],
-            "timeout_s": self.timeout_s,
-            "compile_backend": self.compile_backend,
-            "memory_limit": self.memory_limit,
-        }
+    on_oom: Callable[[str], Any] | None = None
 
 
 class Executor(Protocol):
-    slots: int  # model tasks that may run at once (cores)
-    capacity: int  # model tasks to keep submitted: more than slots queues the next ones on
-    # the cluster, so a worker starts its next model without waiting for the driver
+    slots: int  # tasks that may run at once (cores)
+    capacity: int  # tasks to keep submitted: more than slots queues the next ones on the
+    # cluster, so a worker starts its next task without waiting for the driver
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None: ...
 
-    def submit_run(self, task: Task, attempt: int = 1) -> None: ...
+    def submit_run(self, task: Any, attempt: int = 1) -> None: ...
 
     def running(self) -> int:
-        """Model tasks in flight."""
+        """Run tasks in flight."""
         ...
 
     def planning(self) -> int:
@@ -128,90 +186,61 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-# ---- task bodies (what runs on a worker) -----------------------------------------------------
+def _timed(fn: Callable[..., Any]) -> Callable[..., tuple[Any, float]]:
+    def body(*args: Any) -> tuple[Any, float]:
+        start = time.perf_counter()
+        result = fn(*args)
+        return result, time.perf_counter() - start
+
+    return body
 
 
-def run_task(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
-    """The body of one model task: heavy libraries imported once per worker, then fork."""
-    import ray
-
-    from runners import faults
-    from runners.isolation import run_isolated
-
-    faults.inject_spec("task", spec)
-    outcome = run_isolated(spec, **kwargs)
-    node = ray.get_runtime_context().get_node_id()
-    outcome.worker = f"ray:{node[:12]}:{os.getpid()}"
+def _finished(outcome: Any, seconds: float, worker: str) -> Any:
+    outcome.timings["worker_s"] = seconds
+    if outcome.worker is None:
+        outcome.worker = worker
     return outcome
-
-
-def plan_task(
-    entries: Sequence[CatalogEntry], stages: list[str], config_dir: str | None
-) -> list[Planned]:
-    from sweep.plan import plan_batch
-
-    return plan_batch(entries, stages, config_dir)
-
-
-def _timed_plan(fn: PlanFn) -> Callable[..., tuple[list[Planned], float]]:
-    def body(
-        entries: Sequence[CatalogEntry], stages: list[str], config_dir: str | None
-    ) -> tuple[list[Planned], float]:
-        start = time.perf_counter()
-        planned = fn(entries, stages, config_dir)
-        return planned, time.perf_counter() - start
-
-    return body
-
-
-def _timed_run(fn: RunFn) -> RunFn:
-    def body(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
-        start = time.perf_counter()
-        outcome = fn(spec, kwargs)
-        outcome.timings["worker_s"] = time.perf_counter() - start
-        return outcome
-
-    return body
 
 
 # ---- local ---------------------------------------------------------------------------------
 
 
 class LocalExecutor:
-    """No Ray: plans in this process, models one at a time in child processes of this one.
+    """No Ray: plans in this process, tasks one at a time in child processes of this one.
     System faults are retried in place (after the same backoff), then given up."""
 
     slots = capacity = 1
 
-    def __init__(
-        self, settings: TaskSettings, *, plan_fn: PlanFn | None = None, run_fn: RunFn | None = None
-    ):
+    def __init__(self, settings: Any, *, run_fn: RunFn, planner: Planner | None = None):
         self.settings = settings
-        self.plan_fn = _timed_plan(plan_fn or _local_plan)
-        self.run_fn = _timed_run(run_fn or _local_run)
+        self.retries = 0
+        self.run_fn = _timed(run_fn)
+        self.planner = planner
+        self._plan = _timed(planner.fn) if planner else None
         self._done: deque[Event] = deque()
         self._plans = 0
         self._runs = 0
         self.sleep: Callable[[float], None] = time.sleep
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None:
-        stages = [s.value for s in self.settings.stages]
+        assert self.planner is not None and self._plan is not None
         self._plans += 1
         try:
-            planned, seconds = self.plan_fn(entries, stages, self.settings.config_dir)
+            planned, seconds = self._plan(entries, self.planner.stages, self.planner.config_dir)
         except Exception:  # the environment failed under one of them: one by one, retried
             planned, seconds = [], None
             for entry in entries:
-                planned += self._plan_one(entry, stages)
+                planned += self._plan_one(entry)
         self._done.append(PlanDone(key, entries, planned, seconds))
 
-    def _plan_one(self, entry: CatalogEntry, stages: list[str]) -> list[Planned]:
+    def _plan_one(self, entry: CatalogEntry) -> list[Planned]:
+        assert self.planner is not None and self._plan is not None
         attempt = 1
         while True:
             try:
-                return self.plan_fn([entry], stages, self.settings.config_dir)[0]
+                return self._plan([entry], self.planner.stages, self.planner.config_dir)[0]
             except Exception as exc:
-                if attempt > self.settings.retries:
+                if attempt > self.retries:
                     self._done.append(
                         Abandoned("plan", [entry.model_id], describe_failure(exc), attempt)
                     )
@@ -219,24 +248,22 @@ class LocalExecutor:
                 self.sleep(backoff_s(attempt))
                 attempt += 1
 
-    def submit_run(self, task: Task, attempt: int = 1) -> None:
+    def submit_run(self, task: Any, attempt: int = 1) -> None:
         start = time.monotonic()
         self._runs += 1
         while True:
             try:
-                outcome = self.run_fn(task.spec, self.settings.run_kwargs())
+                outcome, seconds = self.run_fn(task.payload, self.settings)
                 break
-            except Exception as exc:  # not the model (run_isolated returns its failures)
-                if attempt > self.settings.retries:
-                    models = [m.entry.model_id for m in task.members]
+            except Exception as exc:  # not the model's (a body returns its failures as data)
+                if attempt > self.retries:
                     self._done.append(
-                        Abandoned("run", models, describe_failure(exc), attempt, task)
+                        Abandoned("run", task.names(), describe_failure(exc), attempt, task)
                     )
                     return
                 self.sleep(backoff_s(attempt))
                 attempt += 1
-        if outcome.worker is None:
-            outcome.worker = f"{socket.gethostname()}:{os.getpid()}"
+        outcome = _finished(outcome, seconds, f"{socket.gethostname()}:{os.getpid()}")
         self._done.append(RunDone(task, outcome, attempt, time.monotonic() - start))
 
     def running(self) -> int:
@@ -253,20 +280,6 @@ class LocalExecutor:
 
     def close(self) -> None:
         return None
-
-
-def _local_plan(
-    entries: Sequence[CatalogEntry], stages: list[str], config_dir: str | None
-) -> list[Planned]:
-    from sweep.plan import plan_batch
-
-    return plan_batch(entries, stages, config_dir)
-
-
-def _local_run(spec: Any, kwargs: dict[str, Any]) -> ModelOutcome:
-    from runners.isolation import run_isolated
-
-    return run_isolated(spec, **kwargs)
 
 
 # ---- Ray -----------------------------------------------------------------------------------
@@ -289,35 +302,110 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
                 include_dashboard=False,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
+                # the workers at the driver's own niceness, not Ray's +15
+                _system_config={"worker_niceness": 0},
             )
     return ray
 
 
-# A worker process is replaced after this many model tasks. Model code only ever runs in
-# forked children, so the worker itself holds no model state; recycling bounds what the
-# libraries' caches (and planning) may leave behind, at the cost of one re-import of torch.
+# A worker process is replaced after this many tasks. Model code only ever runs in forked
+# children, so the worker itself holds no model state; recycling bounds what the libraries'
+# caches (and planning) may leave behind, at the cost of one re-import of torch.
 WORKER_MAX_CALLS = 200
-
 
 # What the test-only `runtime_env` fault submits a task with: a module to fetch from a port
 # nothing listens on, so the runtime env cannot be set up (RuntimeEnvSetupError in about 2 s).
 BROKEN_RUNTIME_ENV = {"py_modules": ["https://127.0.0.1:9/hfsweep-test-unreachable.zip"]}
 
+BEAT_S = 5.0  # how often a task's worker says it is alive
+GUARD_S = 300.0  # silence after which a task is taken for lost (a wedged worker or node)
+PING_S = 5.0  # how often the driver checks that its cluster is still there
+GONE_AFTER_S = 20.0  # a cluster that does not answer for this long is gone (Ray's own
+# client gives up after 60 s, with a line of its own and exit 1)
+NAMESPACE = "hfsweep"
+
+
+def _beating(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The body of a task on a worker: while it runs, a thread says so under `key` in Ray's
+    key-value store every `BEAT_S` seconds (a worker that is slow still beats)."""
+
+    def body(key: bytes, *args: Any) -> Any:
+        stop = threading.Event()
+
+        def beat() -> None:
+            from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+            count = 0
+            while True:
+                count += 1
+                with contextlib.suppress(Exception):
+                    client = internal_kv_get_gcs_client()
+                    client.internal_kv_put(
+                        key, str(count).encode(), True, NAMESPACE.encode(), timeout=BEAT_S
+                    )
+                if stop.wait(BEAT_S):
+                    return
+
+        thread = threading.Thread(target=beat, daemon=True, name="task-beat")
+        thread.start()
+        try:
+            return fn(*args)
+        finally:
+            stop.set()
+            thread.join(1.0)
+            with contextlib.suppress(Exception):  # the task is over: its key goes
+                from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+                client = internal_kv_get_gcs_client()
+                client.internal_kv_del(key, False, NAMESPACE.encode(), timeout=BEAT_S)
+
+    return body
+
+
+def _on_ray_worker(fn: RunFn) -> Callable[..., Any]:
+    def body(payload: Any, settings: Any) -> Any:
+        outcome, seconds = _timed(fn)(payload, settings)
+        return _finished(outcome, seconds, _ray_worker_name())
+
+    return _beating(body)
+
+
+def _ray_worker_name() -> str:
+    """`ray:<node>:<pid>`: where a task ran (the node id's first 12 digits)."""
+    node = socket.gethostname()  # not on a Ray worker (a stand-in cluster in tests)
+    with contextlib.suppress(Exception):
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    return f"ray:{node[:12]}:{os.getpid()}"
+
 
 @dataclass
-class _RunJob:
-    task: Task
+class _Job:
     attempt: int
+    key: bytes = b""  # where its worker beats: new for every submission
     submitted: float = 0.0
+    alive: float = 0.0  # the last sign of life the driver saw (its clock)
+    beat: bytes | None = None  # the last beat seen (None: the task has not started)
+
+    def submitting(self) -> bytes:
+        self.key = f"beat:{uuid.uuid4().hex}".encode()
+        self.submitted = self.alive = time.monotonic()
+        self.beat = None
+        return self.key
 
 
 @dataclass
-class _PlanJob:
-    key: int
-    entries: Sequence[CatalogEntry]
-    attempt: int = 1
+class _RunJob(_Job):
+    task: Any = None
+
+
+@dataclass
+class _PlanJob(_Job):
+    batch: int = 0
+    entries: Sequence[CatalogEntry] = ()
     part: int | None = None  # its index in a batch that was split after a failure
-    submitted: float = 0.0
 
 
 @dataclass
@@ -332,72 +420,77 @@ class _Split:
 def _test_runtime_env() -> dict[str, Any] | None:
     """The test-only fault hook's variables, forwarded to the workers when the driver has them
     (workers of an already running Ray do not see the driver's environment otherwise)."""
-    from runners import faults
-
     names = (faults.ENV, faults.STATE_ENV)
     env = {n: os.environ[n] for n in names if n in os.environ}
     return {"env_vars": env} if env else None
 
 
 class RayExecutor:
-    """Plan and model tasks on a Ray cluster (embedded local Ray, or `--address`)."""
+    """Tasks on a Ray cluster (embedded local Ray, or `--address`)."""
 
     def __init__(
         self,
-        settings: TaskSettings,
+        settings: Any,
         *,
+        run_fn: RunFn,
+        planner: Planner | None = None,
+        on_oom: OomFn | None = None,
         address: str | None = None,
         num_cpus: int | None = None,
-        plan_fn: PlanFn | None = None,
-        run_fn: RunFn | None = None,
     ):
         self.settings = settings
+        self.retries = 0
+        self.planner = planner
+        self.on_oom = on_oom
         self.ray = ray = init_ray(address, num_cpus)
         from ray import exceptions as rex
 
         self._rex = rex
+        self._embedded = not address
         self._run_base = ray.remote(num_cpus=1, max_retries=0, max_calls=WORKER_MAX_CALLS)(
-            _timed_run(run_fn or run_task)
+            _on_ray_worker(run_fn)
         )
         self._run_remote = self._run_base
-        self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(_timed_plan(plan_fn or plan_task))
+        self._plan_remote = None
+        if planner is not None:
+            self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(_beating(_timed(planner.fn)))
         self._runtime_env = runtime_env = _test_runtime_env()
         if runtime_env:
             self._run_remote = self._run_remote.options(runtime_env=runtime_env)
-            self._plan_remote = self._plan_remote.options(runtime_env=runtime_env)
+            if self._plan_remote is not None:
+                self._plan_remote = self._plan_remote.options(runtime_env=runtime_env)
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.capacity = self.slots + max(1, self.slots // 2)
-        self._kwargs = settings.run_kwargs()
-        self._stages = [s.value for s in settings.stages]
-        # A task normally returns within its model timeout (the worker enforces it), after at
-        # most one other model's run queued ahead of it; this guard catches a worker that never
-        # returns at all (a lost node, a wedged process): a system fault, retried.
-        self.guard_s = settings.timeout_s * 2.5 + 120
+        self.guard_s = GUARD_S
         self._runs: dict[Any, _RunJob] = {}
         self._plans: dict[Any, _PlanJob] = {}
         self._splits: dict[int, _Split] = {}
         self._later: list[tuple[float, _RunJob | _PlanJob]] = []  # retries waiting their turn
+        self._progress = time.monotonic()  # the last sign of life of any task
+        self._answered = self._pinged = time.monotonic()
+        self._gone: str | None = None
 
     # submission ---------------------------------------------------------------------------
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None:
-        self._submit_plan(_PlanJob(key, entries))
+        self._submit_plan(_PlanJob(attempt=1, batch=key, entries=entries))
 
     def _submit_plan(self, job: _PlanJob) -> None:
-        ref = self._plan_remote.remote(list(job.entries), self._stages, self.settings.config_dir)
-        job.submitted = time.monotonic()
+        assert self.planner is not None and self._plan_remote is not None
+        ref = self._plan_remote.remote(
+            job.submitting(), list(job.entries), self.planner.stages, self.planner.config_dir
+        )
         self._plans[ref] = job
 
-    def submit_run(self, task: Task, attempt: int = 1) -> None:
-        self._submit_run(_RunJob(task, attempt))
+    def submit_run(self, task: Any, attempt: int = 1) -> None:
+        self._submit_run(_RunJob(attempt=attempt, task=task))
 
     def _submit_run(self, job: _RunJob) -> None:
         remote = self._run_remote
         if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
             broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
             remote = self._run_base.options(runtime_env=broken)
-        ref = remote.remote(job.task.spec, self._kwargs)
-        job.submitted = time.monotonic()
+        ref = remote.remote(job.submitting(), job.task.payload, self.settings)
         self._runs[ref] = job
 
     def running(self) -> int:
@@ -423,6 +516,7 @@ class RayExecutor:
     # completion ---------------------------------------------------------------------------
 
     def wait(self, timeout_s: float) -> list[Event]:
+        self._check_cluster()
         self._submit_due()
         refs = [*self._plans, *self._runs]
         if not refs:
@@ -434,6 +528,7 @@ class RayExecutor:
         ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout_s)
         if ready:  # take everything else that is done too
             ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+            self._progress = time.monotonic()
         events: list[Event] = []
         for ref in ready:
             if ref in self._plans:
@@ -443,26 +538,89 @@ class RayExecutor:
         events += self._expired()
         return events
 
+    def _beats(self, keys: list[bytes]) -> dict[bytes, bytes] | None:
+        """The tasks' last beats (None: the cluster's store did not answer)."""
+        from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+        client = internal_kv_get_gcs_client()
+        if client is None:  # no cluster client here (a stand-in cluster in tests)
+            return {}
+        try:
+            found = client.internal_kv_multi_get(keys, NAMESPACE.encode(), timeout=PING_S)
+        except Exception:
+            return None
+        self._answered = time.monotonic()
+        return dict(found or {})
+
     def _expired(self) -> list[Event]:
+        """Tasks that showed no sign of life for `guard_s`: cancelled, a system fault."""
         now = time.monotonic()
+        jobs: list[tuple[Any, _RunJob | _PlanJob]] = [
+            *self._runs.items(),
+            *self._plans.items(),
+        ]
+        silent = [(ref, job) for ref, job in jobs if now - job.alive > self.guard_s]
+        if not silent:
+            return []
+        beats = self._beats([job.key for _, job in silent]) or {}
+        for _, job in silent:
+            beat = beats.get(job.key)
+            if beat is not None and beat != job.beat:
+                job.beat, job.alive = beat, now
+                self._progress = now
         events: list[Event] = []
-        for ref, run in list(self._runs.items()):
-            if now - run.submitted > self.guard_s:
-                self.ray.cancel(ref, force=True)
+        for ref, job in silent:
+            if job.alive == now:
+                continue
+            if job.beat is None and now - self._progress <= self.guard_s:
+                job.alive = self._progress  # not started yet, and the others are alive
+                continue
+            self.ray.cancel(ref, force=True)
+            message = f"the task showed no sign of life for {self.guard_s:g} s"
+            if isinstance(job, _RunJob):
                 del self._runs[ref]
-                message = f"the model task did not return within {self.guard_s:g} s"
-                events += self._run_failed(run, message, oom=False)
-        for ref, plan in list(self._plans.items()):
-            if now - plan.submitted > self.guard_s:
-                self.ray.cancel(ref, force=True)
+                events += self._run_failed(job, message, oom=False)
+            else:
                 del self._plans[ref]
-                message = f"planning did not return within {self.guard_s:g} s"
-                events += self._plan_failed(plan, message, oom=False)
+                events += self._plan_failed(job, message, oom=False)
         return events
+
+    def _check_cluster(self) -> None:
+        """Raise `SystemFaultError` once the cluster is gone from under the driver."""
+        now = time.monotonic()
+        if self._gone is None and now - self._pinged >= PING_S:
+            self._pinged = now
+            dead = self._dead_embedded_process()
+            if dead is not None:
+                self._gone = f"its {dead} is dead"
+            elif self._beats([b"ping"]) is None and now - self._answered > GONE_AFTER_S:
+                self._gone = f"its GCS did not answer for {now - self._answered:.0f} s"
+        if self._gone is not None:
+            where = "the embedded Ray" if self._embedded else "the Ray cluster"
+            raise SystemFaultError(
+                f"{where} stopped under the driver: {self._gone}; the tasks in flight have no rows",
+                hint="find what stopped Ray (another `ray stop`?), then rerun the same command "
+                "with the same --run-id: what has no rows runs then",
+            )
+
+    def _dead_embedded_process(self) -> str | None:
+        """The embedded Ray's GCS or raylet, if one is dead (None: alive, or not embedded)."""
+        if not self._embedded:
+            return None
+        try:
+            node = self.ray._private.worker._global_node
+            processes = node.all_processes
+        except Exception:
+            return None
+        for name in ("gcs_server", "raylet"):
+            for info in processes.get(name, ()):
+                if info.process.poll() is not None:
+                    return f"{name} (pid {info.process.pid})"
+        return None
 
     def _test_fault(self, at: str, job: _RunJob) -> str | None:
         """The test-only hook's faults that the driver plays itself (`runners.faults`)."""
-        return faults.take(at, *faults.spec_keys(job.task.spec))
+        return faults.take(at, *job.task.fault_keys())
 
     def _run_done(self, ref: Any) -> list[Event]:
         job = self._runs.pop(ref)
@@ -471,29 +629,21 @@ class RayExecutor:
                 # Ray 2.60 has no call that frees one object: raise what `get` raises then
                 raise self._rex.ObjectLostError(ref.hex(), None, "test-only hook")
             outcome = self.ray.get(ref, timeout=60)
-        except Exception as exc:  # a system fault: the task never ran its model to the end
+        except Exception as exc:  # a system fault: the task never ran to the end
             if isinstance(exc, self._rex.GetTimeoutError):
                 self.ray.cancel(ref, force=True)
-            return self._run_failed(
-                job, describe_failure(exc), oom=isinstance(exc, self._rex.OutOfMemoryError)
-            )
+            oom = isinstance(exc, self._rex.OutOfMemoryError)
+            return self._run_failed(job, describe_failure(exc), oom=oom)
         return [RunDone(job.task, outcome, job.attempt, time.monotonic() - job.submitted)]
 
     def _run_failed(self, job: _RunJob, cause: str, *, oom: bool) -> list[Event]:
-        if oom:  # Ray's memory monitor killed the worker while this model ran: its result
-            outcome = failed_before(
-                self._stages,
-                Status.OOM,
-                "OutOfMemoryError",
-                "Ray's memory monitor killed the worker running this model "
-                f"(the node ran short of memory): {cause}",
-            )
+        if oom and self.on_oom is not None:  # Ray's memory monitor: the model's own result
+            outcome = self.on_oom(job.task, cause)
             return [RunDone(job.task, outcome, job.attempt, time.monotonic() - job.submitted)]
-        if job.attempt <= self.settings.retries:
+        if job.attempt <= self.retries:
             self._retry_later(job)
             return []
-        models = [m.entry.model_id for m in job.task.members]
-        return [Abandoned("run", models, cause, job.attempt, job.task)]
+        return [Abandoned("run", job.task.names(), cause, job.attempt, job.task)]
 
     def _plan_done(self, ref: Any) -> list[Event]:
         job = self._plans.pop(ref)
@@ -508,17 +658,16 @@ class RayExecutor:
 
     def _plan_failed(self, job: _PlanJob, cause: str, *, oom: bool) -> list[Event]:
         if job.part is None and len(job.entries) > 1:  # find the entry that fails: one by one
-            self._splits[job.key] = _Split(job.entries, pending=len(job.entries))
+            self._splits[job.batch] = _Split(job.entries, pending=len(job.entries))
             for i, entry in enumerate(job.entries):
-                self._submit_plan(_PlanJob(job.key, [entry], part=i))
+                self._submit_plan(_PlanJob(attempt=1, batch=job.batch, entries=[entry], part=i))
             return []
         entry = job.entries[0]
-        if oom:  # planning this one entry ran the node out of memory: the model's result
-            outcome = failed_before(
-                self._stages, Status.OOM, "OutOfMemoryError", f"planning ran out of memory: {cause}"
-            )
+        assert self.planner is not None
+        if oom and self.planner.on_oom is not None:  # planning it ran the node out of memory
+            outcome = self.planner.on_oom(cause)
             return self._planned(job, [Planned(entry=entry, outcome=outcome)], None)
-        if job.attempt <= self.settings.retries:
+        if job.attempt <= self.retries:
             self._retry_later(job)
             return []
         gave_up = Abandoned("plan", [entry.model_id], cause, job.attempt)
@@ -526,40 +675,50 @@ class RayExecutor:
 
     def _planned(self, job: _PlanJob, planned: list[Planned], seconds: float | None) -> list[Event]:
         if job.part is None:
-            return [PlanDone(job.key, job.entries, planned, seconds)]
-        split = self._splits[job.key]
+            return [PlanDone(job.batch, job.entries, planned, seconds)]
+        split = self._splits[job.batch]
         split.parts[job.part] = planned
         split.pending -= 1
         if split.pending:
             return []
-        del self._splits[job.key]
+        del self._splits[job.batch]
         merged = [p for i in sorted(split.parts) for p in split.parts[i]]
-        return [PlanDone(job.key, split.entries, merged, seconds)]
+        return [PlanDone(job.batch, split.entries, merged, seconds)]
 
     def close(self) -> None:
-        for ref in [*self._runs, *self._plans]:
-            self.ray.cancel(ref, force=True)
+        if self._gone is None:
+            for ref in [*self._runs, *self._plans]:
+                self.ray.cancel(ref, force=True)
         self._runs.clear()
         self._plans.clear()
         self._later.clear()
 
 
 def make_executor(
-    name: str,
-    settings: TaskSettings,
+    job: Any,
+    settings: Any,
     *,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    plan_fn: PlanFn | None = None,
-    run_fn: RunFn | None = None,
+    run_fn: RunFn,
+    planner: Planner | None = None,
+    on_oom: OomFn | None = None,
 ) -> Executor:
-    if name == "local":
-        return LocalExecutor(settings, plan_fn=plan_fn, run_fn=run_fn)
-    if name == "ray":
-        return RayExecutor(
-            settings, address=address, num_cpus=num_cpus, plan_fn=plan_fn, run_fn=run_fn
+    """The executor `job` (`sweep.settings.JobSettings`) asks for, with its retries."""
+    executor: LocalExecutor | RayExecutor
+    if job.executor == "local":
+        executor = LocalExecutor(settings, run_fn=run_fn, planner=planner)
+    elif job.executor == "ray":
+        executor = RayExecutor(
+            settings,
+            run_fn=run_fn,
+            planner=planner,
+            on_oom=on_oom,
+            address=job.address,
+            num_cpus=job.num_cpus,
         )
-    raise UsageError(f"unknown executor {name!r} (use ray or local)")
+    else:
+        raise UsageError(f"unknown executor {job.executor!r} (use ray or local)")
+    executor.retries = job.retries
+    return executor
 
 
 def _first_line(exc: BaseException) -> str:

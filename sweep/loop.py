@@ -22,18 +22,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from model_configs.spec import CatalogEntry
-from reports.errors import SystemFaultError
 from reports.schema import Status
 from runners.outcome import ModelOutcome
-from sweep.executors import Abandoned, Executor, PlanDone, RunDone
+from sweep.executors import Abandoned, Executor, GiveUp, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.rows import RunContext, config_row, model_rows
+from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
 
-PLAN_BATCH = 16  # catalog entries per plan task (about 0.3 s of resolve + shrink on one core)
 WAIT_S = 1.0  # the longest the loop sleeps between turns
-GIVE_UP_AFTER = 3  # tasks of one kind given up in a row (each after its retries): stop the run
 
 
 class RunLoop:
@@ -55,9 +53,7 @@ class RunLoop:
         self.skipped = 0  # decided at planning (skip, shrink failure)
         self.models_run = 0  # models whose rows came from a model task (dedup members too)
         self.max_open = 0  # the most tasks open at once (the loop's own state)
-        self.abandoned: list[str] = []  # models the environment kept from running (no rows)
-        self.causes: dict[str, str] = {}  # what stopped them -> the first model it hit
-        self._streak = {"run": 0, "plan": 0}  # tasks given up in a row, per kind
+        self.gave_up = GiveUp("model")  # models the environment kept from running (no rows)
         # seconds summed over tasks: model tasks as the driver saw them (`task_s`: submission
         # to result, queueing included), their time on the worker (`worker_s`) and the parts
         # the child measured; plan tasks' time on their workers (`plan_s`)
@@ -90,11 +86,12 @@ class RunLoop:
                     while admit_key in arrived:
                         self._admit(arrived.pop(admit_key).planned)
                         admit_key += 1
-                    self._streak["plan"] = 0 if event.planned else self._streak["plan"]
+                    if event.planned:
+                        self.gave_up.ran("plan")
                 elif isinstance(event, Abandoned):
                     self._abandon(event)
                 else:
-                    self._streak["run"] = 0
+                    self.gave_up.ran("run")
                     self._ran(event)
             self.max_open = max(self.max_open, len(self.ledger.open))
             self.writer.tick()
@@ -104,18 +101,16 @@ class RunLoop:
         run stops with one error when it keeps happening to task after task."""
         if event.task is not None:
             self.ledger.abandon(event.task)
-        self.abandoned += event.models
-        self.causes.setdefault(event.cause, event.models[0] if event.models else "")
         self.on_model("system_fault", len(event.models))
-        self._streak[event.kind] += 1
-        if self._streak[event.kind] >= GIVE_UP_AFTER:
-            raise SystemFaultError(
-                f"the environment keeps failing: {self._streak[event.kind]} "
-                f"{'model' if event.kind == 'run' else 'plan'} tasks in a row could not run "
-                f"after {event.attempts} attempts each (last: {event.cause})",
-                hint="fix the machine (device, packages, Ray, store), then rerun the same "
-                "command with the same --run-id: the models without rows run then",
-            )
+        self.gave_up.add(event)
+
+    @property
+    def abandoned(self) -> list[str]:
+        return self.gave_up.names
+
+    @property
+    def causes(self) -> dict[str, str]:
+        return self.gave_up.causes
 
     def _plan_ahead(self) -> bool:
         ex = self.executor
@@ -130,7 +125,8 @@ class RunLoop:
     def _admit(self, planned: list[Planned]) -> None:
         for p in planned:
             if p.outcome is not None:
-                self.writer.add(*model_rows(self.run, p, p.outcome))
+                results, fallbacks = model_rows(self.run, p, p.outcome)
+                self.writer.add({"results": results, "fallbacks": fallbacks})
                 self.skipped += 1
                 self.on_model(headline(p.outcome), 1)
                 continue
@@ -170,7 +166,9 @@ class RunLoop:
             self.run, member, outcome, attempt=attempt, dedup_of=dedup_of
         )
         pair = self._configs.pop(member.entry.model_id, None)
-        self.writer.add(results, fallbacks, [pair] if pair else None)
+        self.writer.add(
+            {"results": results, "fallbacks": fallbacks, "configs": [pair] if pair else None}
+        )
 
 
 def headline(outcome: ModelOutcome) -> str:

@@ -1,53 +1,72 @@
-"""The op-sweep driver: OpInfo groups as Ray tasks (or child processes), rows into the store.
+"""The op sweep's driver: OpInfo groups as tasks on the model sweep's core, rows into the store.
 
-Guarantees, as for the model sweep:
+An op-sweep task (`OpGroup`: `--group-size` OpInfos, each with the dtypes it still lacks) is a
+task like a model: the same executors (Ray or local) and fault policy (`sweep.executors`), the
+same writer (`sweep.writer`), run lock, damaged-part quarantine, resume check and run row
+(`sweep.session`); each group runs in supervised child processes
+(`runners.op_sweep.isolation`, on `runners.supervisor`). Guarantees, as for the model sweep:
 - every OpInfo x dtype asked for gets its rows (skips included), one per sample and phase;
-- a group's rows are written in one part file once the group is done, so a killed driver loses
-  at most the groups in flight and those finished in the last flush interval, and the same
-  command with the same `--run-id` resumes without duplicates;
-- a sample that hangs gets `timeout`, one that kills its process `crash`, and the sweep goes on
-  (inside each task, `runners/op_sweep/isolation.py`); a lost Ray worker is retried.
+- a group's rows are written in one part file once the group is done, flushed by the writer's
+  timer, so a killed driver loses at most the groups in flight and those finished in the last
+  flush interval, and the same command with the same `--run-id` resumes without duplicates;
+- a sample that hangs gets `timeout`, one that kills its process `crash`, one that allocates
+  past its memory budget `oom`, and the sweep goes on;
+- what is not the sample's doing (the device failing in the child, a SIGKILL from outside, a
+  lost worker, node or object) is retried, then given up without rows: never written as
+  `crash`, so a rerun runs the group; the run then ends with one error (exit 3);
+- one driver per run id; a resume must match every setting that changes an op row
+  (`OpRun.row_settings`); damaged part files are put aside and their groups run again.
 At the end the run's per-op summary (`op_summary`) is written from its rows.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import sys
 import time
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.errors import UsageError
-from reports.schema import OpStatus
-from reports.store import Store, check_run_id, new_run_id, utcnow
+from reports.errors import SystemFaultError, UsageError
+from reports.store import OP_SWEEP_TABLES, Store, check_run_id, new_run_id, utcnow
+from runners import containment, faults
+from runners.op_sweep.units import Unit
+from runners.settings import OpSettings
+from sweep.executors import Abandoned, Executor, GiveUp, RunDone, RunFn, make_executor
 from sweep.progress import SweepProgress
+from sweep.session import RunRow, Warn, locked_run
+from sweep.settings import OpRun, software_versions
+from sweep.writer import OP_TABLES, RowWriter
+
+WAIT_S = 1.0  # the longest the loop sleeps between turns
+
+
+@dataclass(frozen=True)
+class OpGroup:
+    """One op-sweep task: a few OpInfos, each with the dtypes still to run."""
+
+    units: tuple[Unit, ...]
+    key: str
+
+    @property
+    def payload(self) -> list[Unit]:
+        return list(self.units)
+
+    def names(self) -> list[str]:
+        return [name for unit in self.units for name in unit.names()]
+
+    def fault_keys(self) -> tuple[str | None, ...]:
+        return tuple(unit.key for unit in self.units)
 
 
 @dataclass
-class OpSweepConfig:
-    """Everything `hfsweep ops` was asked to do."""
+class OpOutcome:
+    """What an op-sweep task produced (picklable: it crosses Ray)."""
 
-    store: str
-    ops: list[str] | None = None  # OpInfo names; None: all of op_db
-    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16", "fp16"])
-    device: str = "cpu"
-    device_options: dict[str, Any] = field(default_factory=dict)
-    inputs: str = "sample"  # sample | reference
-    run_id: str | None = None
-    executor: str = "ray"  # ray | local
-    address: str | None = None
-    num_cpus: int | None = None
-    timeout_s: float = 60.0  # per sample
-    group_size: int = 4  # OpInfos per task
-    retries: int = 1  # lost Ray workers only
-    declarations: str | None = None
-    seed: int = 0
-    flush_s: float = 2.0
-    progress: bool | None = None
-    command: str = ""
+    rows: list[dict[str, Any]]
+    worker: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,28 +78,19 @@ class OpSweepSummary:
     rows: int
     statuses: dict[str, int]
     seconds: float
+    abandoned: list[str] = field(default_factory=list)  # OpInfo x dtype without rows
+    causes: dict[str, str] = field(default_factory=dict)
+    damaged_parts: int = 0
 
 
-def _versions(device: Any) -> dict[str, Any]:
-    from importlib import metadata
+def op_group_task(units: list[Unit], settings: OpSettings) -> OpOutcome:
+    """The body of one op-sweep task: every sample of a few OpInfos, in isolated children."""
+    from runners.op_sweep.isolation import run_units_isolated
+    from runners.op_sweep.opdb import op_db
 
-    from sweep.driver import software_versions
-
-    versions = software_versions(device)
-    try:
-        expecttest = metadata.version("expecttest")
-    except metadata.PackageNotFoundError:
-        expecttest = None
-    keep = (
-        "torch_version",
-        "ray_version",
-        "device_package_version",
-        "project_version",
-        "git_sha",
-        "python_version",
-        "hostname",
-    )
-    return {**{k: versions.get(k) for k in keep}, "expecttest_version": expecttest}
+    faults.inject("task", *(unit.key for unit in units))
+    op_db()  # import once per worker process, before forking children
+    return OpOutcome(list(run_units_isolated(units, settings)))
 
 
 def completed_units(store: Store, run_id: str) -> set[tuple[str, str]]:
@@ -91,109 +101,144 @@ def completed_units(store: Store, run_id: str) -> set[tuple[str, str]]:
     )
 
 
-def run_op_sweep(config: OpSweepConfig) -> OpSweepSummary:
-    """Run (or resume) an op sweep; returns what was done. Raises UsageError for bad settings."""
-    from runners.devices import get_device
-    from runners.op_sweep.isolation import SweepOptions, Unit
+def run_op_sweep(
+    run: OpRun, *, run_fn: RunFn | None = None, warn: Warn | None = None
+) -> OpSweepSummary:
+    """Run (or resume) an op sweep; returns what was done. Raises UsageError for bad settings
+    (a resume with other settings, a run another driver holds), SystemFaultError when the
+    environment keeps failing task after task.
+
+    `run_fn` replaces the body of the op tasks (tests and benches of the driver); `warn` gets
+    one line per problem found in the store (default: stderr)."""
     from runners.op_sweep.opdb import INPUTS, get_opinfo, select_opinfos
 
     start = time.monotonic()
-    if config.inputs not in INPUTS:
-        raise UsageError(f"--inputs must be one of {', '.join(INPUTS)}, not {config.inputs!r}")
-    if config.group_size < 1:
-        raise UsageError("--group-size must be at least 1")
-    keys = select_opinfos(config.ops)
-    device = get_device(config.device, **config.device_options)
-    if config.declarations:
+    if run.task.inputs not in INPUTS:
+        raise UsageError(f"--inputs must be one of {', '.join(INPUTS)}, not {run.task.inputs!r}")
+    keys = select_opinfos(list(run.ops) if run.ops else None)
+    device = run.task.device.build()
+    if run.task.declarations:
         from runners.op_sweep.declarations import load_declarations
 
-        load_declarations(device.name, config.declarations)  # a bad file fails now, not per task
-    store = Store(config.store)
-    run_id = check_run_id(config.run_id) if config.run_id else new_run_id()
-    previous = _latest_op_run(store, run_id)
-    if previous is not None:
-        _check_same_settings(previous, config, device.name)
-    profile, profile_hash = device.profile_info()
-    run_row = {
-        "run_id": run_id,
-        "status": "running",
-        "started_at": previous["started_at"] if previous else utcnow(),
-        "device": device.name,
-        "device_emulated": device.emulated,
-        "device_profile": profile,
-        "device_profile_hash": profile_hash,
-        "dtypes": ",".join(config.dtypes),
-        "inputs": config.inputs,
-        "opinfos_requested": len(keys),
-        "opinfo_filter": ",".join(config.ops) if config.ops else None,
-        "command": config.command,
-        **_versions(device),
-    }
-    store.write("op_runs", run_id, [{**run_row, "updated_at": utcnow()}])
-    done = completed_units(store, run_id)
-    units: list[Unit] = []
-    for key in keys:
-        todo = tuple(d for d in config.dtypes if (key, d) not in done)
-        if todo:
-            op = get_opinfo(key)
-            units.append(Unit(key, op.name, op.variant_test_name or None, todo))
-    groups = [units[i : i + config.group_size] for i in range(0, len(units), config.group_size)]
-    opts = SweepOptions(
-        device=config.device,
-        device_options=config.device_options,
-        inputs=config.inputs,
-        timeout_s=config.timeout_s,
-        seed=config.seed,
-        declarations=config.declarations,
-    )
-    context = {
-        "device": device.name,
-        "device_emulated": device.emulated,
-        "device_profile": profile,
-        "device_profile_hash": profile_hash,
-    }
-    statuses: Counter[str] = Counter()
-    pending: list[dict[str, Any]] = []
-    last_flush = time.monotonic()
-    n_rows = 0
-    interrupted = True
-    try:
-        with SweepProgress(len(units), description=f"ops {run_id}", enabled=config.progress) as bar:
-            for group, rows, worker in _execute(groups, opts, config):
-                finished = utcnow()
-                for row in rows:
-                    row.update(context, worker=worker, finished_at=finished)
-                    statuses[row["status"]] += 1
-                pending += rows
-                n_rows += len(rows)
-                for unit in group:
-                    bar.advance(_headline({r["status"] for r in rows if r["opinfo"] == unit.key}))
-                if time.monotonic() - last_flush >= config.flush_s or len(pending) >= 20_000:
-                    store.write("ops", run_id, pending)
-                    pending, last_flush = [], time.monotonic()
-            store.write("ops", run_id, pending)
-            pending = []
-        write_summary(store, run_id)
-        interrupted = False
-    finally:
-        if pending:
-            store.write("ops", run_id, pending)
-        state = "interrupted" if interrupted else "finished"
-        store.write("op_runs", run_id, [{**run_row, "status": state, "updated_at": utcnow()}])
+        load_declarations(device.name, run.task.declarations)  # a bad file fails now
+    store = Store(run.job.store)
+    run_id = check_run_id(run.job.run_id) if run.job.run_id else new_run_id()
+    settings = run.row_settings(device)
+    with locked_run(
+        store,
+        run_id,
+        tables=OP_SWEEP_TABLES,
+        runs_table="op_runs",
+        settings=settings,
+        warn=warn or _stderr,
+    ) as opened:
+        done = completed_units(store, run_id)
+        units: list[Unit] = []
+        for key in keys:
+            todo = tuple(d for d in run.task.dtypes if (key, d) not in done)
+            if todo:
+                op = get_opinfo(key)
+                units.append(Unit(key, op.name, op.variant_test_name or None, todo))
+        size = run.group_size
+        groups = [
+            OpGroup(tuple(units[i : i + size]), units[i].key) for i in range(0, len(units), size)
+        ]
+        row = {
+            "run_id": run_id,
+            "opinfos_requested": len(keys),
+            "opinfo_filter": ",".join(run.ops) if run.ops else None,
+            "command": run.job.command,
+            **software_versions(device),
+            **settings,
+        }
+        profile, profile_hash = device.profile_info()
+        context = {
+            "device": device.name,
+            "device_emulated": device.emulated,
+            "device_profile": profile,
+            "device_profile_hash": profile_hash,
+        }
+        loop = OpLoop(context)
+        with RunRow(store, "op_runs", row, opened.previous) as run_row:
+            todo_units = sum(len(u.dtypes) for u in units)
+            with (
+                RowWriter(store, run_id, run.job.flush_s, OP_TABLES) as writer,
+                SweepProgress(
+                    todo_units, description=f"ops {run_id}", enabled=run.job.progress
+                ) as bar,
+            ):
+                if groups:
+                    executor = make_executor(run.job, run.task, run_fn=run_fn or op_group_task)
+                    try:
+                        loop.run(executor, groups, writer, bar.advance)
+                    finally:
+                        executor.close()
+                        containment.sweep_orphans()
+            write_summary(store, run_id)
+            run_row.status = "incomplete" if loop.gave_up.names else "finished"
     return OpSweepSummary(
         run_id=run_id,
         opinfos=len(keys),
-        units=len(keys) * len(config.dtypes),
+        units=len(keys) * len(run.task.dtypes),
         already_done=len(done),
-        rows=n_rows,
-        statuses=dict(statuses),
+        rows=loop.rows,
+        statuses=dict(loop.statuses),
         seconds=time.monotonic() - start,
+        abandoned=loop.gave_up.names,
+        causes=loop.gave_up.causes,
+        damaged_parts=opened.damaged,
     )
 
 
+class OpLoop:
+    """Keeps the executor's capacity of groups submitted; finished groups' rows go to the
+    writer, groups the environment kept failing to `gave_up` (no rows)."""
+
+    def __init__(self, context: dict[str, Any]):
+        self.context = context
+        self.gave_up = GiveUp("op-sweep")
+        self.statuses: Counter[str] = Counter()
+        self.rows = 0
+
+    def run(
+        self,
+        executor: Executor,
+        groups: list[OpGroup],
+        writer: RowWriter,
+        advance: Callable[..., None],
+    ) -> None:
+        queue = deque(groups)
+        while queue or executor.running():
+            while queue and executor.running() < executor.capacity:
+                executor.submit_run(queue.popleft())
+            for event in executor.wait(WAIT_S):
+                if isinstance(event, Abandoned):
+                    advance("system_fault", n=len(event.models))
+                    self.gave_up.add(event)
+                elif isinstance(event, RunDone):
+                    self.gave_up.ran("run")
+                    self._ran(event, writer, advance)
+            writer.tick()
+
+    def _ran(self, done: RunDone, writer: RowWriter, advance: Callable[..., None]) -> None:
+        rows: list[dict[str, Any]] = done.outcome.rows
+        finished = utcnow()
+        for row in rows:
+            row.update(self.context, worker=done.outcome.worker, finished_at=finished)
+            self.statuses[row["status"]] += 1
+        writer.add({"ops": rows})
+        self.rows += len(rows)
+        for unit in done.task.units:
+            for dtype in unit.dtypes:
+                mine = {
+                    r["status"] for r in rows if r["opinfo"] == unit.key and r["dtype"] == dtype
+                }
+                advance(_headline(mine))
+
+
 def _headline(statuses: set[str]) -> str:
-    """An OpInfo's worst outcome, for the progress counts."""
-    for status in ("crash", "timeout", "fail", "wrong", "pass"):
+    """An OpInfo x dtype's worst outcome, for the progress counts."""
+    for status in ("crash", "oom", "timeout", "fail", "wrong", "pass"):
         if status in statuses:
             return status
     return "skip"
@@ -210,102 +255,13 @@ def write_summary(store: Store, run_id: str) -> None:
             store.fs.delete_file(path)
 
 
-def _latest_op_run(store: Store, run_id: str) -> dict[str, Any] | None:
-    rows = store.read("op_runs", run_id).to_pylist()
-    return max(rows, key=lambda r: r["updated_at"]) if rows else None
+def abandoned_error(summary: OpSweepSummary) -> SystemFaultError:
+    from sweep.executors import gave_up_error
+
+    return gave_up_error(
+        summary.run_id, summary.abandoned, summary.causes, ("OpInfo x dtype", "OpInfo x dtypes")
+    )
 
 
-def _check_same_settings(previous: dict[str, Any], config: OpSweepConfig, device: str) -> None:
-    for key, want in (
-        ("device", device),
-        ("dtypes", ",".join(config.dtypes)),
-        ("inputs", config.inputs),
-    ):
-        have = previous.get(key)
-        if have and want and have != want:
-            raise UsageError(
-                f"op run {previous['run_id']} was started with {key}={have}, not {want}",
-                hint="resume with the same settings, or start a new run without --run-id",
-            )
-
-
-# ---- executors ----------------------------------------------------------------------------
-
-
-def run_op_group(units: list[Any], opts: Any) -> tuple[list[dict[str, Any]], str]:
-    """One task: every sample of a few OpInfos, each OpInfo x dtype in isolated children."""
-    from runners.op_sweep.isolation import run_units_isolated
-    from runners.op_sweep.opdb import op_db
-
-    op_db()  # import once per worker process, before forking children
-    rows = list(run_units_isolated(units, opts))
-    return rows, f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _execute(
-    groups: list[list[Any]], opts: Any, config: OpSweepConfig
-) -> Iterator[tuple[list[Any], list[dict[str, Any]], str]]:
-    if not groups:
-        return iter(())
-    if config.executor == "local":
-        return ((g, *run_op_group(g, opts)) for g in groups)
-    if config.executor == "ray":
-        return _execute_ray(groups, opts, config)
-    raise UsageError(f"unknown executor {config.executor!r} (use ray or local)")
-
-
-def _ray_task(units: list[Any], opts: Any) -> tuple[list[dict[str, Any]], str]:
-    import ray
-
-    rows, _ = run_op_group(units, opts)
-    node = ray.get_runtime_context().get_node_id()
-    return rows, f"ray:{node[:12]}:{os.getpid()}"
-
-
-def _execute_ray(
-    groups: list[list[Any]], opts: Any, config: OpSweepConfig
-) -> Iterator[tuple[list[Any], list[dict[str, Any]], str]]:
-    from sweep.executors import init_ray
-
-    ray = init_ray(config.address, config.num_cpus)
-    from ray.exceptions import NodeDiedError, OutOfMemoryError, RayTaskError, WorkerCrashedError
-
-    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
-    slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    queue = list(reversed(groups))
-    inflight: dict[Any, tuple[list[Any], int]] = {}
-
-    def submit(group: list[Any], attempt: int) -> None:
-        inflight[remote.remote(group, opts)] = (group, attempt)
-
-    while queue or inflight:
-        while queue and len(inflight) < slots:
-            submit(queue.pop(), 1)
-        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-        for ref in ready:
-            group, attempt = inflight.pop(ref)
-            try:
-                rows, worker = ray.get(ref)
-            except (WorkerCrashedError, NodeDiedError, OutOfMemoryError, RayTaskError) as exc:
-                if attempt <= config.retries and not isinstance(exc, RayTaskError):
-                    submit(group, attempt + 1)
-                    continue
-                rows, worker = _lost_group_rows(group, exc), "ray"
-            yield group, rows, worker
-
-
-def _lost_group_rows(group: list[Any], exc: BaseException) -> list[dict[str, Any]]:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return [
-        {
-            **unit.meta(dtype),
-            "sample_index": None,
-            "phase": "forward",
-            "status": OpStatus.CRASH.value,
-            "error_type": type(exc).__name__,
-            "error_message": text[:500],
-            "error_signature": f"{type(exc).__name__}: the Ray task was lost",
-        }
-        for unit in group
-        for dtype in unit.dtypes
-    ]
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -64,6 +64,19 @@ class Task:
     def lead(self) -> Planned:
         return self.members[0]
 
+    @property
+    def payload(self) -> TinySpec:
+        """What the task's body runs (`sweep.executors.Work`)."""
+        return self.spec
+
+    def names(self) -> list[str]:
+        return [m.entry.model_id for m in self.members]
+
+    def fault_keys(self) -> tuple[str | None, ...]:
+        from runners import faults
+
+        return faults.spec_keys(self.spec)
+
 
 def plan_entry(
     entry: CatalogEntry,

@@ -21,6 +21,12 @@ class RunContext:
     device_profile_hash: str | None
     dtype: str
 
+    @classmethod
+    def of(cls, run_id: str, device: Any, dtype: str) -> RunContext:
+        """What the rows of run `run_id` on the built `device` repeat."""
+        profile, profile_hash = device.profile_info()
+        return cls(run_id, device.name, device.emulated, profile, profile_hash, dtype)
+
 
 def model_rows(
     run: RunContext,
@@ -49,6 +55,8 @@ def model_rows(
         "config_hash": planned.config_hash,
         "shrunk_config_hash": spec.hash if spec else None,
         "param_count": outcome.param_count,
+        "wall_s": outcome.timings.get("child_s"),  # set-up, every stage and compile
+        "peak_host_memory_bytes": outcome.peak_host_memory_bytes,
         "device": run.device,
         "device_emulated": run.device_emulated,
         "device_profile": run.device_profile,

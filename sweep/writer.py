@@ -1,10 +1,12 @@
-"""The writer: buffers finished models' rows and flushes them as one part per table.
+"""The writer: buffers finished tasks' rows and flushes them as one part per table.
 
-A flush writes every buffered model at once (fallbacks and configs parts first, then the results
-part of the same name that makes them count), so a model's stages are always in one part file.
+Both sweeps write through it: the model sweep's `results` (with its `fallbacks` and `configs`),
+the op sweep's `ops`. A flush writes every buffered row at once, one part per table under one
+name, the committing table (the last of `tables`) last: the other parts count only once it
+exists (`reports.store`), so what one task produced is always in one part of each table.
 Flushes happen on a timer: a thread of the writer's own wakes up several times per `flush_s`
-and writes what has waited `flush_s`, whatever the run loop is doing (blocked on a model run by
-`--local`, waiting on a slow task at the tail of a sweep). So a finished model's rows reach the
+and writes what has waited `flush_s`, whatever the run loop is doing (blocked on a task run by
+`--local`, waiting on a slow task at the tail of a sweep). So a finished task's rows reach the
 store within `flush_s` (plus the time of one write) of being handed to the writer.
 """
 
@@ -12,19 +14,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from reports.store import Store
 
-MAX_BUFFERED_ROWS = 2000
+MAX_BUFFERED_ROWS = 2000  # rows of the committing table: past them, a flush at once
+MODEL_TABLES = ("fallbacks", "configs", "results")
+OP_TABLES = ("ops",)
 
 
 class RowWriter:
-    def __init__(self, store: Store, run_id: str, flush_s: float):
+    def __init__(
+        self, store: Store, run_id: str, flush_s: float, tables: tuple[str, ...] = MODEL_TABLES
+    ):
         self.store, self.run_id, self.flush_s = store, run_id, flush_s
-        self.results: list[dict[str, Any]] = []
-        self.fallbacks: list[dict[str, Any]] = []
-        self.configs: list[dict[str, Any]] = []
+        self.tables = tables
+        self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
         self.oldest: float | None = None  # when the oldest buffered row arrived
         self.parts = 0
         self.error: BaseException | None = None  # a failed timed flush, raised to the loop
@@ -56,20 +62,15 @@ class RowWriter:
                 self.error = exc
                 return
 
-    def add(
-        self,
-        results: list[dict[str, Any]],
-        fallbacks: list[dict[str, Any]],
-        configs: list[dict[str, Any]] | None = None,
-    ) -> None:
+    def add(self, rows: Mapping[str, list[dict[str, Any]] | None]) -> None:
+        """One finished task's rows, by table (all of them reach the store in one flush)."""
         with self._lock:
             if self.oldest is None:
                 self.oldest = time.monotonic()
-            self.results += results
-            self.fallbacks += fallbacks
-            if configs:
-                self.configs += configs
-            full = len(self.results) >= MAX_BUFFERED_ROWS
+            for table, some in rows.items():
+                if some:
+                    self.rows[table] += some
+            full = len(self.rows[self.tables[-1]]) >= MAX_BUFFERED_ROWS
         if full:
             self.flush()
         else:
@@ -86,8 +87,8 @@ class RowWriter:
 
     def flush(self) -> None:
         with self._lock:
-            if self.results:
-                self.store.write_model_rows(self.run_id, self.results, self.fallbacks, self.configs)
+            if self.rows[self.tables[-1]]:
+                self.store.write_parts(self.run_id, {t: self.rows[t] for t in self.tables})
                 self.parts += 1
-            self.results, self.fallbacks, self.configs = [], [], []
+            self.rows = {t: [] for t in self.tables}
             self.oldest = None

@@ -23,6 +23,60 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 
+# What a table's cells measure in the page: the table's height, its tallest row, and the cells
+# narrower than the longest word they hold (text broken inside a word to fit: what
+# `overflow-wrap: anywhere` did). Each word is measured in its own element's font; a model id
+# (`.id-seg` spans) may break after its "/" only, so each segment counts as one word.
+TABLE_LAYOUT_JS = r"""
+(selector) => {
+  const table = document.querySelector(selector);
+  if (!table) return null;
+  const rows = [...table.querySelectorAll('tbody tr')];
+  const probe = document.createElement('span');
+  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:nowrap;';
+  document.body.appendChild(probe);
+  let squeezed = 0, worst = null, broken_ids = 0;
+  for (const td of table.querySelectorAll('tbody td')) {
+    const style = getComputedStyle(td);
+    const inner = td.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    let longest = 0, word_at = '';
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      probe.style.font = getComputedStyle(node.parentElement).font;
+      for (const word of node.textContent.split(/\s+/)) {
+        if (!word) continue;
+        probe.textContent = word;
+        const w = probe.getBoundingClientRect().width;
+        if (w > longest) { longest = w; word_at = word; }
+      }
+    }
+    for (const seg of td.querySelectorAll('.id-seg')) {
+      probe.style.font = getComputedStyle(seg).font;
+      probe.textContent = seg.textContent;
+      const w = probe.getBoundingClientRect().width;
+      if (w > longest) { longest = w; word_at = seg.textContent; }
+      if (seg.getClientRects().length > 1) broken_ids += 1;
+    }
+    if (longest > inner + 1) {
+      squeezed += 1;
+      if (!worst || longest - inner > worst.short_by)
+        worst = {word: word_at, width: inner, needs: longest, short_by: longest - inner};
+    }
+  }
+  probe.remove();
+  const heights = rows.map(r => r.getBoundingClientRect().height);
+  return {
+    height: table.getBoundingClientRect().height,
+    width: table.getBoundingClientRect().width,
+    rows: rows.length,
+    tallest_row: Math.max(0, ...heights),
+    squeezed_cells: squeezed,
+    broken_ids: broken_ids,
+    worst: worst,
+  };
+}
+"""
+
 browser_marks = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 TIMEOUT_S = int(os.environ.get("NEURON_TEST_TIMEOUT_S", "600"))
-PRELOAD = ["torch", "torch._dynamo", "transformers", "runners.devices.neuron_emulated"]
+PRELOAD = ["torch", "torch._dynamo", "transformers", "runners.devices.neuron.emulated"]
 _ORIGINALS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 

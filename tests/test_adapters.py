@@ -18,6 +18,7 @@ from model_configs.adapters import ADAPTERS, adapter_names, get_adapter, library
 from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports.errors import ConfigError, UnknownNameError
+from runners.settings import ModelSettings
 from tests.conftest import ROOT
 
 
@@ -81,6 +82,7 @@ def test_a_missing_package_is_a_skip_naming_it(monkeypatch):
         get_adapter("timm").require_package("timm/resnet50.a1_in1k")
     assert info.value.reason == "missing_package"
     assert "timm" in info.value.message and "hfsweep[timm]" in (info.value.hint or "")
+    assert "pip install 'hfsweep[timm]'" in info.value.message  # what the row's message keeps
 
 
 def test_ultralytics_names_its_licence(monkeypatch):
@@ -536,5 +538,7 @@ def test_the_load_stage_saves_and_loads_through_the_adapter():
     found = load_catalog("bundled").get("timm/resnet18.a1_in1k")
     planned = plan_entry(found, [])
     assert planned.spec is not None and planned.spec.library == "timm"
-    outcome = run_model(planned.spec, device="cpu", stages=["load", "forward", "backward"])
+    outcome = run_model(
+        planned.spec, ModelSettings(device="cpu", stages=["load", "forward", "backward"])
+    )
     assert [r.status for r in outcome.stages] == ["pass", "pass", "pass"], outcome.stages

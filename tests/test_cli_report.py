@@ -63,7 +63,9 @@ def test_report_text_states_its_denominators(store: str) -> None:
         assert needle in out, needle
     # per-stage pass counts of the funnel
     load_line = next(line for line in out.splitlines() if line.startswith("load "))
-    assert load_line.split()[1] == "5"
+    assert load_line.split()[1:3] == ["8", "5"]  # applies to 8 models, 5 passed
+    generate_line = next(line for line in out.splitlines() if line.startswith("generate "))
+    assert generate_line.split()[1:4] == ["7", "2", "28.6%"]  # not bert-x: an encoder
 
 
 def test_report_json_markdown_and_run(store: str) -> None:
@@ -86,17 +88,25 @@ def test_report_html_site(store: str, tmp_path: Path) -> None:
         "models.html",
         "report.json",
         "models.csv",
+        "models",  # a page per model
+        "ops",  # a page per op the models fell back on or failed at
     }
+    assert len(list((out / "models").iterdir())) == 8 and len(list((out / "ops").iterdir())) == 2
+    assert p.stderr.startswith("wrote 14 files (") and "8 model pages, 2 op pages" in p.stderr
     index = (out / "index.html").read_text()
     assert "<style>" in index and "<svg" in index and 'rel="stylesheet"' not in index
     assert "<script" not in index.replace("&lt;script", "")
     models = (out / "models.html").read_text()
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in models and "badge-emulated" in models
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in models and 'data-emulated="true"' in models
+    assert "badge-emulated" not in models  # the banner says it once
     assert EVIL_ID in (out / "models.csv").read_text()
 
 
 def test_report_errors_exit_2(store: str, tmp_path: Path) -> None:
     p = hfsweep("report", "--store", str(tmp_path / "nothing"))
+    assert p.returncode == 2 and "no such folder" in p.stderr and "Traceback" not in p.stderr
+    (tmp_path / "empty").mkdir()
+    p = hfsweep("report", "--store", str(tmp_path / "empty"))
     assert p.returncode == 2 and "no results yet" in p.stderr and "Traceback" not in p.stderr
     p = hfsweep("report", "--store", store, "--run", "r9")
     assert p.returncode == 2 and "no results for run 'r9'" in p.stderr and "r2" in p.stderr
@@ -120,6 +130,8 @@ def test_diff(store: str) -> None:
     assert "torch_version: 2.13.0 -> 2.13.1" in p.stdout
     assert "newly_failing:" in p.stdout and "org/c-fail-compile  passed -> failed" in p.stdout
     assert "newly_passing:" in p.stdout and "org/b-pass-fallback  failed -> passed" in p.stdout
+    # the real error (its op), not the normalised signature
+    assert "org/c-fail-compile  passed -> failed  300  compile aten::nonzero" in p.stdout
     p = hfsweep("diff", "r1", "r2", "--store", store, "--format", "json")
     assert json.loads(p.stdout)["summary"]["removed"]["models"] == 1
     p = hfsweep("diff", "r1", "nope", "--store", store)
@@ -135,8 +147,11 @@ def test_lookup_exit_codes(store: str) -> None:
     assert "reproduce: hfsweep check org/b-pass-fallback --device neuron" in p.stdout
     p = hfsweep("lookup", "org/c-fail-compile", "--store", store)
     assert (
-        p.returncode == 1 and "compile   fail" in p.stdout and "boom in aten::nonzero" in p.stdout
+        p.returncode == 1
+        and f"{'compile':<16}fail" in p.stdout
+        and "boom in aten::nonzero" in p.stdout
     )
+    assert "RuntimeError: boom " not in p.stdout.replace("boom in", "")  # no signature shown
     p = hfsweep("lookup", "org/e-remote", "--store", store)
     assert p.returncode == 1 and "skipped (remote_code)" in p.stdout
     p = hfsweep(
@@ -178,3 +193,21 @@ def test_dashboard_command_serves(store: str) -> None:
         proc.wait(timeout=20)
     p = hfsweep("dashboard", "--store", store, "--port", "70000")
     assert p.returncode == 2 and "--port" in p.stderr
+
+
+def test_diff_against_an_interrupted_run(tmp_path: Path) -> None:
+    """A run interrupted before its first results part is in the runs table: it can be
+    compared (it has no models yet)."""
+    import datetime as dt
+
+    from reports.store import Store
+
+    root = tmp_path / "s"
+    build_hand_store(root)
+    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.timezone.utc)
+    Store(root).write(
+        "runs", "r3", [{"run_id": "r3", "status": "interrupted", "started_at": t, "updated_at": t}]
+    )
+    p = hfsweep("diff", "r2", "r3", "--store", str(root), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["summary"]["removed"]["models"] == 8

@@ -35,7 +35,9 @@ def test_overview_html(client: TestClient) -> None:
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in html  # nothing fetched from the internet
     no_live_script(html)
-    assert "ValueError: &lt;script&gt;alert(N)&lt;/script&gt;" in html  # a failure cluster
+    # a failure cluster shows the real error (its numbers, its words), not the signature
+    assert "ValueError: &lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt; &amp;" in html
+    assert "alert(N)" not in html
     # tables link to the models behind each line
     assert 'href="/models?run=r2&amp;architecture=LlamaForCausalLM"' in html
     assert 'href="/models?run=r2&amp;signature=RuntimeError%3A+boom"' in html
@@ -111,7 +113,8 @@ def test_models_html_table_and_pages(client: TestClient) -> None:
     assert r.status_code == 200 and "8 models match" in html
     assert "page 1 of 3" in html and 'rel="next"' in html
     assert 'href="/models/org/a-pass-clean?run=r2"' in html
-    assert "badge-emulated" in html
+    # the banner says "emulated" once; no row spends width on a badge
+    assert 'data-emulated="true"' in html and "badge-emulated" not in html
     r = client.get("/models", params={"search": "script"})
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
     no_live_script(r.text)
@@ -214,3 +217,111 @@ def test_empty_store(tmp_path) -> None:
     assert c.get("/api/models").status_code == 404
     assert c.get("/api/models/org/x").status_code == 404
     assert c.get("/api/runs").json() == {"runs": [], "diff": None}
+
+
+def test_models_table_reads_at_a_glance(client: TestClient) -> None:
+    html = client.get("/models", params={"per_page": 50}).text
+    # an id breaks only after its "/": each segment is kept whole
+    assert '<span class="id-seg">org/</span><wbr><span class="id-seg">c-fail-compile</span>' in html
+    # the failure's op, linked to its page, with the full error as the cell's tooltip
+    assert 'title="RuntimeError: boom in aten::nonzero"' in html
+    assert '<a class="op" href="/ops/aten%3A%3Anonzero?run=r2">aten::nonzero</a>' in html
+    # an error naming no op shows its own text (escaped, in the cell and in the tooltip)
+    assert "TimeoutError: stage exceeded 300 s" in html
+    assert (
+        'title="ValueError: &lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt; &amp; '
+        '&lt;b&gt;bold&lt;/b&gt;"' in html
+    )
+    no_live_script(html)
+    # a stage that does not apply says so; a skipped model says why in the same column
+    bert = html[html.index("bert-x</span>") :]
+    assert (
+        '<td class="l st na" title="generate: does not apply to this model">n/a</td>' in bert[:2000]
+    )
+    assert '<span class="reason">remote_code</span>' in html
+    assert "signature" not in html.split('id="models"')[1]  # signatures group; people read errors
+
+
+def test_model_page_links_ops_the_hub_and_the_cluster(client: TestClient) -> None:
+    html = client.get("/models/org/c-fail-compile").text
+    assert 'href="https://huggingface.co/org/c-fail-compile"' in html
+    assert '<a href="/ops/aten%3A%3Anonzero?run=r2">aten::nonzero</a>' in html  # failing op
+    assert '<a href="/ops/aten%3A%3Ahistc?run=r2">aten::histc</a>' in html  # a fallback
+    assert 'href="/models?run=r2&amp;signature=RuntimeError%3A+boom"' in html
+    assert "boom in aten::nonzero" in html and "signature:" not in html
+    assert "not recorded" in html  # no wall time in this store's rows
+    evil = client.get("/models/evil/" + quote("<script>alert(1)</script>", safe="")).text
+    assert "huggingface.co" not in evil  # not a Hub id: no link made of it
+    no_live_script(evil)
+
+
+def test_model_page_says_a_default_config_is_not_the_repos(tmp_path) -> None:
+    from reports.store import Store
+    from tests.report_store_builder import rows_for
+
+    store = Store(tmp_path / "s")
+    res, fb = rows_for("r1", "org/a-pass-clean", ["pass"] * 5)
+    for r in res:
+        r.update(config_source="transformers_default", wall_s=7.25, peak_host_memory_bytes=3 << 29)
+    store.write_model_rows("r1", res, fb, [])
+    c = TestClient(create_app(str(tmp_path / "s"), refresh_s=0, warm=False))
+    html = c.get("/models/org/a-pass-clean").text
+    assert "transformers_default (a library's default config for the architecture, not the " in html
+    assert "<h2>Config: library default vs shrunk</h2>" in html
+    assert "7.25 s (the model's own process" in html and "host 1.50 GiB" in html
+    rows = c.get("/api/models").json()["rows"]
+    assert rows[0]["wall_s"] == 7.25
+
+
+def test_overview_charts_label_failures_by_op_and_generate_by_its_models(
+    client: TestClient,
+) -> None:
+    html = client.get("/").text
+    chart = html[html.index("Failures by the op they name") :]
+    assert ">aten::nonzero</text>" in chart and ">TimeoutError (no op named)</text>" in chart
+    funnel = html[html.index("Funnel: models that passed each stage") :]
+    # generate applies to 7 of the 8 models (not to the encoder bert-x): 2 of 7 passed
+    assert "generate: 28.6%" in funnel
+
+
+def test_an_interrupted_run_is_listed_and_diffable(tmp_path) -> None:
+    import datetime as dt
+
+    from reports.store import Store
+
+    root = tmp_path / "s"
+    build_hand_store(root)
+    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.timezone.utc)
+    Store(root).write(
+        "runs",
+        "r3",
+        [
+            {
+                "run_id": "r3",
+                "status": "interrupted",
+                "started_at": t,
+                "updated_at": t,
+                "device": "neuron",
+                "device_emulated": True,
+            }
+        ],  # fmt: skip
+    )
+    c = TestClient(create_app(str(root), refresh_s=0, warm=False))
+    runs = c.get("/api/runs").json()["runs"]
+    r3 = next(r for r in runs if r["run_id"] == "r3")
+    assert r3["status"] == "interrupted" and r3["models"] == 0 and r3["has_results"] is False
+    html = c.get("/runs").text
+    assert 'r3 <span class="muted">(no results yet)</span>' in html and "interrupted" in html
+    d = c.get("/api/diff", params={"a": "r2", "b": "r3"}).json()
+    assert d["summary"]["removed"]["models"] == 8 and d["device_b"] == "neuron (emulated)"
+    assert c.get("/runs", params={"a": "r3", "b": "r2"}).status_code == 200
+    assert c.get("/api/diff", params={"a": "r2", "b": "r4"}).status_code == 404
+
+
+def test_op_page_lists_the_models_failing_at_it_and_how_to_reproduce(client: TestClient) -> None:
+    data = client.get("/api/ops/aten::nonzero").json()
+    assert [m["model_id"] for m in data["failing"]] == ["org/c-fail-compile"]
+    assert data["reproduce"] == ["hfsweep check org/c-fail-compile --device neuron"]
+    html = client.get("/ops/aten%3A%3Anonzero").text
+    assert 'href="/models/org/c-fail-compile?run=r2"' in html
+    assert "RuntimeError: boom in aten::nonzero" in html

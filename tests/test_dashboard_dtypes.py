@@ -108,8 +108,8 @@ def test_op_page_per_dtype(client: TestClient) -> None:
 def test_runs_a_line_per_dtype(client: TestClient) -> None:
     data = client.get("/api/runs").json()
     assert [(r["run_id"], r["dtype"]) for r in data["runs"]] == [
+        ("d1", "fp32"),  # a run's dtypes in the order it asked for them
         ("d1", "bf16"),
-        ("d1", "fp32"),
         ("s0", "fp32"),
     ]
     assert data["diff"]["by_dtype"] is True

@@ -16,8 +16,8 @@ from runners.devices import DEVICES, get_device
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice
 from runners.devices.mps import fallbacks_from_warnings
-from runners.devices.neuron import dispatch_entry, fallbacks_from_events
-from runners.devices.profiles import BUNDLED, DEFAULT_PROFILE, base_name, load_profile
+from runners.devices.neuron.profiles import BUNDLED, DEFAULT_PROFILE, base_name, load_profile
+from runners.devices.neuron.real import dispatch_entry, fallbacks_from_events
 from tests.conftest import ROOT
 from tests.neuron_support import forked
 
@@ -141,7 +141,8 @@ def test_default_device_records_compile_fallbacks_only() -> None:
 
 
 def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
-    """PyTorch reads PYTORCH_ENABLE_MPS_FALLBACK once, when torch loads: the registry names it,
+    """PyTorch reads PYTORCH_ENABLE_MPS_FALLBACK once, when torch loads: the device's
+    `process_env` names it,
     a process that imported torch first runs its models in fresh interpreters, and the MPS
     device refuses to start without it (instead of recording fallbacks that never happen)."""
     from runners import devices
@@ -156,11 +157,14 @@ def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
         MpsDevice().setup()
     MpsDevice(strict=True).setup()  # strict: ops without a kernel raise, as PyTorch does
     monkeypatch.setattr(devices, "_SET_AFTER_TORCH", set())
-    monkeypatch.setitem(devices.PROCESS_ENV, "cpu", {"HFSWEEP_TEST_BEFORE_TORCH": "1"})
+    from runners.devices.cpu import CpuDevice
+
+    before_torch = {"HFSWEEP_TEST_BEFORE_TORCH": "1"}
+    monkeypatch.setattr(CpuDevice, "process_env", classmethod(lambda cls, o=None: before_torch))
     monkeypatch.delenv("HFSWEEP_TEST_BEFORE_TORCH", raising=False)
     assert _context_for("cpu", {}).get_start_method() == "spawn"  # torch is loaded here
     assert os.environ["HFSWEEP_TEST_BEFORE_TORCH"] == "1"  # inherited by what starts now
-    monkeypatch.delitem(devices.PROCESS_ENV, "cpu")
+    monkeypatch.setattr(CpuDevice, "process_env", classmethod(lambda cls, o=None: {}))
     assert _context_for("cpu", {}).get_start_method() == "fork"
 
 

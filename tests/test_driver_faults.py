@@ -20,8 +20,11 @@ from reports.locks import RunLock, RunLocked
 from reports.store import Store
 from runners import faults
 from runners.outcome import ModelOutcome, StageResult
+from runners.settings import DeviceChoice, ModelSettings
 from sweep import executors
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
+from sweep.settings import JobSettings, ModelRun
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 
 STAGES = "load,forward"
@@ -31,9 +34,9 @@ MODELS = [
 ]
 
 
-def passing(spec, kwargs) -> ModelOutcome:
+def passing(spec, settings) -> ModelOutcome:
     """A model task that passes every stage at once (the driver is what is tested)."""
-    return ModelOutcome([StageResult(stage=s, status="pass") for s in kwargs["stages"]], 1)
+    return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages], 1)
 
 
 @pytest.fixture
@@ -46,9 +49,13 @@ def no_backoff(monkeypatch):
     monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
 
 
-def config(store: Path, catalog_csv: Path, **kw) -> RunConfig:
+JOB = {"run_id", "executor", "flush_s", "progress", "retries"}
+TASK = {"dtype", "stages", "timeout_s", "compile_backend", "memory_limit"}
+
+
+def config(store: Path, catalog_csv: Path, **kw) -> ModelRun:
+    """The run's settings, as the CLI would build them (`device_options`: the device's)."""
     base = dict(
-        store=str(store),
         catalog=str(catalog_csv),
         top=None,
         stages=stage_list(STAGES),
@@ -57,7 +64,11 @@ def config(store: Path, catalog_csv: Path, **kw) -> RunConfig:
         progress=False,
         timeout_s=60,
     )
-    return RunConfig(**{**base, **kw})
+    merged = {**base, **kw}
+    device = DeviceChoice(merged.pop("device", "cpu"), **merged.pop("device_options", {}))
+    job = JobSettings(store=str(store), **{k: merged.pop(k) for k in JOB & set(merged)})
+    task = ModelSettings(device=device, **{k: merged.pop(k) for k in TASK & set(merged)})
+    return ModelRun(job=job, task=task, **merged)
 
 
 def pairs(store: Path, run_id: str = "r") -> Counter:
@@ -98,10 +109,10 @@ def test_rows_reach_the_store_within_the_flush_interval_while_another_model_runs
     for the next result (before: they waited until the slow model finished)."""
     store = tmp_path / "store"
 
-    def run_fn(spec, kwargs):
+    def run_fn(spec, settings):
         if spec.model_type == "gpt2":
             time.sleep(12)  # the slow last model
-        return passing(spec, kwargs)
+        return passing(spec, settings)
 
     cfg = config(store, catalog, models=["org/llama", "org/gpt2"], flush_s=1.0, plan_batch=1)
     worker = threading.Thread(target=run_sweep, args=(cfg,), kwargs={"run_fn": run_fn})
@@ -281,8 +292,8 @@ def test_damaged_parts_are_reported_put_aside_and_their_models_rerun(tmp_path, c
 def test_a_damaged_fallbacks_part_reruns_the_models_of_its_results_part(tmp_path, catalog):
     store = tmp_path / "store"
 
-    def with_fallback(spec, kwargs):
-        out = passing(spec, kwargs)
+    def with_fallback(spec, settings):
+        out = passing(spec, settings)
         out.stages[1].fallbacks = [{"op": "aten::mm", "count": 1, "source": "eager"}]
         out.stages[1].fallback_op_count = 1
         return out
@@ -408,21 +419,28 @@ def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
 
 
 def test_the_defaults_the_readme_promises():
-    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB, a lease renewed every
-    5 s and stale after 30 s. A change to any of them must change the README too."""
+    """README: flushed every 2 s, `--retries` 2, `--memory-limit` 4 GiB (`run` and `ops`), a
+    lease renewed every 5 s and stale after 30 s, a task's worker beating every 5 s and a task
+    silent for 5 minutes taken for lost, a cluster not answering for 20 s gone. A change to
+    any of them must change the README too."""
     import argparse
 
     from reports import locks
+    from sweep.commands import ops as ops_command
     from sweep.commands import run as run_command
+    from sweep.settings import OpRun
 
-    parser = argparse.ArgumentParser()
-    run_command.add_arguments(parser)
-    args = parser.parse_args([])
-    assert (args.retries, args.memory_limit) == (2, 4.0)
-    defaults = RunConfig(store="s", catalog="c", top=1, stages=stage_list(STAGES))
-    assert defaults.flush_s == 2.0 and defaults.retries == 2
-    assert defaults.memory_limit == 4 << 30
+    for command in (run_command, ops_command):
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        args = parser.parse_args([])
+        assert (args.retries, args.memory_limit) == (2, 4.0)
+    defaults = ModelRun()
+    assert defaults.job.flush_s == 2.0 and defaults.job.retries == 2
+    assert defaults.task.memory_limit == 4 << 30
+    assert OpRun().job.flush_s == 2.0 and OpRun().task.memory_limit == 4 << 30
     assert locks.HEARTBEAT_S == 5.0
+    assert (executors.BEAT_S, executors.GUARD_S, executors.GONE_AFTER_S) == (5.0, 300.0, 20.0)
 
 
 def test_a_lease_goes_stale_after_30_s_without_a_heartbeat(tmp_path):

@@ -16,8 +16,10 @@ from model_configs.spec import CatalogEntry, TinySpec
 from reports.errors import EnvironmentFault
 from reports.schema import Stage
 from runners.outcome import ModelOutcome, StageResult
+from runners.settings import ModelSettings
 from sweep import executors
-from sweep.executors import Abandoned, PlanDone, RayExecutor, RunDone, TaskSettings
+from sweep.driver import model_oom
+from sweep.executors import Abandoned, PlanDone, Planner, RayExecutor, RunDone
 from sweep.plan import Planned, Task
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
@@ -48,7 +50,7 @@ class FakeRay:
 
             def remote(self, *args: Any) -> int:
                 ref = next(ray._ids)
-                key = _key(args[0])
+                key = _key(args[1])  # after the task's beat key
                 ray.calls.append(key)
                 pending = ray.faults.get(key)
                 if pending:
@@ -81,8 +83,8 @@ def _key(first: Any) -> str:
     return ",".join(e.model_id for e in first)
 
 
-def run_fn(spec, kwargs) -> ModelOutcome:
-    return ModelOutcome([StageResult(stage=s, status="pass") for s in kwargs["stages"]])
+def run_fn(spec, settings) -> ModelOutcome:
+    return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
 
 
 def plan_fn(entries, stages, config_dir) -> list[Planned]:
@@ -99,8 +101,10 @@ def make(monkeypatch):
     def build(faults: dict[str, list[BaseException]], retries: int = 2):
         fake = FakeRay(faults)
         monkeypatch.setattr(executors, "init_ray", lambda address, num_cpus: fake)
-        settings = TaskSettings("cpu", {}, "fp32", STAGES, 60.0, None, retries)
-        ex = RayExecutor(settings, plan_fn=plan_fn, run_fn=run_fn)
+        settings = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+        planner = Planner(plan_fn, [s.value for s in STAGES])
+        ex = RayExecutor(settings, run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
+        ex.retries = retries
         return ex, fake
 
     return build
@@ -204,3 +208,41 @@ def test_a_retry_waits_for_its_backoff(make, monkeypatch):
     time.sleep(0.6)
     (done,) = ex.wait(0)
     assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]
+
+
+def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch):
+    """Before: a task was given up once its wall time passed a guard (2.5 timeouts + 120 s),
+    however alive its worker was: on a loaded machine a slow model was retried, then lost. Now
+    only silence counts: the worker's beat, or before the task starts, the others'."""
+    ex, fake = make({})
+    ex.guard_s = 0.2
+    monkeypatch.setattr(fake, "wait", lambda refs, num_returns=1, timeout=None: ([], list(refs)))
+    beats = itertools.count()
+    monkeypatch.setattr(ex, "_beats", lambda keys: {k: str(next(beats)).encode() for k in keys})
+    ex.submit_run(task("m"))
+    for _ in range(5):  # five guards long, and it beats
+        time.sleep(0.1)
+        assert ex.wait(0) == []
+    assert not fake.cancelled and ex.running() == 1
+    monkeypatch.setattr(ex, "_beats", lambda keys: {k: b"still" for k in keys})
+    deadline = time.monotonic() + 5
+    while not fake.cancelled and time.monotonic() < deadline:
+        time.sleep(0.1)
+        ex.wait(0)
+    assert fake.cancelled  # silent for its guard: cancelled, retry queued
+
+
+def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
+    from reports.errors import SystemFaultError
+
+    ex, fake = make({})
+    monkeypatch.setattr(executors, "PING_S", 0.0)
+    monkeypatch.setattr(executors, "GONE_AFTER_S", 0.5)
+    monkeypatch.setattr(ex, "_beats", lambda keys: None)  # the GCS does not answer
+    ex._embedded = False
+    ex.wait(0)  # not for long enough yet
+    time.sleep(0.6)
+    with pytest.raises(SystemFaultError, match="the Ray cluster stopped under the driver"):
+        ex.wait(0)
+    ex.close()  # nothing to cancel on a cluster that is gone
+    assert not fake.cancelled

@@ -1,7 +1,7 @@
 """The fast part of the fault matrix (`bench/fault_matrix.py --fast`) on real sweeps: one
-trial of every fault type inside a model (real Ray), a node that leaves a real two-node
-cluster, an environment that keeps failing, and a driver killed with SIGKILL at random moments
-and resumed. Every trial must survive with nothing lost, doubled, orphaned or mislabelled; the
+trial of every fault type inside a model and inside an op-sweep task (real Ray), a node that
+leaves a real two-node cluster, an environment that keeps failing, and a driver killed with
+SIGKILL at random moments and resumed. Every trial must survive with nothing lost, doubled, orphaned or mislabelled; the
 long trials (20 per fault type, 30 kills) stay in the bench."""
 
 from __future__ import annotations
@@ -37,12 +37,24 @@ def test_the_fast_fault_matrix_holds_its_target(tmp_path):
         "child killed from outside (kill -9)",
         "worker killed mid-task",
         "device error in the child (set-up)",
+        "device error inside a stage",
         "environment error while planning",
         "runtime env that cannot be set up",
         "lost object (ObjectLostError on get)",
         "a node that leaves the cluster",
         "environment error that keeps happening",
         "driver killed (SIGKILL) at a random moment",
+        # the same faults inside op-sweep tasks (planning is the model sweep's alone)
+        "op: segfault in a sample",
+        "op: hang in a sample",
+        "op: allocation past the memory budget",
+        "op: exception that cannot be pickled",
+        "op: child killed from outside (kill -9)",
+        "op: worker killed mid-task",
+        "op: device error in the child (set-up)",
+        "op: device error inside a sample",
+        "op: runtime env that cannot be set up",
+        "op: lost object (ObjectLostError on get)",
     }, table
     for ln in lines:
         assert ln["trials"] >= 1 and ln["survived"] == ln["trials"], table + proc.stderr[-3000:]

@@ -17,7 +17,8 @@ import pytest
 
 from reports.errors import EnvironmentFault
 from runners import containment, faults
-from runners.isolation import run_isolated
+from runners.isolation import run_isolated, warm_parent
+from runners.settings import ModelSettings
 from tests.conftest import ROOT
 from tests.test_runner import tiny
 
@@ -65,7 +66,7 @@ def wait_dead(pid: int, seconds: float = 5.0) -> bool:
 
 def test_a_segfault_in_a_stage_is_a_crash_of_that_stage(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "segfault"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
     assert statuses(outcome) == {"load": "pass", "forward": "crash", "backward": "not_run"}
     assert "SIGSEGV" in outcome.stages[1].error_message
 
@@ -73,31 +74,51 @@ def test_a_segfault_in_a_stage_is_a_crash_of_that_stage(llama, inject):
 def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
     inject({"at": "stage:backward", "match": "*", "fault": "hang"})
     start = time.monotonic()
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=6)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=6))
     assert time.monotonic() - start < 20
     assert statuses(outcome) == {"load": "pass", "forward": "pass", "backward": "timeout"}
+    # what the hung process had reached, read from outside before it was killed
+    assert (outcome.peak_host_memory_bytes or 0) > 10 << 20
+    assert outcome.timings["child_s"] >= 6
 
 
 def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "alloc"})
     budget = 512 << 20
+    warm_parent()  # what the child is forked from: this process, warmed as run_isolated does
+    forked_from = resident_bytes()
     start = time.monotonic()
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60, memory_limit=budget)
+    outcome = run_isolated(
+        llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60, memory_limit=budget)
+    )
     assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
     assert "allocate" in outcome.stages[1].error_message
     assert time.monotonic() - start < 30  # stopped at the budget, not after filling the machine
+    # the peak host memory is the model process's high-water mark: it saw the 64 MiB tensors it
+    # touched up to the budget (all but the last), on top of the pages it shares with this
+    # process (a long test session's parent is large), and not much more than both together
+    peak = outcome.peak_host_memory_bytes or 0
+    assert budget - (64 << 20) <= peak <= forked_from + budget + (512 << 20), (peak, forked_from)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (VmRSS)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
 
 
 def test_the_alloc_fault_refuses_to_run_without_a_budget(llama, inject):
     inject({"at": "stage:load", "match": "llama", "fault": "alloc"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60, memory_limit=None)
+    outcome = run_isolated(
+        llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60, memory_limit=None)
+    )
     assert outcome.stages[0].status == "fail"
     assert "needs a memory budget" in outcome.stages[0].error_message
 
 
 def test_an_exception_that_cannot_be_pickled_or_printed_is_a_fail_row(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "unpicklable"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
     assert statuses(outcome) == {"load": "pass", "forward": "fail", "backward": "not_run"}
     assert outcome.stages[1].error_type == "UnpicklableFault"
     assert "cannot be read" in outcome.stages[1].error_message
@@ -105,7 +126,7 @@ def test_an_exception_that_cannot_be_pickled_or_printed_is_a_fail_row(llama, inj
 
 def test_exiting_without_a_word_is_a_crash(llama, inject):
     inject({"at": "stage:load", "match": "llama", "fault": "exit"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
     assert statuses(outcome)["load"] == "crash"
     assert "exited (3)" in outcome.stages[0].error_message
 
@@ -114,7 +135,7 @@ def test_a_sigkill_from_outside_is_the_environment_not_oom(llama, inject):
     """The bug this replaces: any SIGKILL of the child was recorded as the model's `oom`."""
     inject({"at": "stage:load", "match": "llama", "fault": "kill"})
     with pytest.raises(EnvironmentFault, match="SIGKILL from outside"):
-        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+        run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
 
 
 def test_a_sigkill_by_the_kernel_oom_killer_is_oom(llama, inject, monkeypatch):
@@ -124,7 +145,7 @@ def test_a_sigkill_by_the_kernel_oom_killer_is_oom(llama, inject, monkeypatch):
     counts = iter([7, 8])
     monkeypatch.setattr(containment, "oom_kills", lambda: next(counts))
     inject({"at": "stage:forward", "match": "llama", "fault": "kill"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
     assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
     assert "out-of-memory killer" in outcome.stages[1].error_message
 
@@ -133,25 +154,25 @@ def test_the_device_failing_to_set_up_in_the_child_is_the_environment(llama, inj
     """The bug this replaces: a DeviceError in the child was recorded as the model's `fail`."""
     inject({"at": "setup", "match": "llama", "fault": "env"})
     with pytest.raises(EnvironmentFault, match="DeviceError"):
-        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+        run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
 
 
 def test_the_device_failing_inside_a_stage_is_the_environment(llama, inject):
     inject({"at": "stage:backward", "match": "llama", "fault": "env"})
     with pytest.raises(EnvironmentFault, match="stopped answering"):
-        run_isolated(llama, device="cpu", stages=STAGES, timeout_s=60)
+        run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60))
 
 
 def test_strict_mode_refusing_a_fallback_stays_the_models_fail():
     from reports.errors import is_environment_error
-    from runners.devices.neuron_emulated import FallbackDisallowed
+    from runners.devices.base import FallbackDisallowed
 
     assert not is_environment_error(FallbackDisallowed(op="aten::foo"))
 
 
 def test_what_the_model_started_dies_with_it(llama, inject):
     state = inject({"at": "stage:forward", "match": "llama", "fault": "spawn"})
-    outcome = run_isolated(llama, device="cpu", stages=STAGES, timeout_s=6)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=6))
     assert statuses(outcome)["forward"] == "timeout"
     helpers = [int(p.name.split("-")[1]) for p in state.glob("spawned-*")]
     assert helpers and all(wait_dead(pid) for pid in helpers)
@@ -160,10 +181,11 @@ def test_what_the_model_started_dies_with_it(llama, inject):
 
 WORKER = textwrap.dedent(
     """
-    from runners.isolation import run_isolated
+    from runners.isolation import run_isolated, warm_parent
+    from runners.settings import ModelSettings
     from tests.test_runner import tiny
     spec = tiny("llama", "LlamaForCausalLM")
-    run_isolated(spec, device="cpu", stages=["load", "forward"], timeout_s=300)
+    run_isolated(spec, ModelSettings(device="cpu", stages=["load", "forward"], timeout_s=300))
     """
 )
 

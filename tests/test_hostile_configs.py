@@ -24,9 +24,10 @@ from model_configs.resolve import transformers_default_config
 from model_configs.spec import CatalogEntry
 from reports.schema import Stage, Status
 from reports.store import Store
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.driver import run_sweep
 from sweep.plan import plan_entry
 from tests.conftest import write_catalog
+from tests.test_driver_faults import config as run_config
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
 # Small to build, and between them: decoder, encoder, encoder-decoder, two towers, a vision
@@ -262,17 +263,7 @@ def test_a_sweep_over_hostile_configs_gives_every_model_its_rows(tmp_path):
         (folder / "config.json").write_text(text)
     store = tmp_path / "store"
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
-            stages=stage_list("load,forward"),
-            run_id="hostile",
-            executor="local",
-            progress=False,
-            timeout_s=120,
-            memory_limit=256 << 20,
-        )
+        run_config(store, catalog, run_id="hostile", timeout_s=120, memory_limit=256 << 20)
     )
     assert not summary.abandoned
     rows = Store(store).read("results", "hostile").to_pylist()

@@ -1,6 +1,7 @@
 """The `neuron` torch.compile backend as TorchNeuron's: compile modes (raise by default, eager,
-partition), `dynamic=False` with recompiles counted, graphs and graph breaks, the failure
-naming the op, and backward traces on the device that raise (once a process abort)."""
+partition), `dynamic=False` with recompiles counted, graphs and graph breaks, every verdict with
+its evidence (a failure names the op and `raises`; an op nothing decides is taken to lower and
+recorded as unverified), and backward traces on the device that raise (once a process abort)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ import textwrap
 import pytest
 import torch
 
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.devices.profiles import DeviceProfile
-from runners.neuron_compile import (
+from runners.devices.neuron.compiler import (
     UnlowerableOpError,
     check_graph,
     compile_report,
     resolve_compile_mode,
     short_reason,
 )
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.stages import RecompileWatch, failing_op
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
+
+POSITIVE = ("registered", "decomposed", "tested", "torch-mlir")  # evidence that an op lowers
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +34,23 @@ def neuron() -> NeuronEmulatedDevice:
 
 
 class Planted(torch.nn.Module):
-    """Linear layers around an op no profile lowers (digamma), and an optional graph break."""
+    """Linear layers around a boolean-mask `index_put` (TorchNeuron's compile raises on it:
+    decompositions.py line 1168), an op no evidence decides (`unverified`: digamma), and an
+    optional graph break."""
 
-    def __init__(self, graph_break: bool = False, planted: bool = True):
+    def __init__(self, graph_break: bool = False, planted: bool = True, unverified: bool = False):
         super().__init__()
         self.first = torch.nn.Linear(8, 8)
         self.second = torch.nn.Linear(8, 8)
         self.graph_break = graph_break
         self.planted = planted
+        self.unverified = unverified
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.first(x).abs() + 1
-        if self.planted:
+        if self.planted:  # rows whose first feature is large are reset (8 values each)
+            h = h.index_put((h[:, 0] > 1.5,), torch.zeros(8, device=h.device))
+        if self.unverified:
             h = torch.digamma(h)
         if self.graph_break:
             torch._dynamo.graph_break()
@@ -69,16 +76,36 @@ def test_raise_mode_fails_naming_the_unlowerable_op(neuron: NeuronEmulatedDevice
         torch.compile(model, backend="neuron", dynamic=False)(torch.randn(4, 8).to("neuron"))
     cause = _cause(info.value)
     assert isinstance(cause, UnlowerableOpError)
-    assert cause.op == "aten::digamma" and "aten::digamma" in str(info.value)
-    assert failing_op(info.value) == "aten::digamma"
-    assert "aten::digamma" in log.compile_ops
-    assert report.mode == "raise" and report.unlowerable["aten::digamma"] == 1
+    assert cause.op == "aten::index_put" and "aten::index_put" in str(info.value)
+    assert cause.evidence == "raises" and "Boolean index_put" in str(cause)
+    assert failing_op(info.value) == "aten::index_put"
+    assert "aten::index_put" in log.compile_ops
+    assert report.mode == "raise" and report.unlowerable["aten::index_put"] == 1
+    assert report.row_columns()["compile_evidence"] == "raises"
+
+
+@forked
+def test_an_op_nothing_decides_lowers_unverified(neuron: NeuronEmulatedDevice) -> None:
+    """`none` is not a confident failure: the compile passes, and the stage's columns say
+    which ops rest on nothing (the reports count the model in the band's upper bound)."""
+    model = neuron.prepare_model(Planted(planted=False, unverified=True))
+    with neuron.compiling() as seen, neuron.record_fallbacks() as log:
+        torch.compile(model, backend="neuron", dynamic=False)(torch.randn(4, 8).to("neuron"))
+    assert seen["compile_evidence"] == "none"
+    assert seen["unverified_ops"][0] == "aten::digamma"
+    assert "aten::polygamma" not in seen["unverified_ops"]  # no backward ran
+    assert log.compile_ops == {}
+    plain = neuron.prepare_model(Planted(planted=False))
+    with neuron.compiling() as seen, neuron.record_fallbacks():
+        torch.compile(plain, backend="neuron", dynamic=False)(torch.randn(4, 8).to("neuron"))
+    assert seen["unverified_ops"] is None
+    assert seen["compile_evidence"] in POSITIVE
 
 
 @forked
 def test_eager_mode_runs_the_graph_eagerly(neuron: NeuronEmulatedDevice) -> None:
     """TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 (or asked for): the graph runs op by op on
-    the device, so digamma is an eager CPU fallback too; numerics as on the CPU."""
+    the device, so index_put runs as any eager op; numerics as on the CPU."""
     torch.manual_seed(0)
     reference = Planted()
     eager = NeuronEmulatedDevice(compile_mode="eager")
@@ -98,10 +125,8 @@ def test_eager_mode_runs_the_graph_eagerly(neuron: NeuronEmulatedDevice) -> None
         assert float((a.grad.cpu() - b.grad).abs().max()) < 1e-5
     assert report.mode == "eager" and report.eager_graphs == 2  # forward and backward graphs
     assert report.forward_graphs == 1 and report.backward_graphs == 1
-    assert report.unlowerable["aten::digamma"] == 1
-    assert "aten::polygamma" in report.unlowerable  # digamma's derivative, in the backward
-    assert "aten::digamma" in log.compile_ops
-    assert "aten::digamma.out" in log.ops  # the eager run's own fallback
+    assert report.unlowerable["aten::index_put"] == 2  # forward, and its gradient's mask
+    assert "aten::index_put" in log.compile_ops
     assert "aten::addmm" not in report.unlowerable
 
 
@@ -114,7 +139,7 @@ def test_partition_mode_counts_partitions(neuron: NeuronEmulatedDevice) -> None:
             torch.compile(model, backend="neuron")(torch.randn(4, 8).to("neuron")).backward()
     finally:
         neuron.activate()
-    # digamma splits the forward graph's lowerable ops in two: before and after it
+    # index_put splits the forward graph's lowerable ops in two: before and after it
     assert report.mode == "partition" and report.partition_count >= 3
     assert report.eager_graphs == 0
 
@@ -129,7 +154,7 @@ def test_strict_fails_in_every_mode(neuron: NeuronEmulatedDevice) -> None:
     finally:
         neuron.activate()
     cause = _cause(info.value)
-    assert isinstance(cause, UnlowerableOpError) and cause.op == "aten::digamma"
+    assert isinstance(cause, UnlowerableOpError) and cause.op == "aten::index_put"
     assert "strict" in str(cause)
 
 
@@ -201,17 +226,27 @@ def test_backward_trace_that_raises_on_the_device_does_not_abort(
         torch.testing.assert_close(device_leaf.grad.cpu(), cpu_leaf.grad)
 
 
-def test_check_graph_against_a_profile() -> None:
-    def fn(x):
-        return torch.sin(x).exp() + torch.cos(x)
+def test_check_graph_gives_every_op_its_evidence() -> None:
+    def fn(x, mask):
+        y = torch.sign(x).exp() + torch.digamma(x)
+        return y.index_put((mask,), torch.zeros(3, 2))
 
-    gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(torch.randn(3))
-    only_sin = DeviceProfile.from_ops("sin", ["aten::sin", "aten::add.Tensor"])
-    unlowerable, partitions = check_graph(gm, only_sin)
-    assert unlowerable == {"aten::exp": 1, "aten::cos": 1}
-    assert partitions >= 1
-    everything = DeviceProfile.from_ops("all", ["aten::sin", "aten::exp", "aten::cos", "aten::add"])
-    assert check_graph(gm, everything) == ({}, 1)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn)(
+        torch.randn(4, 2), torch.tensor([True, False, True, True])
+    )
+    checked = check_graph(gm)
+    evidence = {v.op: str(v.evidence) for v in checked.verdicts}
+    assert evidence["aten::sign"] == "registered"
+    assert evidence["aten::digamma"] == "none" and checked.unverified == {"aten::digamma": 1}
+    assert evidence["aten::index_put"] == "raises"
+    assert checked.unlowerable == {"aten::index_put": 1}
+    assert "Boolean index_put" in checked.reasons["aten::index_put"]
+    assert checked.partitions == 1  # index_put ends the graph: one lowerable partition before
+    # one value for every masked row goes through `torch.where`: no raise (lines 1072-1108)
+    where = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda x, m: x.index_put((m,), torch.tensor(0.0))
+    )(torch.randn(4, 2), torch.tensor([True, False, True, True]))
+    assert check_graph(where).unlowerable == {}
 
 
 def test_short_reason() -> None:
@@ -253,7 +288,8 @@ def test_backend_python_is_not_traced_by_dynamo(neuron: NeuronEmulatedDevice) ->
 
 
 def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
-    """`hfsweep check` on the emulated device: the compile row says which mode ran."""
+    """`hfsweep check` on the emulated device: the compile row says which mode ran, and what
+    its verdicts rest on."""
     import json
 
     config = tmp_path / "config.json"
@@ -274,6 +310,9 @@ def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
         assert rows["compile"]["status"] == "pass"
         assert rows["compile"]["compile_mode"] == mode
         assert rows["compile"]["recompile_count"] == 0
+        # every verdict rests on evidence: no unverified op in a tiny Llama's graphs
+        assert rows["compile"]["compile_evidence"] in POSITIVE
+        assert rows["compile"]["unverified_ops"] is None
     done = subprocess.run(
         [sys.executable, "-m", "sweep", "check", str(config), "--device", "neuron"]
         + ["--stages", "load,compile", "--profile", "torch-mlir", "--format", "json"],
@@ -284,10 +323,9 @@ def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
         timeout=300,
     )
     rows = {r["stage"]: r for r in json.loads(done.stdout)["stages"]}
-    failed = rows["compile"]  # torch-mlir lacks new_ones, clone: raise mode fails naming one
-    assert failed["status"] == "fail" and failed["error_type"] == "UnlowerableOpError"
-    assert failed["failing_op"] in ("aten::new_ones", "aten::clone")
-    assert "cannot be lowered" in failed["error_message"]
+    # the compiler's evidence is the device's, whatever runs natively in eager mode
+    assert rows["compile"]["status"] == "pass", rows["compile"]
+    assert rows["compile"]["compile_evidence"] in POSITIVE
 
 
 def test_emulator_refuses_another_torch() -> None:
@@ -296,7 +334,7 @@ def test_emulator_refuses_another_torch() -> None:
         import torch
         torch.__version__ = "2.13.0"
         from reports.errors import DeviceError
-        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        from runners.devices.neuron.emulated import NeuronEmulatedDevice
         try:
             NeuronEmulatedDevice().setup()
         except DeviceError as exc:

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runners.devices import get_device
-from runners.devices.neuron_emulated import FallbackDisallowed, NeuronEmulatedDevice
-from runners.devices.profiles import DeviceProfile, base_name, load_profile
+from runners.devices.base import FallbackDisallowed
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
+from runners.devices.neuron.profiles import DeviceProfile, base_name, load_profile
 from tests.conftest import ROOT
 from tests.neuron_support import forked, tiny_model
 
@@ -351,7 +352,7 @@ def test_install_is_first_wins_in_a_fresh_process() -> None:
         import torch
         torch.utils.rename_privateuse1_backend("other")
         from reports.errors import DeviceError
-        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        from runners.devices.neuron.emulated import NeuronEmulatedDevice
         assert not NeuronEmulatedDevice.is_available()
         try:
             NeuronEmulatedDevice().setup()
@@ -392,8 +393,9 @@ def test_pickle_deepcopy_and_autocast(neuron: NeuronEmulatedDevice) -> None:
     assert twin.weight.device.type == "neuron"
     assert twin.weight.data_ptr() != model.weight.data_ptr()
     assert torch.equal(twin.weight.cpu(), model.weight.cpu())
-    with torch.autocast("neuron", dtype=torch.bfloat16):  # no autocast lists: ops keep dtypes
-        assert (x @ x.T).dtype == torch.float32
+    with torch.autocast("neuron", dtype=torch.bfloat16):  # TorchNeuron's autocast policy
+        assert (x @ x.T).dtype == torch.bfloat16  # matmul: lower precision
+        assert (x + x).dtype == torch.float32  # not listed: its own dtype
 
 
 @forked
@@ -401,7 +403,7 @@ def test_native_op_is_not_limited_by_the_borrowed_cpu_kernel(neuron: NeuronEmula
     """MoE routing calls histc on integer expert ids on any device that is not the CPU.
     TorchNeuron registers histc (any dtype); the CPU kernel the emulator borrows has no integer
     histc. Declared native, it runs (in a wider dtype) and gives the CPU's float result."""
-    from runners.devices.neuron_emulated import widened_calls
+    from runners.devices.neuron.dtypes import widened_calls
 
     ids = torch.tensor([0, 1, 1, 3], dtype=torch.int32)
     with neuron.record_fallbacks() as log:
@@ -429,7 +431,7 @@ def test_install_after_a_backward_is_refused_clearly() -> None:
         leaf = torch.ones(1, requires_grad=True)
         (leaf * 2).sum().backward()  # sizes autograd's device threads: none yet
         from reports.errors import DeviceError
-        from runners.devices.neuron_emulated import NeuronEmulatedDevice
+        from runners.devices.neuron.emulated import NeuronEmulatedDevice
         try:
             NeuronEmulatedDevice().setup()
         except DeviceError as exc:
@@ -507,7 +509,7 @@ def test_recurrent_cells_fail_as_on_torchneuron(
     them on the CPU, which has no kernel for them (CUDA only): the real device fails there, as
     the snapshot's own test specs record. The emulator does the same, records the op as the
     stage's fallback (TorchNeuron marks it before running it), and names it."""
-    from runners.devices.neuron_emulated import NoHostKernelError
+    from runners.devices.neuron.dispatch import NoHostKernelError
 
     profile = load_profile()
     assert not profile.declares(op) and profile.classify(op).value == "fallback"

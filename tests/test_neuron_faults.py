@@ -17,6 +17,7 @@ import pytest
 from reports.errors import EnvironmentFault, is_environment_error
 from runners import faults
 from runners.isolation import run_isolated
+from runners.settings import DeviceChoice, ModelSettings
 from tests.neuron_support import forked
 from tests.test_runner import tiny
 
@@ -35,8 +36,8 @@ def _statuses(outcome) -> dict[str, str]:
 
 def test_the_devices_refusals_are_the_models_results():
     from runners.devices.base import FallbackDisallowed
+    from runners.devices.neuron.compiler import UnlowerableOpError
     from runners.devices.preflight import DeviceCheckError
-    from runners.neuron_compile import UnlowerableOpError
 
     assert not is_environment_error(FallbackDisallowed(op="aten::digamma.out"))
     assert not is_environment_error(UnlowerableOpError(op="aten::clone"))
@@ -47,14 +48,17 @@ def test_the_devices_refusals_are_the_models_results():
 def test_a_neuron_device_failing_to_set_up_in_the_child_is_the_environment() -> None:
     _inject({"at": "setup", "match": "llama", "fault": "env"})
     with pytest.raises(EnvironmentFault, match="DeviceError"):
-        run_isolated(tiny("llama", "LlamaForCausalLM"), device="neuron", stages=STAGES)
+        run_isolated(
+            tiny("llama", "LlamaForCausalLM"), ModelSettings(device="neuron", stages=STAGES)
+        )
 
 
 @forked
 def test_a_segfault_on_neuron_is_a_crash_of_that_stage() -> None:
     _inject({"at": "stage:forward", "match": "llama", "fault": "segfault"})
     outcome = run_isolated(
-        tiny("llama", "LlamaForCausalLM"), device="neuron", stages=STAGES, timeout_s=120
+        tiny("llama", "LlamaForCausalLM"),
+        ModelSettings(device="neuron", stages=STAGES, timeout_s=120),
     )
     assert _statuses(outcome) == {"load": "pass", "forward": "crash", "backward": "not_run"}
     assert "SIGSEGV" in outcome.stages[1].error_message
@@ -65,10 +69,11 @@ def test_strict_refusal_on_neuron_is_a_fail_row_naming_the_op() -> None:
     """Strict mode's refused fallback is raised in the child's stage: a `fail` row, not a retry."""
     outcome = run_isolated(
         tiny("llama", "LlamaForCausalLM"),
-        device="neuron",
-        device_options={"strict": True, "profile": "torch-mlir"},
-        stages=STAGES,
-        timeout_s=120,
+        ModelSettings(
+            device=DeviceChoice("neuron", strict=True, profile="torch-mlir"),
+            stages=STAGES,
+            timeout_s=120,
+        ),
     )
     failed = [r for r in outcome.stages if r.status == "fail"]
     assert failed, _statuses(outcome)
@@ -79,18 +84,38 @@ def test_strict_refusal_on_neuron_is_a_fail_row_naming_the_op() -> None:
 
 @forked
 def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
-    """TorchNeuron's raise mode on a graph op the profile cannot lower: the model's `fail`."""
+    """TorchNeuron's raise mode on a graph op its compile path raises on (a boolean-mask
+    `index_put`, planted in a tiny Llama's forward: the forked model process inherits the
+    patch): the model's `fail`, naming the op and its evidence."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    original = LlamaForCausalLM.forward
+
+    def planted(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        mask = out.logits[..., 0] > 0
+        out.logits = out.logits.index_put(
+            (mask,), torch.zeros(out.logits.shape[-1]).to(mask.device)
+        )
+        return out
+
+    LlamaForCausalLM.forward = planted
     outcome = run_isolated(
         tiny("llama", "LlamaForCausalLM"),
-        device="neuron",
-        device_options={"profile": "torch-mlir", "compile_mode": "raise"},
-        stages=["load", "compile"],
-        timeout_s=300,
+        ModelSettings(
+            device=DeviceChoice("neuron", compile_mode="raise"),
+            stages=["load", "compile"],
+            timeout_s=300,
+        ),
     )
     compiled = outcome.stages[1]
     assert compiled.status == "fail", _statuses(outcome)
     assert compiled.error_type == "UnlowerableOpError"
-    assert compiled.failing_op and "cannot be lowered" in compiled.error_message
+    assert (
+        compiled.failing_op == "aten::index_put" and "cannot be lowered" in compiled.error_message
+    )
+    assert compiled.compile_evidence == "raises"
 
 
 def test_a_resume_with_another_compile_mode_is_refused(tmp_path):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from runners.devices.base import FallbackLog
-from runners.devices.fidelity import AUDIT_MODEL_TYPES, audit_log, audit_model_type
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.devices.profiles import OpClass
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
+from runners.devices.neuron.fidelity import AUDIT_MODEL_TYPES, audit_log, audit_model_type
+from runners.devices.neuron.profiles import OpClass
 from tests.neuron_support import forked
 
 # What the data says makes a stage raise (not a mismatch): TorchNeuron's `_grouped_mm` wants

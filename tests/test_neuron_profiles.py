@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runners.devices.neuron_emulated import NeuronEmulatedDevice
-from runners.devices.profiles import PROFILE_DIR, DeviceProfile, OpClass, classify, load_profile
+from runners.devices.neuron.emulated import NeuronEmulatedDevice
+from runners.devices.neuron.profiles import (
+    PROFILE_DIR,
+    DeviceProfile,
+    OpClass,
+    classify,
+    load_profile,
+)
 from tests.conftest import SHARED
 from tests.neuron_support import forked
 
@@ -75,15 +81,22 @@ def test_routed_to_cpu_even_when_a_list_names_it() -> None:
     assert classify("aten::clone", "torch-mlir") is OpClass.FALLBACK  # a gap of that list
 
 
-def test_compile_lowerings_are_torch_mlirs_not_the_eager_registrations() -> None:
-    profile = load_profile()
-    # macro / template-registered Torch-MLIR lowerings that the plain lists miss
-    for op in ("aten::new_ones", "aten::zeros_like", "aten::addcmul", "aten::clone"):
-        assert profile.is_lowerable(op), op
-    assert not profile.is_lowerable("aten::erfinv")  # registered eagerly, no lowering listed
-    assert not profile.is_lowerable("aten::digamma")
-    assert profile.is_lowerable("aten::transpose.int")  # views
-    assert not profile.is_lowerable("aten::_linalg_eigh")  # routed to the CPU
+def test_compile_evidence_comes_from_the_snapshot_first() -> None:
+    """Issue 17: each graph op's verdict rests on TorchNeuron's own material first (a kernel's
+    traced body, its compile tests, its decomposition table), upstream torch-mlir after; an op
+    nothing decides is `none`. The same sets under every profile (the compiler is one)."""
+    from runners.devices.neuron.evidence import evidence_sets
+
+    sets = evidence_sets()
+    assert sets.positive("aten::sign") == "registered"  # torch_sign's body calls sign
+    assert sets.positive("aten::dot") == "registered"
+    assert sets.positive("aten::_native_batch_norm_legit_functional") == "tested"
+    assert sets.positive("aten::split.Tensor") == "decomposed"  # aten.split: every overload
+    assert sets.positive("aten::as_strided") == "decomposed"  # TorchNeuron's own
+    assert sets.positive("aten::new_ones") == "torch-mlir"  # macro-registered upstream
+    for op in ("aten::digamma", "aten::masked_scatter_backward", "aten::_fft_r2c"):
+        assert sets.positive(op) == "none", op
+    assert load_profile().hash != load_profile("torch-mlir").hash
 
 
 @forked
@@ -145,21 +158,26 @@ def test_conditional_grouped_mm(neuron: NeuronEmulatedDevice, monkeypatch) -> No
 
 @forked
 def test_float64_is_computed_as_float32(neuron: NeuronEmulatedDevice) -> None:
+    """python_ops/base.py (non Torch-MLIR kernels): float64 inputs are computed, and returned,
+    as float32; a float64 `out` with no float64 input is a TypeError. Torch-MLIR kernels
+    return the original dtype (tests/test_neuron_strict.py)."""
     x = torch.tensor([1.0 + 1e-12, 2.0], dtype=torch.float64)
     with neuron.record_fallbacks() as log:
-        native = torch.exp(x.to("neuron"))  # registered: the kernel computes in float32
+        native = torch.nn.functional.gelu(x.to("neuron"))  # registered: computed in float32
         fallback = torch.digamma(x.to("neuron"))  # not registered: the CPU computes float64
         inplace = x.to("neuron")
         inplace.mul_(3.0)
     assert native.dtype == torch.float32
-    assert torch.allclose(native.cpu().double(), torch.exp(x), rtol=1e-6)
+    assert torch.allclose(native.cpu().double(), torch.nn.functional.gelu(x), rtol=1e-6)
     assert fallback.dtype == torch.float64
     assert torch.equal(fallback.cpu(), torch.digamma(x))
     assert inplace.dtype == torch.float64  # written in place: its dtype stays
     assert inplace.cpu().tolist() == (x.float() * 3.0).double().tolist()
-    assert "aten::digamma.out" in log.ops and "aten::exp" not in log.ops
+    assert "aten::digamma.out" in log.ops and "aten::gelu" not in log.ops
     with pytest.raises(TypeError, match="float64"):
-        torch.exp(x.float().to("neuron"), out=torch.empty(2, dtype=torch.float64).to("neuron"))
+        torch.ops.aten.gelu.out(
+            x.float().to("neuron"), out=torch.empty(2, dtype=torch.float64).to("neuron")
+        )
 
 
 @forked

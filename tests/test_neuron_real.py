@@ -44,7 +44,7 @@ def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
         """
         import json, os, torch
         from runners.devices import get_device
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         device = get_device("neuron")
         assert isinstance(device, RealNeuronDevice) and not device.emulated
         device.setup()
@@ -86,6 +86,7 @@ def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
         "plain": ["--stages", "load,forward,backward"],
         "strict": ["--stages", "load,forward,backward", "--strict"],
         "eager": ["--stages", "load,compile", "--compile-mode", "eager"],
+        "train": ["--stages", "optimizer,optimizer_fused"],
     }.items():
         environment = {**os.environ, **env}
         environment.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
@@ -110,6 +111,14 @@ def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
     assert strict["backward"]["failing_op"] in ops
     eager = {r["stage"]: r for r in results["eager"]["stages"]}
     assert eager["compile"]["status"] == "pass" and eager["compile"]["compile_mode"] == "eager"
+    # the training stages' fallbacks come from TorchNeuron's tracking too: under the Torch-MLIR
+    # lists the fused step's `_fused_adamw_` falls back, the default step's `addcmul` does
+    train = {r["stage"]: r for r in results["train"]["stages"]}
+    assert train["optimizer"]["status"] == train["optimizer_fused"]["status"] == "pass"
+    trained = {(f["stage"], f["op"]) for f in results["train"]["fallbacks"]}
+    assert ("optimizer_fused", "aten::_fused_adamw_") in trained
+    assert ("optimizer", "aten::_fused_adamw_") not in trained
+    assert any(s == "optimizer" and op.startswith("aten::addcmul") for s, op in trained)
 
 
 def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
@@ -117,7 +126,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
         """
         import json, os
         from reports.errors import DeviceError
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         out = {}
         for mode in ("eager", "raise"):
             device = RealNeuronDevice(compile_mode=mode)
@@ -137,7 +146,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     done = run_python(
         """
         import json
-        from runners.devices.neuron import RealNeuronDevice
+        from runners.devices.neuron.real import RealNeuronDevice
         device = RealNeuronDevice()
         device.setup()
         print(json.dumps(device.compile_mode))

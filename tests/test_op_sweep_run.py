@@ -214,7 +214,9 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
     from torch.testing._internal.opinfo.core import OpInfo
 
     from runners.op_sweep import opdb
-    from runners.op_sweep.isolation import SweepOptions, Unit, run_units_isolated
+    from runners.op_sweep.isolation import run_units_isolated
+    from runners.op_sweep.units import Unit
+    from runners.settings import OpSettings
 
     fake = OpInfo(
         "hfsweep_crashy",
@@ -228,7 +230,7 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
     try:
         unit = Unit("hfsweep_crashy", "hfsweep_crashy", None, ("fp32",))
         start = time.monotonic()
-        rows = list(run_units_isolated([unit], SweepOptions(device="cpu", timeout_s=3)))
+        rows = list(run_units_isolated([unit], OpSettings(device="cpu", timeout_s=3)))
         elapsed = time.monotonic() - start
     finally:
         del opdb._by_key()["hfsweep_crashy"]
@@ -248,8 +250,7 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
 
 @pytest.mark.slow
 def test_ray_driver(tmp_path: Path) -> None:
-    """Through the CLI, with its own embedded Ray (a session-wide Ray would not survive the
-    two-node cluster test's `ray stop`)."""
+    """Through the CLI, with its own embedded Ray, as a user runs it."""
     store = tmp_path / "store"
     out = _ops(
         "--ops", "add,sum,softmax", "--dtypes", "fp32", "--device", "cpu", "--group-size", "2",

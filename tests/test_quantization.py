@@ -17,6 +17,7 @@ from model_configs.catalog import load_catalog
 from model_configs.resolve import resolve_local
 from model_configs.spec import CatalogEntry, TinySpec
 from reports.schema import SkipReason, Stage
+from runners.settings import ModelSettings
 from sweep.plan import Planned, plan_entry
 from tests.neuron_support import forked
 
@@ -359,7 +360,7 @@ def test_runnable_methods_run_on_cpu(planned: dict[str, Planned], key: str) -> N
 
     p = planned[key]
     assert p.spec is not None and p.quantization == REAL_BLOCKS[key][0]
-    outcome = run_model(p.spec, device="cpu", stages=STAGES)
+    outcome = run_model(p.spec, ModelSettings(device="cpu", stages=STAGES))
     assert [(s.stage, s.status) for s in outcome.stages] == [(s.value, "pass") for s in STAGES], [
         (s.stage, s.error_message) for s in outcome.stages
     ]
@@ -367,7 +368,7 @@ def test_runnable_methods_run_on_cpu(planned: dict[str, Planned], key: str) -> N
 
 @pytest.fixture(scope="module")
 def neuron() -> Any:
-    from runners.devices.neuron_emulated import NeuronEmulatedDevice
+    from runners.devices.neuron.emulated import NeuronEmulatedDevice
 
     return NeuronEmulatedDevice()  # set up inside the forked test
 
@@ -398,7 +399,8 @@ def test_runnable_methods_on_the_emulated_neuron_device(
 def _on_neuron(spec: TinySpec, neuron: Any, quantized_ops: list[str], statuses: list[str]) -> None:
     from runners.run_model import run_model
 
-    outcome = run_model(spec, device=neuron, stages=[Stage.LOAD, Stage.FORWARD])
+    settings = ModelSettings(device="neuron", stages=[Stage.LOAD, Stage.FORWARD])
+    outcome = run_model(spec, settings, device=neuron)
     load, forward = outcome.stages
     assert load.status == "pass", load.error_message
     assert forward.status in statuses, forward.error_message

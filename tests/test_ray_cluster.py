@@ -5,22 +5,26 @@ every row lands in the object store, and the report at the end of the run reads 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from reports.store import Store
+from runners import containment
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.s3_support import BUCKET, local_s3
 
 pytestmark = pytest.mark.slow
 
 PORT = "6391"
+MARK = "HFSWEEP_TEST_CLUSTER"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +39,7 @@ def two_node_cluster():
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
         "RAY_USAGE_STATS_ENABLED": "0",
         "PYTHONPATH": str(ROOT),
+        MARK: secrets.token_hex(8),  # every process of this cluster inherits it
     }
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     head = subprocess.run(
@@ -55,9 +60,15 @@ def two_node_cluster():
             timeout=120,
         )
         assert worker.returncode == 0, worker.stderr[-1500:]
-        yield env
+        yield {k: v for k, v in env.items() if k != MARK}
     finally:
-        subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        # Only what this cluster's `ray start`s started (never `ray stop`: it stops every Ray
+        # on the machine, another sweep's too), and the address it left for `ray.init()`.
+        containment.kill_marked(MARK, env[MARK])
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        with contextlib.suppress(OSError):
+            if current.read_text().strip().endswith(f":{PORT}"):
+                current.unlink()
 
 
 def test_sweep_on_an_existing_two_node_cluster(tmp_path, two_node_cluster):

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from reports import coverage, diff, failures, ops
+from reports import coverage, diff, failures, models, ops
 from reports.models import ModelFilter, QueryError, model_detail, model_table
 from reports.query import StoreQuery
 from reports.store import Store
@@ -74,6 +74,11 @@ def test_funnel(q: StoreQuery) -> None:
     assert lines["forward"]["failed"] == 1 and lines["load"]["failed"] == 1
     assert lines["compile"]["not_run"] == 2  # g and evil
     assert lines["generate"]["skipped"] == 1  # bert-x: not applicable
+    # a stage's shares are of the models it applies to: generate's base lacks bert-x
+    assert (lines["generate"]["applies"], lines["generate"]["applies_downloads"]) == (7, 2110)
+    assert lines["generate"]["passed_share"] == pytest.approx(2 / 7)
+    assert lines["generate"]["passed_downloads_share"] == pytest.approx(1500 / 2110)
+    assert lines["load"]["applies"] == 8
     assert lines["every stage"]["passed"] == 3
     assert lines["every stage, no CPU fallback"]["passed"] == 2
     assert lines["every stage"]["passed_downloads_share"] == pytest.approx(1700 / 2310)
@@ -85,6 +90,11 @@ def test_headline_architectures(q: StoreQuery) -> None:
     assert h["models"] == 6  # text-generation models in the run
     assert h["models_without_architecture"] == 1  # the GGUF repo
     by_arch = {a["architecture"]: a for a in h["list"]}
+    # the first problem in real words: the op its failure names, else its error's first line
+    assert by_arch["MixtralForCausalLM"]["first_problem"] == "compile: fail: aten::nonzero"
+    assert by_arch["Qwen2ForCausalLM"]["first_problem"] == (
+        "forward: timeout: TimeoutError: stage exceeded 300 s"
+    )
     assert set(by_arch) == {
         "LlamaForCausalLM",
         "MixtralForCausalLM",
@@ -117,6 +127,18 @@ def test_failure_clusters_and_skips(q: StoreQuery) -> None:
         ("ValueError: <script>alert(N)</script>", 1, 10),
     ]
     assert clusters[0]["failing_op"] == "aten::nonzero"
+    # what users read: the real message (of the most downloaded model of the cluster)
+    assert [c["example_message"] for c in clusters] == [
+        "boom in aten::nonzero",
+        "stage exceeded 300 s",
+        "<script>alert('pwned')</script> & <b>bold</b>",
+    ]
+    by_op = failures.failures_by_op(q, "r2")
+    assert [(r["key"], r["is_op"], r["models"]) for r in by_op] == [
+        ("aten::nonzero", True, 1),
+        ("TimeoutError (no op named)", False, 1),
+        ("ValueError (no op named)", False, 1),
+    ]
     skips = failures.skip_reasons(q, "r2")
     assert {(s["reason"], s["scope"], s["models"]) for s in skips} == {
         ("remote_code", "model", 1),
@@ -291,7 +313,9 @@ def test_parts_written_before_a_column_was_added(tmp_path) -> None:
 
     store = build_hand_store(tmp_path / "s")
     res, _ = rows_for("r2", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")
-    old = to_table("results", res).drop_columns(["dedup_of", "param_count"])
+    old = to_table("results", res).drop_columns(
+        ["dedup_of", "param_count", "wall_s", "peak_host_memory_bytes"]
+    )
     folder = tmp_path / "s" / "results" / "run_id=r2"
     pq.write_table(old, folder / "part-99999999999999999999-old.parquet")
     q = StoreQuery(store)
@@ -299,6 +323,9 @@ def test_parts_written_before_a_column_was_added(tmp_path) -> None:
     m = model_detail(q, "org/old", "r2")
     assert m["stages"][0]["status"] == "pass" and m["stages"][0]["dedup_of"] is None
     assert model_detail(q, "org/b-pass-fallback")["model"]["param_count"] is None
+    assert (m["wall_s"], m["peak_host_memory_bytes"]) == (None, None)
+    row = model_table(q, "r2", ModelFilter(search="org/old"))["rows"][0]
+    assert (row["wall_s"], row["peak_host_memory_bytes"]) == (None, None)
     assert len(ops.missing_ops(q, "r2")) == 2
 
 
@@ -343,3 +370,34 @@ def test_parts_from_before_the_configs_table_keep_their_shrink(tmp_path) -> None
     m = model_detail(StoreQuery(store), "org/old", "r9")
     assert m["shrink_changes"] == {"n_layer": [12, 2]}
     assert "shrink_changes" not in m["stages"][0]
+
+
+def test_model_details_of_many_equal_each_model_detail(q: StoreQuery) -> None:
+    """The static site's batch of model pages says what one model's page says, model by model
+    (retried models, fallbacks, shrink, history included)."""
+    import json
+
+    ids = [r["model_id"] for r in model_table(q, "r2", ModelFilter(per_page=50))["rows"]]
+    many = models.model_details(q, "r2", ids)
+    assert sorted(many) == sorted(ids)
+    for model_id in ids:
+        one = model_detail(q, model_id, "r2")
+        assert json.dumps(many[model_id], default=str, sort_keys=True) == json.dumps(
+            one, default=str, sort_keys=True
+        ), model_id
+    assert [s["status"] for s in many["org/g-timeout"]["stages"]][:2] == ["pass", "timeout"]
+
+
+def test_wall_time_and_peak_memory_in_the_summary_and_model_page(tmp_path) -> None:
+    store = Store(tmp_path / "s")
+    res, fb = rows_for("r1", "org/a-pass-clean", ["pass"] * 5)
+    for i, r in enumerate(res):
+        r.update(wall_s=12.5, peak_host_memory_bytes=700 << 20, peak_memory_bytes=(i + 1) << 20)
+    store.write_model_rows("r1", res, fb)
+    q = StoreQuery(store)
+    row = model_table(q, "r1", ModelFilter())["rows"][0]
+    assert (row["wall_s"], row["peak_host_memory_bytes"]) == (12.5, 700 << 20)
+    m = model_detail(q, "org/a-pass-clean")
+    assert (m["wall_s"], m["peak_host_memory_bytes"]) == (12.5, 700 << 20)
+    assert m["peak_device_memory_bytes"] == 5 << 20  # the largest of the stages'
+    assert model_table(q, "r1", ModelFilter(sort="wall_s"))["total"] == 1

@@ -15,6 +15,7 @@ from model_configs.spec import ResolvedConfig
 from runners import stages as stages_module
 from runners.isolation import run_isolated
 from runners.run_model import run_model
+from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message
 
 FAST = ["load", "forward", "backward", "generate"]
@@ -40,14 +41,14 @@ def statuses(outcome) -> dict[str, str]:
 
 
 def test_tiny_llama_passes_every_stage_on_cpu(llama):
-    outcome = run_model(llama, device="cpu", stages=FAST)
+    outcome = run_model(llama, ModelSettings(device="cpu", stages=FAST))
     assert statuses(outcome) == dict.fromkeys(FAST, "pass")
     assert 0 < outcome.param_count <= MAX_PARAMS
     assert all(r.duration_s is not None and r.duration_s >= 0 for r in outcome.stages)
 
 
 def test_generate_is_not_applicable_to_an_encoder():
-    outcome = run_model(tiny("bert", "BertForMaskedLM"), device="cpu", stages=FAST)
+    outcome = run_model(tiny("bert", "BertForMaskedLM"), ModelSettings(device="cpu", stages=FAST))
     assert statuses(outcome)["generate"] == "skip"
     assert outcome.stages[-1].reason == "not_applicable"
 
@@ -57,7 +58,7 @@ def test_a_failing_stage_makes_later_ones_not_run(llama, monkeypatch):
         raise RuntimeError("shape mismatch: [2, 7] vs [3, 8] at 0x7f00ff")
 
     monkeypatch.setattr(stages_module.ForwardStage, "run", broken)
-    outcome = run_model(llama, device="cpu", stages=FAST)
+    outcome = run_model(llama, ModelSettings(device="cpu", stages=FAST))
     assert statuses(outcome) == {
         "load": "pass",
         "forward": "fail",
@@ -77,7 +78,7 @@ def test_a_model_needing_a_missing_package_is_a_skip_of_every_stage():
 
     if importlib.util.find_spec("natten") is not None:
         pytest.skip("natten is installed here")
-    outcome = run_model(tiny("dinat"), device="cpu", stages=FAST)
+    outcome = run_model(tiny("dinat"), ModelSettings(device="cpu", stages=FAST))
     assert statuses(outcome) == dict.fromkeys(FAST, "skip")
     assert {r.reason for r in outcome.stages} == {"missing_package"}
     assert "needs the natten package" in (outcome.stages[0].error_message or "")
@@ -96,7 +97,7 @@ def test_missing_package_reads_both_kinds_of_import_error():
 
 
 def test_isolated_run_matches_in_process(llama):
-    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=120)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=120))
     assert statuses(outcome) == dict.fromkeys(FAST, "pass")
     assert outcome.param_count > 0
 
@@ -104,7 +105,7 @@ def test_isolated_run_matches_in_process(llama):
 def test_a_hang_becomes_a_timeout_of_that_stage(llama, monkeypatch):
     monkeypatch.setattr(stages_module.BackwardStage, "run", lambda self, ctx: time.sleep(60))
     start = time.monotonic()
-    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=8)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=8))
     assert time.monotonic() - start < 30
     assert statuses(outcome) == {
         "load": "pass",
@@ -119,7 +120,7 @@ def test_a_segfault_becomes_a_crash_of_that_stage(llama, monkeypatch):
     monkeypatch.setattr(
         stages_module.ForwardStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGSEGV)
     )
-    outcome = run_isolated(llama, device="cpu", stages=FAST, timeout_s=60)
+    outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=60))
     assert statuses(outcome) == {
         "load": "pass",
         "forward": "crash",

@@ -24,6 +24,7 @@ from model_configs.spec import CatalogEntry
 from reports.errors import ConfigError
 from reports.schema import FALLBACKS_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA
 from reports.store import Store
+from runners.settings import ModelSettings
 from sweep.plan import plan_entry
 from tests.conftest import ROOT, write_catalog
 
@@ -164,7 +165,7 @@ def test_configs_asking_for_remote_code_never_get_it(tmp_path, remote_code_tripw
     planned = _plan_local(folder)
     assert planned.outcome is None and planned.spec is not None
     assert hasattr(transformers, planned.spec.architecture)
-    outcome = run_model(planned.spec, device="cpu", stages=STAGES)
+    outcome = run_model(planned.spec, ModelSettings(device="cpu", stages=STAGES))
     assert [s.status for s in outcome.stages] == ["pass", "pass"], outcome.stages
     # a custom class name with a known type: still the library's class
     folder = _local(
@@ -274,6 +275,8 @@ def _row(schema, run_id: str, **values: Any) -> dict[str, Any]:
             row[f.name] = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
         elif str(f.type) == "double":
             row[f.name] = 1.5
+        elif str(f.type).startswith("list"):
+            row[f.name] = [evil(f.name)]
         else:
             row[f.name] = 3
     row["run_id"] = run_id
@@ -500,13 +503,23 @@ def test_dashboard_listens_on_loopback_unless_told(monkeypatch, capsys, tmp_path
     import uvicorn
 
     from sweep.commands import dashboard
+    from tests.browser_support import free_port
 
     served: list[str] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append(host))
-    assert dashboard.run(_dashboard_args("--store", str(tmp_path / "s"))) == 0
+
+    def serve(server, sockets=None):  # the server is given the socket the command bound
+        served.append(sockets[0].getsockname()[0])
+        sockets[0].close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    (tmp_path / "s").mkdir()
+    port = str(free_port())
+    assert dashboard.run(_dashboard_args("--store", str(tmp_path / "s"), "--port", port)) == 0
     assert served == ["127.0.0.1"]
     assert "warning" not in capsys.readouterr().err
-    dashboard.run(_dashboard_args("--store", str(tmp_path / "s"), "--host", "0.0.0.0"))
+    dashboard.run(
+        _dashboard_args("--store", str(tmp_path / "s"), "--host", "0.0.0.0", "--port", port)
+    )
     assert served[-1] == "0.0.0.0"
     assert "warning: listening on 0.0.0.0" in capsys.readouterr().err
 

@@ -1,6 +1,7 @@
 """The emulated neuron device through the real Ray driver: rows and per-op fallback rows in
-Parquet, the profile and compile mode on every row; a broken device stops the sweep before
-any row."""
+Parquet, the profile and compile mode on every row, the training stages (their rows, where
+their fallbacks happened, a resume that doubles nothing); a broken device stops the sweep
+before any row."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from collections import Counter
 import pytest
 
 from reports.store import Store
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
 
-STAGES = "load,forward,backward,compile"
+STAGES = "load,forward,backward,compile,training"
+ORDER = ["load", "forward", "backward", "compile", "optimizer", "optimizer_fused", "amp", "lora"]
 MODELS = [
     {
         "model_id": "org/llama",
@@ -39,21 +43,21 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     store = tmp_path / "store"
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
+        config(
+            store,
+            catalog,
             device="neuron",
             stages=stage_list(STAGES),
             run_id="n1",
-            progress=False,
+            executor="ray",
+            timeout_s=300,
         )
     )
     assert summary.tasks == 3
     results = Store(store).read("results", "n1").to_pylist()
     fallbacks = Store(store).read("fallbacks", "n1").to_pylist()
     assert Counter((r["model_id"], r["stage"]) for r in results) == Counter(
-        {(m["model_id"], s): 1 for m in MODELS for s in STAGES.split(",")}
+        {(m["model_id"], s): 1 for m in MODELS for s in ORDER}
     )
     assert {r["device"] for r in results} == {"neuron"}
     assert all(r["device_emulated"] for r in results)
@@ -63,11 +67,24 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
     assert all(by[(m["model_id"], "load")]["status"] == "pass" for m in MODELS)
     compile_rows = [r for r in results if r["stage"] == "compile" and r["status"] != "not_run"]
     assert compile_rows and {r["compile_mode"] for r in compile_rows} == {"raise"}
-    # a tiny Llama runs entirely on the device under TorchNeuron's registrations
-    llama = [by[("org/llama", s)] for s in STAGES.split(",")]
-    assert [r["status"] for r in llama] == ["pass"] * 4
+    # a tiny Llama runs entirely on the device under TorchNeuron's registrations, and trains
+    # there: default AdamW, fused, bf16 autocast and LoRA, within tolerance of the CPU
+    llama = [by[("org/llama", s)] for s in ORDER]
+    assert [r["status"] for r in llama] == ["pass"] * len(ORDER)
     assert all(r["fallback_op_count"] == 0 for r in llama)
     assert by[("org/llama", "compile")]["recompile_count"] == 0
+    default, fused = by[("org/llama", "optimizer")], by[("org/llama", "optimizer_fused")]
+    assert default["step_op_calls"] > fused["step_op_calls"] > 0
+    assert default["max_abs_error"] is not None
+    # peft has defaults for bert, none for resnet
+    assert by[("org/bert", "lora")]["status"] == "pass"
+    assert by[("org/resnet", "lora")]["status"] == "skip"
+    assert by[("org/resnet", "lora")]["reason"] == "not_applicable"
+    # ResNet's training step falls back where its forward and backward do: the model's ops
+    # (eager), none in the optimizer's own part
+    trained = {(f["op"], f["source"]) for f in fallbacks if f["stage"] == "optimizer"}
+    assert ("aten::max_pool2d_with_indices.out", "eager") in trained
+    assert {source for _, source in trained} == {"eager"}
     # ResNet's pooling and batch norm are not registered: eager CPU fallbacks, per op
     resnet_ops = {(f["stage"], f["op"]) for f in fallbacks if f["model_id"] == "org/resnet"}
     assert ("forward", "aten::max_pool2d_with_indices.out") in resnet_ops, resnet_ops
@@ -81,6 +98,21 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
         {f["op"] for f in fallbacks if f["model_id"] == "org/resnet" and f["stage"] == "forward"}
     )
     assert Store(store).run("n1")["device_profile"] == "torchneuron-2026-04-21"
+
+    # the same command again: nothing to run, nothing doubled
+    again = run_sweep(
+        config(
+            store,
+            catalog,
+            device="neuron",
+            stages=stage_list(STAGES),
+            run_id="n1",
+            executor="ray",
+            timeout_s=300,
+        )
+    )
+    assert again.already_done == len(MODELS) and again.tasks == 0
+    assert Store(store).read("results", "n1").num_rows == len(results)
 
 
 def test_a_broken_device_stops_the_sweep_before_any_row(tmp_path):

@@ -11,8 +11,10 @@ from collections import Counter
 import pytest
 
 from reports.store import Store
-from sweep.driver import RunConfig, run_sweep, stage_list
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
 
@@ -49,13 +51,8 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     store = tmp_path / "store"
     summary = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
-            stages=stage_list(STAGES),
-            run_id="r1",
-            progress=False,
+        config(
+            store, catalog, stages=stage_list(STAGES), run_id="r1", executor="ray", timeout_s=300
         )
     )
     assert summary.requested == len(MODELS)
@@ -77,13 +74,8 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
 
     # the same command again: nothing to do, nothing doubled
     again = run_sweep(
-        RunConfig(
-            store=str(store),
-            catalog=str(catalog),
-            top=None,
-            stages=stage_list(STAGES),
-            run_id="r1",
-            progress=False,
+        config(
+            store, catalog, stages=stage_list(STAGES), run_id="r1", executor="ray", timeout_s=300
         )
     )
     assert again.already_done == len(MODELS) and again.tasks == 0
@@ -160,3 +152,31 @@ def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
     counts = Counter((r["model_id"], r["stage"]) for r in rows)
     assert len(counts) == 24 * 3 and set(counts.values()) == {1}
     assert Store(store).run("killme")["status"] == "finished"
+
+
+def slow_pass(spec, settings):
+    """A model task that takes 12 s on its worker, then passes."""
+    from runners.outcome import ModelOutcome, StageResult
+
+    time.sleep(12)
+    return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
+
+
+def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(ray_session):
+    """The guard counts silence, not time: with a guard of 7 s, a 12 s task whose worker beats
+    every 5 s through Ray's key-value store comes back on its first attempt."""
+    from runners.settings import ModelSettings
+    from sweep.executors import RayExecutor, RunDone
+    from tests.test_executor_faults import task
+
+    ex = RayExecutor(ModelSettings(stages=stage_list("load")), run_fn=slow_pass)
+    ex.guard_s = 7.0
+    ex.submit_run(task("slow"))
+    events: list = []
+    deadline = time.monotonic() + 120
+    while not events and time.monotonic() < deadline:
+        events = ex.wait(1.0)
+    ex.close()
+    (done,) = events
+    assert isinstance(done, RunDone) and done.attempt == 1
+    assert [s.status for s in done.outcome.stages] == ["pass"]

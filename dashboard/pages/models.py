@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dashboard.site import Dashboard, NotFound, dashboard, json_answer
+from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_url, op_url
+from reports.coverage import run_stages
 from reports.errors import UsageError
 from reports.ids import unsafe_model_id
 from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
@@ -128,11 +130,14 @@ def models(
         flt=flt,
         link=link,
         sort_link=sort_link,
+        model_link=lambda mid: model_url(mid, data["run_id"]),
+        op_link=lambda op: op_url(op, data["run_id"]),
         facets=facets(dash.q, data["run_id"]),
         outcomes=OUTCOME_FILTERS,
         statuses=[s.value for s in Status],
         sort_columns=SORT_COLUMNS,
         denominators=dash.denominators(data["run_id"]),
+        stages=run_stages(dash.q, data["run_id"]),
     )
 
 
@@ -178,7 +183,17 @@ def model_page(
     dash: Dashboard = Depends(dashboard),
 ) -> Response:
     model_id = f"{org}/{name}" if org is not None else name
-    return dash.render(request, "model.html", m=detail_data(dash, model_id, run, dtype))
+    m = detail_data(dash, model_id, run, dtype)
+    run_id = m["run_id"]
+    links = SimpleNamespace(
+        op=lambda op: op_url(op, run_id),
+        run=lambda rid: "/?" + urlencode({"run": rid}),
+        history=lambda rid: model_url(model_id, rid),
+        cluster=lambda sig: "/models?" + urlencode({"run": run_id, "signature": sig}),
+        dtype=lambda d: model_url(model_id, run_id, d),
+    )
+    api = model_url(model_id, run, dtype).replace("/models/", "/api/models/", 1)
+    return dash.render(request, "model.html", m=m, links=links, api_url=api)
 
 
 def _model_routes(prefix: str, handler: Any, **kw: Any) -> None:

@@ -51,9 +51,9 @@ class Adapter(ABC):
             return
         how = f"pip install 'hfsweep[{self.extra}]'" if self.extra else f"pip install {missing[0]}"
         note = f" ({self.install_note})" if self.install_note else ""
-        raise ConfigError(
+        raise ConfigError(  # the message names the command too: it is what a row keeps
             f"{self.library} models need the {', '.join(missing)} package, which is not "
-            f"installed{note}",
+            f"installed{note}: {how}",
             reason=SkipReason.MISSING_PACKAGE.value,
             model_id=model_id,
             hint=how,

@@ -168,7 +168,8 @@ class SpeechBrainAdapter(Adapter):
         task = spec.config.get("task")
         if task == "classification":  # the head's scores per class
             logits = out.reshape(out.shape[0], -1)
-            return F.cross_entropy(logits, torch.arange(out.shape[0]) % logits.shape[-1])
+            labels = torch.arange(out.shape[0], device=out.device) % logits.shape[-1]
+            return F.cross_entropy(logits, labels)  # labels on the device, as a training loop has
         if task == "asr":  # next-token cross-entropy of the decoder's scores
             vocab = out.shape[-1]
             tokens = inputs["tokens"]
@@ -180,7 +181,7 @@ class SpeechBrainAdapter(Adapter):
             return F.binary_cross_entropy(probs, target)
         emb = F.normalize(out.reshape(out.shape[0], -1), dim=-1)
         scores = emb @ emb.roll(1, 0).T * 10.0
-        return F.cross_entropy(scores, torch.arange(out.shape[0]))
+        return F.cross_entropy(scores, torch.arange(out.shape[0], device=scores.device))
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         for name, model in library_data(self.library)["architectures"].items():

@@ -3,12 +3,16 @@ picture in the dashboard and the static site. Every label is escaped."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from markupsafe import Markup, escape
 
+from reports.render import fmt
+
 COLORS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#7c3aed", "#0891b2")
+CHAR_W = 6.2  # px per character of an 11 px label, a little over the average (system-ui)
 
 
 def hbars(
@@ -20,8 +24,14 @@ def hbars(
     width: int = 640,
 ) -> Markup:
     """Horizontal grouped bars: one group per row label, one bar per series (values 0..1 when
-    `as_percent`, else counts scaled to the largest)."""
-    label_w, bar_h, gap = 210, 12, 8
+    `as_percent`, else counts scaled to the largest). The label column is as wide as the
+    longest label needs, up to a third of the chart plus a bit; longer labels are cut at a word
+    boundary (the full label is the bar's tooltip)."""
+    longest = max((len(label) for label, _ in rows), default=0)
+    needed = longest * CHAR_W + 14
+    label_w = math.ceil(min(max(needed, 120), width * 0.52))
+    label_chars = longest if needed <= label_w else int((label_w - 14) / CHAR_W)
+    bar_h, gap = 12, 8
     group_h = bar_h * len(series) + gap
     legend_h = 42
     height = legend_h + group_h * len(rows) + 10
@@ -39,7 +49,7 @@ def hbars(
         y0 = legend_h + r * group_h
         parts.append(
             f'<text x="{label_w - 6}" y="{y0 + group_h / 2 + 2:.0f}" text-anchor="end" '
-            f'class="label">{escape(_clip(label, 32))}</text>'
+            f'class="label">{escape(fmt.clip(label, label_chars))}</text>'
         )
         for i, v in enumerate(vals):
             w = 0.0 if v is None else max(0.0, min(1.0, v / scale)) * plot_w
@@ -92,7 +102,7 @@ def lines(
             anchor = "start" if i == 0 and n > 1 else "end" if i == n - 1 and n > 1 else "middle"
             parts.append(
                 f'<text x="{xpos(i):.1f}" y="{top + plot_h + 16}" text-anchor="{anchor}" '
-                f'class="value">{escape(_clip(label, 16))}</text>'
+                f'class="value">{escape(fmt.clip(label, 16))}</text>'
             )
     for s, (name, values) in enumerate(series):
         color = COLORS[s % len(COLORS)]
@@ -183,7 +193,3 @@ def _svg_open(width: int, height: int, title: str) -> str:
         f"<title>{escape(title)}</title>"
         f'<text x="8" y="14" class="chart-title">{escape(title)}</text>'
     )
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"

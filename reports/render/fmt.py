@@ -54,3 +54,48 @@ def op_sweep_cell(s: dict[str, Any] | None) -> str:
     if not s:
         return "-"
     return f"{pct(s.get('pass_rate'))} ({s['verdict'].replace('_', ' ')})"
+
+
+def first_line(text: str | None) -> str:
+    """The first non-empty line of `text`, its whitespace collapsed ("" for none)."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            return " ".join(line.split())
+    return ""
+
+
+def clip(text: str | None, limit: int) -> str:
+    """`text` on one line in at most `limit` characters, cut at a word boundary with "…" (a
+    single word longer than half the limit is cut inside it)."""
+    one = " ".join((text or "").split())
+    if len(one) <= limit:
+        return one
+    cut = one[: max(1, limit - 1)]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(-") + "…"
+
+
+def byte_size(n: int | float | None) -> str:
+    """1536 -> 1.5 KiB; 3.2e9 -> 2.98 GiB (binary units, as the OS reports memory)."""
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.{2 if n / size < 10 else 1}f} {unit}"
+    return f"{int(n)} B"
+
+
+def seconds(s: float | None) -> str:
+    """0.042 -> 0.04 s; 83.2 -> 83.2 s; 4000 -> 1 h 6 min."""
+    if s is None:
+        return "-"
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 600:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"

@@ -1,22 +1,50 @@
-"""A self-contained static site of one run (inline CSS and SVG, no scripts, nothing fetched):
-`index.html` (the report with charts), `models.html` (the most downloaded models),
-`models.csv` (every model; a row per model and dtype in a run of several), `report.json`, and with an op sweep on the same device
-`op-sweep.html` and `ops/<op>.html`. Publish the folder as is."""
+"""A self-contained static site of one run, to publish as is and look models up in.
+
+`index.html` (the report with charts), `models.html` (the most downloaded models, with a
+client-side search), one page per model (`models/<id>.html`: its stages, errors, fallbacks, the
+command that reproduces it, a link to it on the Hub) and per ATen op its models fell back on or
+failed at (`ops/<op>.html`: the models, and the op sweep's samples when one ran on the device),
+linked both ways, `models.csv` (every model; a row per model and dtype in a run of several) and `report.json`; with an op sweep on the same
+device also `op-sweep.html`. Inline CSS and SVG; nothing is fetched (each page's
+Content-Security-Policy says so), and the one script is the search of `models.html`, allowed by
+its hash."""
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
+import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from reports.models import ModelFilter, model_table
+from markupsafe import Markup
+
+from reports.models import ModelFilter, model_details, model_table
+from reports.op_sweep import base_name
 from reports.query import STAGES, StoreQuery
 from reports.render import charts, jsondoc
-from reports.render.op_site import write_op_pages
+from reports.render.op_site import op_file_name, op_page_names, write_op_pages
 from reports.render.sections import report_sections
-from reports.render.site_pages import environment, page_context, write_page
+from reports.render.site_pages import STYLE, environment, page_context, write_page
 
-MODELS_ON_PAGE = 1000
+MODELS_ON_PAGE = 1000  # the models listed on models.html, each with its own page
+SEARCH_SCRIPT = (STYLE.parent / "site_search.js").read_text(encoding="utf-8")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def model_file_name(model_id: str) -> str:
+    """`org/name` -> `org--name-1a2b3c4d.html`: a file name that cannot leave `models/`, unique
+    (the hash) even where two ids differ only in characters it replaces."""
+    digest = hashlib.sha1(model_id.encode("utf-8")).hexdigest()[:8]
+    return _UNSAFE.sub("_", model_id.replace("/", "--"))[:120].lstrip(".") + f"-{digest}.html"
+
+
+def script_hash(script: str) -> str:
+    """The CSP source that allows exactly this inline script."""
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
 def report_charts(report: dict[str, Any]) -> dict[str, Any]:
@@ -34,10 +62,10 @@ def report_charts(report: dict[str, Any]) -> dict[str, Any]:
             label="key",
             title="Failures by stage (models)",
         ),
-        "signatures": charts.reasons_chart(
-            report["failure_clusters"],
-            label="signature",
-            title="Failures by reason: top error signatures (models)",
+        "failing_ops": charts.reasons_chart(
+            report.get("failures_by_op") or [],
+            label="key",
+            title="Failures by the op they name (models)",
             limit=8,
         ),
     }
@@ -59,10 +87,10 @@ def dtype_charts(report: dict[str, Any]) -> dict[str, Any]:
             label="key",
             title="Failures by stage (models)",
         ),
-        "signatures": charts.by_dtype_chart(
-            {d: v["failure_clusters"] for d, v in per.items()},
-            label="signature",
-            title="Failures by reason: top error signatures (models)",
+        "failing_ops": charts.by_dtype_chart(
+            {d: v.get("failures_by_op") or [] for d, v in per.items()},
+            label="key",
+            title="Failures by the op they name (models)",
             limit=8,
         ),
     }
@@ -78,36 +106,74 @@ def failures_by_stage(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [per[s] for s in STAGES if s in per]
 
 
-def write_site(q: StoreQuery, report: dict[str, Any], out: str | Path) -> list[Path]:
+def write_site(
+    q: StoreQuery, report: dict[str, Any], out: str | Path, *, models_on_page: int = MODELS_ON_PAGE
+) -> list[Path]:
     """Write the site into `out` (created if needed); returns the files written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    common = {**page_context(report), "stages": STAGES}
+    run_id = report["run_id"]
+    common = {**page_context(report), "stages": report.get("stages") or STAGES}
+    table = model_table(
+        q, run_id, ModelFilter(per_page=models_on_page), max_per_page=models_on_page
+    )
+    model_files = {r["model_id"]: "models/" + model_file_name(r["model_id"]) for r in table["rows"]}
+    ops = op_page_names(q, report)
+
+    def op_link(op: str, up: str = "") -> str | None:
+        base = base_name(op)
+        return f"{up}ops/{op_file_name(base)}" if base in ops else None
+
     written = []
     index = env.get_template("site_index.html").render(
-        **common, sections=report_sections(report), charts=report_charts(report)
+        **common,
+        sections=report_sections(report),
+        charts=report_charts(report),
+        links={"ops": op_link},
     )
     written.append(write_page(out / "index.html", index))
-    table = model_table(
-        q, report["run_id"], ModelFilter(per_page=MODELS_ON_PAGE), max_per_page=MODELS_ON_PAGE
+    page = env.get_template("site_models.html").render(
+        **common,
+        table=table,
+        model_link=model_files.get,
+        op_link=op_link,
+        search_script=Markup(SEARCH_SCRIPT),
+        script_src=script_hash(SEARCH_SCRIPT),
     )
-    page = env.get_template("site_models.html").render(**common, table=table)
     written.append(write_page(out / "models.html", page))
+    (out / "models").mkdir(exist_ok=True)
+    links = SimpleNamespace(
+        op=lambda op: op_link(op, "../"),
+        run=lambda rid: "../index.html" if rid == run_id else None,
+        history=lambda rid: None,
+        cluster=lambda sig: None,
+        dtype=lambda d: None,  # one page per model: every dtype of the run side by side on it
+    )
+    template = env.get_template("site_model.html")
+    for model_id, m in model_details(q, run_id, list(model_files)).items():
+        html = template.render(**common, m=m, links=links, in_subfolder=True)
+        written.append(write_page(out / model_files[model_id], html))
     written.append(write_page(out / "report.json", jsondoc.render(report)))
-    written.append(_write_csv(q, report["run_id"], out / "models.csv"))
-    written += write_op_pages(q, report, out, env, common)
+    written.append(_write_csv(q, run_id, out / "models.csv", common["stages"]))
+    written += write_op_pages(
+        q, report, out, env, common, names=ops, model_link=lambda mid: _up(model_files.get(mid))
+    )
     return written
 
 
-def _write_csv(q: StoreQuery, run_id: str, path: Path) -> Path:
+def _up(path: str | None) -> str | None:
+    return f"../{path}" if path else None
+
+
+def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
     dtypes = q.run_dtypes(run_id)
     dtype = "dtype, " if len(dtypes) > 1 else ""  # a run of several: a row per model and dtype
     rows = q.fetch(
         f"""
         SELECT model_id, {dtype}rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in STAGES)}
+          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
         FROM model_runs WHERE run_id = $run
         ORDER BY downloads DESC, model_id, list_position($dtypes, dtype)
         """,

@@ -57,6 +57,7 @@ def denominators_section(d: dict[str, Any]) -> Section:
     add(3, "error", "failed_error")
     add(3, "timeout", "failed_timeout")
     add(3, "crash", "failed_crash")
+    add(3, "out of memory", "failed_oom")
     add(2, "wrong results", "wrong")
     add(2, "backward not run (forward did not finish)", "not_run")
     per = d.get("seconds_per_sample")

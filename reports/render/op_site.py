@@ -1,10 +1,12 @@
-"""The op sweep's pages of the static site: `op-sweep.html` (denominators, ops, the join to the
-model sweep) and `ops/<op>.html` per ATen op (its samples by dtype, the models that fall back on
-it). Same rules as the rest of the site: autoescaped, no scripts, nothing fetched."""
+"""The op pages of the static site: `ops/<op>.html` per ATen op the run's models fell back on
+or failed at, or the op sweep dispatched (the models, with links to their pages; the op sweep's
+samples by dtype), and with an op sweep on the device `op-sweep.html`. Same rules as the rest of
+the site: autoescaped, nothing fetched, no script."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +25,53 @@ def op_file_name(op: str) -> str:
     return _UNSAFE.sub("_", op.replace("::", "__"))[:150] + ".html"
 
 
+def op_page_names(q: StoreQuery, report: dict[str, Any]) -> set[str]:
+    """The base names of the ops that get a page: every op the run's models fell back on or
+    whose failure names it, and every op the joined op sweep dispatched."""
+    names: set[str] = set()
+    model_run = report.get("run_id")
+    if model_run:
+        names |= set(op_sweep.models_by_op(q, model_run))
+        names |= set(op_sweep.failing_models_by_op(q, model_run))
+    data = report.get("op_sweep")
+    if data:
+        names |= {o["op"] for o in op_sweep.op_table(q, data["op_run_id"])}
+    return {n for n in names if op_sweep.valid_op_name(n)}
+
+
 def write_op_pages(
     q: StoreQuery,
     report: dict[str, Any],
     out: Path,
     env: jinja2.Environment,
     common: dict[str, Any],
+    *,
+    names: set[str] | None = None,
+    model_link: Callable[[str], str | None] | None = None,
 ) -> list[Path]:
-    """The op sweep's pages into `out` (none without an op sweep in the report)."""
+    """The op pages (`names`, default `op_page_names`) into `out/ops/`, and `op-sweep.html` when
+    the report has an op sweep; `model_link` gives a model's page from the ops folder."""
     data = report.get("op_sweep")
-    if not data:
-        return []
-    op_run = data["op_run_id"]
+    op_run = data["op_run_id"] if data else None
     model_run = report.get("run_id")
-    table = op_sweep.op_table(q, op_run)
-    names = {o["op"] for o in table}
+    names = op_page_names(q, report) if names is None else names
+    if not names and not data:
+        return []
     models_of = op_sweep.models_by_op(q, model_run) if model_run else {}
-    names |= set(models_of)
     folder = out / "ops"
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    index = env.get_template("site_op_sweep.html").render(
-        **common,
-        data=data,
-        sections=op_sweep_sections(data),
-        ops=table,
-        op_link=lambda op: "ops/" + op_file_name(op),
-        op_link_or_none=lambda cell: ("ops/" + op_file_name(cell)) if cell in names else None,
-    )
-    written.append(write_page(out / "op-sweep.html", index))
+    if data:
+        table = op_sweep.op_table(q, data["op_run_id"])
+        index = env.get_template("site_op_sweep.html").render(
+            **common,
+            data=data,
+            sections=op_sweep_sections(data),
+            ops=table,
+            op_link=lambda op: "ops/" + op_file_name(op),
+            op_link_or_none=lambda cell: ("ops/" + op_file_name(cell)) if cell in names else None,
+        )
+        written.append(write_page(out / "op-sweep.html", index))
     for name in sorted(names):
         page = op_sweep.op_page(
             q, name, model_run_id=model_run, op_run_id=op_run, models_of=models_of
@@ -59,9 +79,9 @@ def write_op_pages(
         html = env.get_template("site_op.html").render(
             **common,
             p=page,
-            in_ops_folder=True,
+            in_subfolder=True,
             op_link=op_file_name,
-            model_link=lambda mid: None,
+            model_link=model_link or (lambda mid: None),
         )
         written.append(write_page(folder / op_file_name(name), html))
     return written

@@ -99,13 +99,14 @@ def denominators_section(d: dict[str, Any]) -> Section:
 def quantized_section(report: dict[str, Any]) -> Section:
     """Quantized checkpoints by method: run or skipped, and how far the run ones got."""
     q = report["denominators"].get("quantized") or {"by_method": []}
+    stages = report.get("stages") or STAGE_NAMES
     rows = [
         [
             r["method"],
             fmt.count(r["models"]),
             fmt.downloads(r["downloads"]),
             fmt.count(r["run"]),
-            *(fmt.count(r["stages_passed"].get(stage)) for stage in STAGE_NAMES),
+            *(fmt.count(r["stages_passed"].get(stage)) for stage in stages),
             fmt.count(r["skipped"]),
             ", ".join(r["skip_reasons"]),
         ]
@@ -114,7 +115,7 @@ def quantized_section(report: dict[str, Any]) -> Section:
     return Section(
         "quantized",
         "Quantized checkpoints by method",
-        ["method", "models", "downloads", "run", *STAGE_NAMES, "skipped", "skip reason"],
+        ["method", "models", "downloads", "run", *stages, "skipped", "skip reason"],
         rows,
         [
             "A row's `quantization` is the method its checkpoint needs (its quantization_config, "
@@ -130,6 +131,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         rows.append(
             [
                 line["line"],
+                fmt.count(line.get("applies")),
                 fmt.count(line["passed"]),
                 fmt.pct(line["passed_share"]),
                 fmt.pct(line["passed_downloads_share"]),
@@ -146,6 +148,7 @@ def funnel_section(report: dict[str, Any]) -> Section:
         "Funnel: models that passed each stage",
         [
             "passed",
+            "applies to",
             "models",
             "% models",
             "% downloads",
@@ -157,10 +160,166 @@ def funnel_section(report: dict[str, Any]) -> Section:
         ],
         rows,
         [
-            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included). "
+            f"Base: the {fmt.count(d['models'])} models of the run (skipped ones included), "
+            "less, for each stage, the models it does not apply to ('applies to'; generate "
+            "does not apply to an encoder; a model that stopped at an earlier stage counts). "
             "'no fallback' = passed with no op falling back to the CPU in that stage; 'skipped' "
-            "there counts stages that do not apply (e.g. generate on an encoder)."
+            "counts stages skipped for the model (not applicable, or the device's reason)."
         ],
+    )
+
+
+def fine_tune_section(report: dict[str, Any]) -> Section:
+    """Can I fine-tune on the device: the training stages, by models and by downloads."""
+    f = report["fine_tune"]
+    rows = [
+        [
+            line["label"],
+            fmt.count(line["passed"]),
+            fmt.pct(line["passed_share"]),
+            fmt.pct(line["passed_downloads_share"]),
+            fmt.count(line["no_fallback"]),
+            fmt.pct(line["no_fallback_downloads_share"]),
+            fmt.count(line["failed"]),
+            fmt.count(line["not_run"]),
+            fmt.count(line["skipped"]),
+        ]
+        for line in f["stages"]
+        if line["rows"]
+    ]
+    lora = f["lora"]
+    notes = [
+        "Fine-tunes on the device with no CPU fallback, by downloads: "
+        f"{fmt.pct(f['default_no_fallback_downloads_share'])} with PyTorch's default AdamW, "
+        f"{fmt.pct(f['fused_no_fallback_downloads_share'])} with AdamW(fused=True) "
+        "(the optimizer stage passed, forward, backward, clip_grad_norm_, step and zero_grad "
+        "included, and no op fell back in it).",
+        f"Base: the {fmt.count(f['models'])} models of the run; "
+        f"{fmt.count(f['backward_passed'])} passed backward, which every training stage builds "
+        "on (the others are 'not run').",
+        f"LoRA ran on {fmt.count(lora['ran'])} models ({fmt.downloads(lora['ran_downloads'])} "
+        f"downloads) whose model type has peft default target modules; "
+        f"{fmt.pct(lora['passed_downloads_share_of_ran'])} of their downloads trained. Skipped: "
+        + (
+            ", ".join(f"{r['reason']} {fmt.count(r['models'])}" for r in lora["skipped_by_reason"])
+            or "none"
+        )
+        + ".",
+    ]
+    calls = f.get("step_op_calls") or {}
+    if calls:
+        shown = "; ".join(
+            f"{stage}: median {fmt.count(round(c['median']))} (min {fmt.count(c['min'])}, "
+            f"max {fmt.count(c['max'])}, {fmt.count(c['models'])} models)"
+            for stage, c in sorted(calls.items())
+        )
+        notes.append(
+            "Device op calls in the optimizer's part of one step (clip_grad_norm_, step, "
+            f"zero_grad), where the device counts them: {shown}."
+        )
+    return Section(
+        "fine_tune",
+        "Fine-tuning: can I train on the device?",
+        [
+            "training stage",
+            "passed",
+            "% models",
+            "% downloads",
+            "no fallback",
+            "% dl no fallback",
+            "failed",
+            "not run",
+            "skipped",
+        ],
+        rows,
+        notes,
+    )
+
+
+def optimizer_ops_section(report: dict[str, Any]) -> Section:
+    """The ops that fall back in the optimizer's part of a step, by downloads."""
+    rows = [
+        [
+            r["op"],
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.pct(r["downloads_share"]),
+            fmt.count(r["calls"]),
+            fmt.count(r["fused_models"]),
+            fmt.count(r["removed_by_fused"]),
+            fmt.downloads(r["removed_by_fused_downloads"]),
+            fmt.text(r["top_models"]),
+        ]
+        for r in report["fine_tune"]["optimizer_ops"]
+    ]
+    return Section(
+        "optimizer_ops",
+        "Optimizer ops that fall back to the CPU, ranked by downloads",
+        [
+            "op",
+            "models (default AdamW)",
+            "downloads",
+            "% dl",
+            "calls",
+            "models (fused)",
+            "fused removes it",
+            "dl fused removes it",
+            "most downloaded",
+        ],
+        rows,
+        [
+            "Ops that fell back only in the optimizer's part of a training step "
+            "(clip_grad_norm_, AdamW.step, zero_grad), as the device records them op by op "
+            "(the emulated device); 'fused removes it': models whose fused step passed without "
+            "it."
+        ],
+    )
+
+
+def band_section(report: dict[str, Any]) -> Section:
+    """Compile, and every stage, as a band: with evidence for every compiler verdict, and at
+    most (unless the unverified ops fail)."""
+    b = report.get("band") or {}
+    rows = [
+        [
+            line["line"],
+            fmt.count(line["with_evidence"]),
+            fmt.pct(line["with_evidence_share"]),
+            fmt.pct(line["with_evidence_downloads_share"]),
+            fmt.count(line["at_most"]),
+            fmt.pct(line["at_most_share"]),
+            fmt.pct(line["at_most_downloads_share"]),
+        ]
+        for line in b.get("lines", [])
+    ]
+    if b.get("recorded"):
+        notes = [
+            "'lowers with evidence': every graph op the device's compiler took to lower rests "
+            "on evidence (the device's registrations, decompositions or tests, or upstream "
+            "torch-mlir); 'at most': also the models whose compile passed on ops no evidence "
+            f"decides, unless those ops fail ({fmt.count(b.get('unverified_models'))} models, "
+            f"{fmt.downloads(b.get('unverified_downloads'))} downloads; their ops are in the "
+            "missing-ops ranking as absence of evidence)."
+        ]
+    else:
+        notes = [
+            "No compile verdict in this run records its evidence (a device whose compiler "
+            "reports none, or rows written before it was recorded): both ends are the same."
+        ]
+    return Section(
+        "band",
+        "Compile evidence band: passes with evidence, and at most",
+        [
+            "passed",
+            "with evidence",
+            "% models",
+            "% downloads",
+            "at most",
+            "% models",
+            "% downloads",
+        ],
+        rows,
+        notes,
     )
 
 
@@ -188,7 +347,10 @@ def headline_section(report: dict[str, Any]) -> Section:
     notes = [
         f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
         f"downloaded {h['task']} models, {h['passing']} pass every stage "
-        f"({fmt.pct(h['passing_share'])}); {h['passing_on_device']} with no CPU fallback "
+        f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
+        f"{h.get('passing_with_evidence', h['passing'])}, "
+        f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
+        f"{h['passing_on_device']} with no CPU fallback "
         f"({fmt.pct(h['passing_on_device_share'])}). An architecture passes when all its models "
         "among them pass.",
     ]
@@ -239,10 +401,23 @@ def breakdown_section(key: str, rows_in: list[dict[str, Any]]) -> Section:
     )
 
 
+def failure_text(r: dict[str, Any], limit: int = 140) -> str:
+    """A failure as users read it: `ErrorType: message`, the real message (numbers and all) of
+    its first line cut at a word boundary; the normalised signature only when no message was
+    kept."""
+    message = fmt.first_line(r.get("example_message") or r.get("error_message"))
+    if not message:
+        return fmt.clip(r.get("signature") or r.get("error_signature") or "", limit)
+    kind = r.get("error_type")
+    return fmt.clip(f"{kind}: {message}" if kind else message, limit)
+
+
 def failures_section(report: dict[str, Any]) -> Section:
+    clusters = report["failure_clusters"]
     rows = [
         [
-            r["signature"],
+            failure_text(r),
+            r.get("failing_op") or "-",
             fmt.count(r["models"]),
             fmt.dl_of(r["downloads"], None),
             fmt.pct(r["downloads_share"]),
@@ -250,13 +425,27 @@ def failures_section(report: dict[str, Any]) -> Section:
             fmt.text(r["statuses"]),
             fmt.text(r["top_models"][:3]),
         ]
-        for r in report["failure_clusters"]
+        for r in clusters
     ]
     return Section(
         "failures",
-        "Failure clusters (first failing stage, by error signature)",
-        ["signature", "models", "downloads", "% dl", "stages", "status", "most downloaded"],
+        "Failure clusters (first failing stage, by error)",
+        [
+            "error (of the most downloaded model)",
+            "op",
+            "models",
+            "downloads",
+            "% dl",
+            "stages",
+            "status",
+            "most downloaded",
+        ],  # fmt: skip
         rows,
+        [
+            "Models are grouped by their first failure's error with its numbers, names and "
+            "paths set aside; each line shows the real error of its most downloaded model."
+        ],
+        keys=[r["signature"] for r in clusters],
     )
 
 
@@ -290,6 +479,8 @@ def ops_section(report: dict[str, Any]) -> Section:
             fmt.pct(r["blocked_downloads_share"]),
             fmt.count(r["models"]),
             fmt.count(r["failing_models"]),
+            fmt.count(r.get("unverified_models")),
+            r.get("evidence") or "",
             fmt.count(r["calls"]),
             fmt.text(r["sources"]),
             fmt.count(r["sole_models"]),
@@ -308,6 +499,8 @@ def ops_section(report: dict[str, Any]) -> Section:
             "% dl",
             "fell back in",
             "failure names it",
+            "no evidence in",
+            "evidence",
             "calls",
             "source",
             "only obstacle",
@@ -316,6 +509,9 @@ def ops_section(report: dict[str, Any]) -> Section:
         ],
         rows,
         [
+            "'no evidence in': models whose compile took the op to lower with nothing deciding "
+            "it; 'evidence': evidence of absence (a fallback or a failure names the op) or "
+            "absence of evidence (only such compile verdicts: those models pass unless it fails).",
             "'only obstacle': models that passed every stage with this op as their only CPU "
             "fallback; lowering it makes their downloads run entirely on the device.",
             "'op sweep pass rate': the op's own results over PyTorch's OpInfo samples on the "
@@ -361,11 +557,17 @@ def trend_section(report: dict[str, Any]) -> Section:
 def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], Section]]:
     """The report's sections, in order, each a function of the report (or of one dtype's view of
     it: a run of several dtypes builds each once per dtype and puts them side by side)."""
+    fine_tune_ran = any(
+        (view.get("fine_tune") or {}).get("ran")
+        for view in [report, *(report.get("by_dtype") or {}).values()]
+    )
     return [
         lambda r: denominators_section(r["denominators"]),
         quantized_section,
         funnel_section,
+        band_section,
         headline_section,
+        *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
         failures_section,
         skips_section,
         ops_section,

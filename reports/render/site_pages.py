@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from reports.render import fmt
 
@@ -28,7 +29,25 @@ def environment(extra: list[Path] | None = None) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.globals["fmt"] = fmt
+    env.filters["model_id"] = model_id_html
+    env.filters["breakable"] = breakable
     return env
+
+
+def model_id_html(model_id: str) -> Markup:
+    """A model id that wraps only after its "/": `org/` and `name` are each kept on one line
+    (escaped; a `<wbr>` between them)."""
+    org, sep, name = str(model_id).partition("/")
+    if not sep:
+        return Markup('<span class="id-seg">{}</span>').format(org)
+    return Markup('<span class="id-seg">{}/</span><wbr><span class="id-seg">{}</span>').format(
+        org, name
+    )
+
+
+def breakable(text: str) -> Markup:
+    """`text` escaped, with a line-break opportunity after each `_` (long stage names)."""
+    return Markup("_<wbr>").join(escape(part) for part in str(text).split("_"))
 
 
 def page_context(report: dict[str, Any]) -> dict[str, Any]:

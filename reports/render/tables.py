@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reports.render import fmt
+
 
 @dataclass
 class Section:
@@ -20,6 +22,9 @@ class Section:
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
     indent: list[int] = field(default_factory=list)  # per row, for the denominators tree
+    # per row, what a link from its first cell is made from (default: the cell's own text),
+    # e.g. a failure cluster's signature while the cell shows its real error message
+    keys: list[str] = field(default_factory=list)
 
 
 def emulated_notice(d: dict[str, Any], what: str = "results") -> str | None:
@@ -46,7 +51,7 @@ def render_table(section: Section) -> list[str]:
     def line(cells: list[str]) -> str:
         out = []
         for i, cell in enumerate(cells):
-            cell = cell if len(cell) <= widths[i] else cell[: widths[i] - 1] + "…"
+            cell = fmt.clip(cell, widths[i]) if len(cell) > widths[i] else cell
             out.append(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]))
         return "  ".join(out).rstrip()
 

@@ -1,4 +1,9 @@
-"""Registry of devices: names map to lazy `module:attr` targets, so heavy imports happen on use."""
+"""Registry of devices: names map to lazy `module:attr` targets, so heavy imports happen on use.
+
+A target is a `Device` subclass; `get_device` builds it with `create(**options)` (the `neuron`
+entry picks the real device or the emulated one there). Nothing outside a device's own module
+(or package) names it: callers ask the registry, then the device's hooks.
+"""
 
 from __future__ import annotations
 
@@ -18,25 +23,39 @@ DEVICES: dict[str, str] = {
     "cuda": "runners.devices.cuda:CudaDevice",
     "mps": "runners.devices.mps:MpsDevice",
     # real TorchNeuron when `torch_neuronx` is importable, else the emulated device
-    "neuron": "runners.devices.neuron:neuron_device",
-    "neuron-emulated": "runners.devices.neuron_emulated:NeuronEmulatedDevice",
-}
-
-
-# Environment a device needs in the process that runs models, set before torch is imported
-# there (PyTorch reads these when it loads): device -> variables, unless `strict` is asked for.
-PROCESS_ENV: dict[str, dict[str, str]] = {
-    # MPS: ops without a kernel fall back to the CPU (with a warning) instead of raising
-    "mps": {"PYTORCH_ENABLE_MPS_FALLBACK": "1"},
+    "neuron": "runners.devices.neuron:Neuron",
+    "neuron-emulated": "runners.devices.neuron:NeuronEmulated",
 }
 _SET_AFTER_TORCH: set[str] = set()  # variables set here after this process imported torch
 
 
+def device_class(name: str) -> type[Device]:
+    """The registered class of device `name` (`neuron:0` -> `neuron`). Registered modules do
+    not import torch when imported (`process_env` is read before torch loads). Unknown names
+    get "Did you mean ...?"."""
+    base = name.split(":", 1)[0]
+    target = DEVICES.get(base)
+    if target is None:
+        close = difflib.get_close_matches(base, DEVICES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownNameError(
+            f"Unknown device {name!r}.{hint} Available: {', '.join(device_names())}",
+            device=name,
+        )
+    module_name, attr = target.split(":")
+    found: type[Device] = getattr(importlib.import_module(module_name), attr)
+    return found
+
+
 def process_env(name: str, options: dict[str, Any] | None = None) -> dict[str, str]:
-    """The environment device `name` needs before torch is imported (none in strict mode)."""
-    if (options or {}).get("strict"):
-        return {}
-    return dict(PROCESS_ENV.get(name.split(":", 1)[0], {}))
+    """The environment device `name` needs before torch is imported (its `process_env`)."""
+    return dict(device_class(name).process_env(options or {}))
+
+
+def preload_modules() -> list[str]:
+    """What model processes import for any registered device on first use (for a parent that
+    forks them to import once)."""
+    return sorted({m for name in DEVICES for m in device_class(name).preload_modules})
 
 
 def prepare_process_env(name: str, options: dict[str, Any] | None = None) -> bool:
@@ -57,19 +76,8 @@ def device_names() -> list[str]:
 
 
 def get_device(name: str, **options: Any) -> Device:
-    """Instantiate the device called `name` (e.g. "cpu", "neuron"); unknown names get a hint."""
-    base = name.split(":", 1)[0]
-    target = DEVICES.get(base)
-    if target is None:
-        close = difflib.get_close_matches(base, DEVICES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownNameError(
-            f"Unknown device {name!r}.{hint} Available: {', '.join(device_names())}",
-            device=name,
-        )
-    module_name, attr = target.split(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    device: Device = factory(**options)
+    """Instantiate the device called `name` (e.g. "cpu", "cuda"); unknown names get a hint."""
+    device = device_class(name).create(**options)
     if not device.is_available():
         raise DeviceError(
             f"Device {name!r} is not available on this machine.",
@@ -81,11 +89,4 @@ def get_device(name: str, **options: Any) -> Device:
 
 def available_devices() -> list[str]:
     """Registered devices usable on this machine (imports each device module)."""
-    found = []
-    for name, target in sorted(DEVICES.items()):
-        module_name, attr = target.split(":")
-        factory = getattr(importlib.import_module(module_name), attr)
-        check = getattr(factory, "is_available", None)
-        if check is None or check():
-            found.append(name)
-    return found
+    return [name for name in sorted(DEVICES) if device_class(name).is_available()]

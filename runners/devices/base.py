@@ -1,8 +1,12 @@
-"""The device interface every backend implements (cpu, cuda, mps, neuron, emulated neuron).
+"""The device interface every backend implements (the registry in `__init__.py` names them).
 
-A device knows how to put a model and its inputs on itself, which `torch.compile` backend to use,
-and how to record the ops that fell back to the CPU while a stage ran. Device-specific handling
-(re-tying weights after `.to()`, storage moves for save/load) lives here, never in stages.
+A device knows how to put a model and its inputs on itself, how `torch.compile` runs on it
+(`compile_options`, and `compiling` around a compile stage), how each ATen op runs on it
+(`classify_op`), what its model processes need in their environment before torch loads
+(`process_env`), and how to record the ops that fell back to the CPU while a stage ran.
+Device-specific handling (re-tying weights after `.to()`, storage moves for save/load) lives
+here, never in stages. Importing this module does not import torch (the registry reads
+`process_env` before a model process loads it).
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ import contextlib
 from abc import ABC
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from reports.errors import DeviceError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class FallbackDisallowed(DeviceError):
@@ -101,6 +106,19 @@ def collecting(log: FallbackLog) -> Iterator[FallbackLog]:
         _ACTIVE_LOGS.remove(log)
 
 
+@dataclass(frozen=True)
+class CompileOptions:
+    """How `torch.compile` runs on a device."""
+
+    backend: str = "inductor"
+    mode: str | None = None  # what the backend does with a graph op it cannot lower (if anything)
+    dynamic: bool | None = None  # None: torch.compile's own default
+
+
+# How an ATen op runs on a device (`Device.classify_op`), the words the op sweep records:
+OP_CLASSES = ("native", "view", "routed_to_cpu", "conditional", "fallback")
+
+
 class Device(ABC):
     """One PyTorch device. Subclasses set `name`; instances are cheap, `setup()` does the work."""
 
@@ -108,15 +126,46 @@ class Device(ABC):
     emulated: ClassVar[bool] = False
     compile_backend: str = "inductor"
     compile_mode: str | None = None  # what the compile backend does with an unlowerable op
+    compile_dynamic: ClassVar[bool | None] = None  # the backend's `dynamic` (None: default)
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
+    # Modules a model process imports for this device on first use: a parent that forks its
+    # model processes imports them once, before forking (`runners.isolation.warm_parent`).
+    preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):
         self.strict = strict  # a CPU fallback raises instead of running (where supported)
         self.profile = profile
 
     @classmethod
+    def create(cls, **options: Any) -> Device:
+        """The device the registry builds for these options (a subclass may pick another)."""
+        return cls(**options)
+
+    @classmethod
     def is_available(cls) -> bool:
         return True
+
+    @classmethod
+    def process_env(cls, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Environment variables the model processes need set before torch is imported there
+        (PyTorch reads some when it loads). Called without importing torch."""
+        return {}
+
+    def compile_options(self) -> CompileOptions:
+        """The `torch.compile` backend, the mode of its unlowerable ops, and `dynamic`."""
+        return CompileOptions(self.compile_backend, self.compile_mode, self.compile_dynamic)
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[dict[str, Any]]:
+        """Around a compile stage: yields a dict that the device's compiler fills, by the time
+        the block exits (also when it raises), with row columns it knows (`partition_count`,
+        `compile_evidence`, `unverified_ops`). Nothing for compilers that report nothing."""
+        yield {}
+
+    def classify_op(self, op: str) -> str | None:
+        """How the ATen op `op` (`aten::name.overload`) runs here, one of `OP_CLASSES`, or None
+        where the device declares nothing."""
+        return None
 
     def setup(self) -> None:
         """Make the device usable in this process (idempotent)."""
@@ -124,6 +173,8 @@ class Device(ABC):
 
     @property
     def torch_device(self) -> torch.device:
+        import torch
+
         return torch.device(self.name)
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -137,6 +188,8 @@ class Device(ABC):
     def to_device(self, obj: Any) -> Any:
         """Move tensors (also inside mappings, lists, tuples) to the device. Mappings that are
         not dicts (transformers' BatchEncoding / BatchFeature) come back as plain dicts."""
+        import torch
+
         if isinstance(obj, torch.Tensor):
             return obj.to(self.torch_device)
         if isinstance(obj, Mapping):

@@ -9,5 +9,8 @@ class CpuDevice(Device):
     name = "cpu"
     compile_backend = "inductor"
 
+    def classify_op(self, op: str) -> str | None:
+        return "native"  # the CPU runs every op it has a kernel for natively
+
     def prepare_model(self, model):
         return model  # already on the host: moving would be a no-op, and ties are intact

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from runners.devices.base import Device
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CudaDevice(Device):
@@ -14,18 +17,28 @@ class CudaDevice(Device):
 
     @classmethod
     def is_available(cls) -> bool:
+        import torch
+
         return torch.cuda.is_available()
 
     def synchronize(self) -> None:
+        import torch
+
         torch.cuda.synchronize()
 
     def peak_memory_bytes(self) -> int | None:
+        import torch
+
         return int(torch.cuda.max_memory_allocated())
 
     def reset_peak_memory(self) -> None:
+        import torch
+
         torch.cuda.reset_peak_memory_stats()
 
     def versions(self) -> dict[str, str]:
+        import torch
+
         return {
             "torch": torch.__version__,
             "cuda": str(torch.version.cuda),
@@ -33,6 +46,8 @@ class CudaDevice(Device):
         }
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
+        import torch
+
         if dtype == torch.bfloat16:
             return bool(torch.cuda.is_bf16_supported())
         return dtype in (torch.float32, torch.float16)

@@ -3,7 +3,7 @@
 With `PYTORCH_ENABLE_MPS_FALLBACK=1` PyTorch warns "The operator 'aten::x.overload' is not
 currently supported on the MPS backend and will fall back to run on the CPU." (once per op
 unless `torch.set_warn_always(True)`); without it those ops raise `NotImplementedError`.
-PyTorch reads the variable once, when torch loads. The registry's `process_env` names it: the
+PyTorch reads the variable once, when torch loads. `MpsDevice.process_env` names it: the
 sweep sets it before its model processes import torch (runners.isolation starts a fresh
 interpreter when the current one imported torch first), and `setup()` refuses to run without
 it rather than record fallbacks that never happen. Strict mode leaves it unset: a fallback
@@ -17,12 +17,14 @@ import os
 import re
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
-
-import torch
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from reports.errors import DeviceError
 from runners.devices.base import Device, FallbackDisallowed, FallbackLog, collecting
+
+if TYPE_CHECKING:
+    import torch
 
 FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 _WARNING = re.compile(
@@ -49,7 +51,15 @@ class MpsDevice(Device):
     )
 
     @classmethod
+    def process_env(cls, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Ops without a kernel fall back to the CPU (with a warning) instead of raising;
+        strict mode leaves it unset."""
+        return {} if (options or {}).get("strict") else {FALLBACK_ENV: "1"}
+
+    @classmethod
     def is_available(cls) -> bool:
+        import torch
+
         return bool(torch.backends.mps.is_available())
 
     def setup(self) -> None:
@@ -74,10 +84,14 @@ class MpsDevice(Device):
         )
 
     def synchronize(self) -> None:
+        import torch
+
         torch.mps.synchronize()
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
+        import torch
+
         before = torch.is_warn_always_enabled()
         torch.set_warn_always(True)
         try:
@@ -93,10 +107,16 @@ class MpsDevice(Device):
             torch.set_warn_always(before)
 
     def peak_memory_bytes(self) -> int | None:
+        import torch
+
         return int(torch.mps.driver_allocated_memory())
 
     def versions(self) -> dict[str, str]:
+        import torch
+
         return {"torch": torch.__version__}
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
+        import torch
+
         return dtype in (torch.float32, torch.float16, torch.bfloat16)

@@ -11,7 +11,7 @@ same command runs every model once the device is fixed.
 It also sets the environment the device needs before torch is imported (MPS's CPU fallback
 switch) in this process, so that the Ray workers and model processes started after it inherit it.
 
-    python -m runners.devices.preflight neuron '{"profile": "torch-mlir"}'   # prints JSON
+    python -m runners.devices.preflight DEVICE '{"strict": true}'   # prints JSON
 """
 
 from __future__ import annotations
@@ -131,7 +131,10 @@ def _pythonpath() -> str:
 
 
 def main(argv: list[str]) -> int:
-    name = argv[0] if argv else "neuron"
+    if not argv:
+        print("usage: python -m runners.devices.preflight DEVICE [OPTIONS_JSON]", file=sys.stderr)
+        return 2
+    name = argv[0]
     options = json.loads(argv[1]) if len(argv) > 1 else {}
     try:
         report = probe(name, options)

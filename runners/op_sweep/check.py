@@ -19,7 +19,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
+from reports.errors import is_environment_error, safe_text
 from reports.schema import OpExecution, OpSkipReason, OpStatus
+from runners import faults
+from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.signature import error_signature, op_in_message, short_message
 
@@ -70,7 +73,7 @@ class DispatchRecorder(TorchDispatchMode):
     def attribute(self, log: FallbackLog) -> None:
         """Charge the fallbacks a device reported only after the block (a profiler-based log)
         to the dispatched ops of the same base name, or list them as ops of their own."""
-        from runners.devices.profiles import base_name
+        from runners.devices.aten_names import base_name
 
         seen = {f for entry in self.ops.values() for f in entry.fallbacks}
         for op, fb in log.ops.items():
@@ -279,9 +282,14 @@ def _row(ctx: SampleContext, index: int, sample_text: str, phase: str, **fields:
 
 
 def _error_fields(exc: BaseException, recorder: DispatchRecorder | None) -> dict[str, Any]:
-    message = str(exc)
+    """A sample's failure on the device: `oom` when an allocation failed (the memory budget,
+    or the device's memory), else `fail`. The environment's errors are never a sample's."""
+    if is_environment_error(exc):
+        raise exc
+    message = safe_text(exc)
     failing = getattr(exc, "op", None) or (recorder.failed_op() if recorder else None)
     return {
+        "status": (OpStatus.OOM if out_of_memory(exc) else OpStatus.FAIL).value,
         "error_type": type(exc).__name__,
         "error_message": short_message(message),
         "error_signature": error_signature(type(exc).__name__, message),
@@ -430,6 +438,7 @@ def check_sample(
         fw.log = log
         _seed(ctx.seed)
         try:
+            faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
             with fw:
                 actual_raw = op(d_input, *d_args, **d_kwargs)
             device.synchronize()
@@ -440,7 +449,7 @@ def check_sample(
     fw.attribute(log)
     dispatched = dispatched_rows(fw, ctx.lowering)
     if not forward_ok:
-        emit("forward", dispatched, start, status=OpStatus.FAIL.value, **fields)
+        emit("forward", dispatched, start, **fields)
         if "backward" in phases:
             reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
             if backward_skip is not None:
@@ -502,7 +511,7 @@ def check_sample(
     bw.attribute(log)
     dispatched = dispatched_rows(bw, ctx.lowering)
     if not grads_ok:
-        emit("backward", dispatched, start, status=OpStatus.FAIL.value, **fields)
+        emit("backward", dispatched, start, **fields)
         return
     cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
     emit(

@@ -1,87 +1,48 @@
-"""Run OpInfo samples in a child process, so that a sample that hangs or crashes is a row.
+"""Run OpInfo samples in a supervised child process, so that a sample that hangs or crashes is a
+row.
 
-The child streams a message before each OpInfo x dtype and each sample, then each row as soon as
-it is known. If it runs past the per-sample timeout the parent kills it; if it dies, the sample in
-progress gets `timeout` / `crash` for the phase it was in (`not_run` for the backward after a
-forward that never finished), and a fresh child carries on with the next sample. As in
-`runners/isolation.py`, on Linux the child is forked from a parent that imported torch and
-op_db but ran no op, so it starts in milliseconds.
+The child (`runners.supervisor.Child`, the one the model sweep runs its models in: a process
+group, a memory budget, a deadline on its own time) streams a message before each OpInfo x
+dtype and each sample, then each row as soon as it is known. If it runs past the per-sample
+timeout the parent kills it; if it dies, the sample in progress gets `timeout`, `crash` or
+`oom` (the kernel's OOM killer) for the phase it was in (`not_run` for the backward after a
+forward that never finished), and a fresh child carries on with the next sample. What is not
+the op's doing (the device failing to set up, a SIGKILL from outside, a device error inside a
+sample) raises `EnvironmentFault`: the task is retried and none of its rows count.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
-import os
-import signal
-import sys
-import time
+import warnings
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from reports.errors import EnvironmentFault
 from reports.schema import OpStatus
-
-_SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and "_" not in n}
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One OpInfo with the dtypes to sweep it in."""
-
-    key: str  # name or name.variant
-    name: str
-    variant: str | None
-    dtypes: tuple[str, ...]
-
-    def meta(self, dtype: str) -> dict[str, Any]:
-        return {
-            "opinfo": self.key,
-            "opinfo_name": self.name,
-            "variant": self.variant,
-            "dtype": dtype,
-        }
+from runners import faults
+from runners.op_sweep.units import Unit
+from runners.settings import OpSettings
+from runners.supervisor import Child, Send, fresh_interpreter
 
 
-@dataclass
-class SweepOptions:
-    device: str
-    device_options: dict[str, Any] = field(default_factory=dict)
-    inputs: str = "sample"
-    timeout_s: float = 60.0  # per sample
-    setup_timeout_s: float = 300.0  # device set-up and the first OpInfo's samples
-    seed: int = 0
-    declarations: str | None = None  # a user's declarations file
-    threads: int = 1
+def _op_child(
+    send: Send, units: list[Unit], start: tuple[int, int, int], settings: OpSettings
+) -> None:
+    """The child's body: set the device up (any failure until then is the environment's), then
+    sweep the units from `start` on."""
+    warnings.simplefilter("ignore")
+    import torch
 
+    torch.set_num_threads(max(1, settings.threads))
+    from runners.op_sweep.run import sweep_units
 
-def _child(conn: Any, units: list[Unit], start: tuple[int, int, int], opts: SweepOptions) -> None:
-    try:
-        import faulthandler
-        import warnings
-
-        faulthandler.disable()  # a crash is reported as a row, not as a dump on stderr
-        warnings.simplefilter("ignore")
-        import torch
-
-        torch.set_num_threads(max(1, opts.threads))
-        from runners.devices import get_device
-        from runners.op_sweep.run import sweep_units
-
-        device = get_device(opts.device, **(opts.device_options or {}))
-        device.setup()
-        sweep_units(units, start, device, opts, send=conn.send)
-        conn.send(("done", None))
-    except BaseException as exc:  # report, then exit: the parent turns it into rows
-        with contextlib.suppress(Exception):
-            conn.send(("error", (type(exc).__name__, str(exc))))
-    finally:
-        conn.close()
-        os._exit(0)
-
-
-def _context() -> Any:
-    return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    device = settings.device.build()
+    faults.inject("setup", *(u.key for u in units))
+    device.setup()
+    send(("ready", None))
+    sweep_units(units, start, device, settings, send=send)
+    send(("done", None))
 
 
 @dataclass
@@ -94,18 +55,19 @@ class _Progress:
     received: list[str] = field(default_factory=list)
 
 
-def run_units_isolated(units: list[Unit], opts: SweepOptions) -> Iterator[dict[str, Any]]:
-    """Rows for every sample of `units`; never raises for a sample's failure."""
+def run_units_isolated(units: list[Unit], settings: OpSettings) -> Iterator[dict[str, Any]]:
+    """Rows for every sample of `units`; never raises for a sample's failure; raises
+    `EnvironmentFault` when the environment stopped it (retry the task; record nothing)."""
     position = (0, 0, 0)
     while True:
         unit = units[position[0]]
         progress = _Progress(unit=position[0], dtype=position[1])
         progress.meta = unit.meta(unit.dtypes[position[1]])
-        outcome = yield from _run_child(units, position, opts, progress)
+        outcome = yield from _run_child(units, position, settings, progress)
         if outcome is None:
             return
         kind, message = outcome
-        if kind == "error":  # the device could not be set up, or the sweep loop itself broke
+        if kind == "error":  # the sweep loop itself broke outside any sample
             yield from _unit_rows(units, progress, OpStatus.FAIL.value, message[0], message[1])
             return
         yield from _lost_rows(progress, kind, message)
@@ -124,81 +86,55 @@ def _next_dtype(units: list[Unit], unit: int, dtype: int) -> tuple[int, int, int
 
 
 def _run_child(
-    units: list[Unit], start: tuple[int, int, int], opts: SweepOptions, progress: _Progress
+    units: list[Unit], start: tuple[int, int, int], settings: OpSettings, progress: _Progress
 ) -> Generator[dict[str, Any], None, tuple[str, Any] | None]:
-    """Yields rows; returns None when the child finished, else (kind, message) of its end."""
-    ctx = _context()
-    parent_conn, child_conn = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child_conn, units, start, opts), daemon=True)
-    began = time.monotonic()
-    proc.start()
-    child_conn.close()
-    deadline = began + opts.setup_timeout_s
-    result: tuple[str, Any] | None = None
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                result = ("timeout", time.monotonic() - began)
-                break
-            try:
-                ready = parent_conn.poll(min(remaining, 1.0))
-            except (EOFError, OSError):
-                result = ("crash", None)
-                break
-            if not ready:
-                if not proc.is_alive() and not parent_conn.poll(0):
-                    result = ("crash", None)
-                    break
-                continue
-            try:
-                kind, payload = parent_conn.recv()
-            except (EOFError, OSError):
-                result = ("crash", None)
-                break
+    """Yields rows; returns None when the child finished, else (kind, message) of its end:
+    `error` (the sweep loop broke), or a status (`timeout`, `crash`, `oom`) for the sample."""
+    spawn = fresh_interpreter(settings.device.name, settings.device.options())
+    with Child(
+        _op_child, (units, start, settings), spawn=spawn, memory_limit=settings.memory_limit
+    ) as child:
+        child.deadline(settings.setup_timeout_s)
+        while (message := child.receive()) is not None:
+            kind, payload = message
             if kind == "unit":
                 progress.unit, progress.dtype = payload
                 unit = units[progress.unit]
                 progress.meta = unit.meta(unit.dtypes[progress.dtype])
                 progress.sample, progress.phases, progress.received = None, [], []
-                deadline = time.monotonic() + opts.setup_timeout_s
+                child.deadline(settings.setup_timeout_s)
             elif kind == "sample":
                 progress.sample, progress.phases = payload["index"], list(payload["phases"])
                 progress.meta = {**progress.meta, "sample": payload["sample"]}
                 progress.received = []
-                deadline = time.monotonic() + opts.timeout_s
+                child.deadline(settings.timeout_s)
             elif kind == "row":
                 if payload.get("sample_index") is not None:
                     progress.received.append(payload["phase"])
                 yield payload
-                deadline = max(deadline, time.monotonic() + opts.timeout_s)
+                child.extend(settings.timeout_s)
             elif kind == "done":
                 return None
+            elif kind == "env":
+                raise EnvironmentFault(
+                    f"the op sweep's process could not go on: {payload[0]}: {payload[1]}",
+                    cause_type=payload[0],
+                )
             elif kind == "error":
-                result = ("error", payload)
-                break
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-        parent_conn.close()
-    assert result is not None
-    if result[0] == "crash":
-        code = proc.exitcode
-        if code is not None and code < 0:
-            name = _SIGNAL_NAMES.get(-code, f"signal {-code}")
-            hint = " (killed: most likely out of memory)" if -code == signal.SIGKILL else ""
-            result = ("crash", f"the process running the sample died with {name}{hint}")
-        else:
-            result = ("crash", f"the process running the sample exited ({code})")
-    elif result[0] == "timeout":
-        result = ("timeout", f"the sample did not finish within {opts.timeout_s:g} s")
-    return result
+                return ("error", payload)
+    ending = child.ending
+    assert ending is not None
+    if ending.timed_out:
+        return ("timeout", f"the sample did not finish within {settings.timeout_s:g} s")
+    death = ending.death("the sample")
+    if death.status is None:  # killed from outside: the environment
+        raise EnvironmentFault(death.message)
+    return (death.status.value, death.message)
 
 
 def _lost_rows(progress: _Progress, kind: str, message: str) -> Iterator[dict[str, Any]]:
     """Rows for what the lost child was doing: the phase in progress and the ones after it."""
-    status = OpStatus.TIMEOUT.value if kind == "timeout" else OpStatus.CRASH.value
+    status = OpStatus(kind).value  # timeout, crash or oom
     error_type = "Timeout" if kind == "timeout" else "WorkerCrashed"
     base = {k: v for k, v in progress.meta.items() if k != "sample"}
     if progress.sample is None or len(progress.received) >= len(progress.phases):
@@ -237,7 +173,8 @@ def _lost_rows(progress: _Progress, kind: str, message: str) -> Iterator[dict[st
 def _unit_rows(
     units: list[Unit], progress: _Progress, status: str, error_type: str, message: str
 ) -> Iterator[dict[str, Any]]:
-    """The sweep could not go on (the device failed to set up): a row per OpInfo x dtype left."""
+    """The sweep loop broke outside any sample (not the environment): a row per OpInfo x dtype
+    left."""
     from runners.signature import error_signature, short_message
 
     for ui in range(progress.unit, len(units)):

@@ -2,7 +2,9 @@
 
 `sweep_units` is what the child process of `runners/op_sweep/isolation.py` runs; `send` receives
 ("unit", (unit, dtype)) before each OpInfo x dtype, ("sample", {...}) before each sample and
-("row", row) for each result row, so that the parent always knows what was in progress.
+("row", row) for each result row, so that the parent always knows what was in progress. An
+exception that is the environment's (`is_environment_error`: the device stopped answering)
+is never a sample's row: it ends the process, and the task is retried.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import torch
 
+from reports.errors import is_environment_error, safe_text
 from reports.schema import OpSkipReason, OpStatus
 from runners.devices.base import Device
 from runners.op_sweep.check import (
@@ -24,8 +27,9 @@ from runners.op_sweep.check import (
     sample_dtypes,
 )
 from runners.op_sweep.declarations import DeviceDeclarations, load_declarations
-from runners.op_sweep.isolation import SweepOptions, Unit
 from runners.op_sweep.opdb import DTYPES, applicability, get_opinfo, tolerance
+from runners.op_sweep.units import Unit
+from runners.settings import OpSettings
 from runners.signature import error_signature, short_message
 
 Send = Callable[[tuple[str, Any]], None]
@@ -47,22 +51,10 @@ _LOWERED = {
 
 
 def lowering_of(device: Device) -> Lowering:
-    """Whether `device` declares a native kernel for an ATen op: the device's own answer
-    (`classify` or `is_native`, e.g. the emulated device's profile), else, for a PrivateUse1 backend, its
-    dispatch table; the CPU runs everything natively; None where nothing is declared."""
-    if device.name == "cpu":
-        return lambda op: True
-    classify = getattr(device, "classify", None)  # native / view / routed / conditional / fallback
-    if callable(classify):
-        return functools.cache(lambda op: _LOWERED.get(str(classify(op))))
-    is_native = getattr(device, "is_native", None)
-    if callable(is_native):
-        return functools.cache(lambda op: bool(is_native(op)))
-    if device.name == torch._C._get_privateuse1_backend_name():
-        from runners.devices.neuron import dispatch_entry
-
-        return functools.cache(lambda op: dispatch_entry(op) == "kernel")
-    return lambda op: None
+    """Whether `device` declares a native kernel for an ATen op, from its own class of the op
+    (`Device.classify_op`: native / view / routed / conditional / fallback); None where the
+    device declares nothing."""
+    return functools.cache(lambda op: _LOWERED.get(str(device.classify_op(op))))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -108,11 +100,11 @@ def sweep_units(
     units: list[Unit],
     start: tuple[int, int, int],
     device: Device,
-    opts: SweepOptions,
+    settings: OpSettings,
     *,
     send: Send,
 ) -> None:
-    decl = load_declarations(device.name, opts.declarations)
+    decl = load_declarations(device.name, settings.declarations)
     lowering = lowering_of(device)
     dev_type = device_type(device)
     for ui in range(start[0], len(units)):
@@ -124,7 +116,7 @@ def sweep_units(
             send(("unit", (ui, di)))
             first_sample = start[2] if (ui, di) == (start[0], start[1]) else 0
             _sweep_dtype(
-                unit, dtype, op, device, opts, decl, lowering, dev_type, first_sample, send
+                unit, dtype, op, device, settings, decl, lowering, dev_type, first_sample, send
             )
 
 
@@ -133,7 +125,7 @@ def _sweep_dtype(
     dtype: str,
     op: Any,
     device: Device,
-    opts: SweepOptions,
+    settings: OpSettings,
     decl: DeviceDeclarations,
     lowering: Lowering,
     dev_type: str,
@@ -187,13 +179,17 @@ def _sweep_dtype(
         backward_skip=app.backward,
         expected_failure=app.expected_failure,
         lowering=lowering,
-        seed=opts.seed,
+        seed=settings.seed,
     )
     phases = ["forward"] if app.backward is not None else ["forward", "backward"]
     index = -1
     try:
         samples = iter_samples(
-            op, tdtype, inputs=opts.inputs, requires_grad=app.backward is None, seed=opts.seed
+            op,
+            tdtype,
+            inputs=settings.inputs,
+            requires_grad=app.backward is None,
+            seed=settings.seed,
         )
         for index, (sample, host_only) in enumerate(samples):
             if index < first_sample:
@@ -201,6 +197,8 @@ def _sweep_dtype(
             send(("sample", {"index": index, "phases": phases, "sample": describe(sample)}))
             _check_one(ctx, index, sample, host_only, device, decl, unit, dtype, phases, send)
     except Exception as exc:  # the OpInfo's own sample generator raised on the CPU
+        if is_environment_error(exc):
+            raise
         detail = (
             f"PyTorch's sample generator for {unit.key} raised after {index + 1} samples: "
             f"{type(exc).__name__}: {short_message(str(exc), 200)}"
@@ -244,7 +242,9 @@ def _check_one(
             ctx, index, sample, device, device_skip=skip, host_only=host_only, on_row=on_row
         )
     except Exception as exc:  # outside the op itself (moving the sample, reading results)
-        message = str(exc)
+        if is_environment_error(exc):
+            raise
+        message = safe_text(exc)
         for phase in [p for p in phases if p not in sent]:
             on_row(
                 {

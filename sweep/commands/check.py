@@ -1,19 +1,29 @@
-"""`hfsweep check`: run one model (a catalog / Hub id, or a local config) and print its stages.
+"""`hfsweep check`: run one model (a catalog / Hub id, or a local config) and print its stages,
+a verdict line, the wall time and peak memory it took, and the next step where one exists.
 
-Exit 0 when every stage that applies passed, 1 when a stage failed or the model was skipped,
-2 for bad usage or unreadable input.
+Progress goes to stderr while it runs (stage by stage); the result to stdout. Exit 0 when every
+stage that applies passed, 1 when a stage failed or the model was skipped, 2 for bad usage or
+unreadable input, 3 when the device is not available here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from reports import settings
-from sweep.commands.run import COMPILE_MODE_HELP, COMPILE_MODES, PROFILE_HELP, device_options
+from reports.render import fmt
+from sweep import verdict
+from sweep.commands import options
+
+# The model ran in its own (joined) process and the result is printed: the CLI ends the process
+# without the interpreter's teardown, which took 2-3 s and grew its resident memory by about
+# 180 MiB after the result (measured against `/usr/bin/time -v`).
+EXIT_WITHOUT_TEARDOWN = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,18 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MODEL_ID_OR_CONFIG_PATH",
         help="a Hub model id, or a config.json / model_index.json / model folder",
     )
-    p.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    p.add_argument("--profile", help=PROFILE_HELP)
-    p.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument(
-        "--compile-backend",
-        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
-    )
-    p.add_argument("--stages", help="comma-separated stages (default: all)")
     p.add_argument("--catalog", default="bundled", help="catalog to look the id up in")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    options.add_device_arguments(p)
+    options.add_model_arguments(p)
+    options.add_limit_arguments(p, timeout=600.0, per="model")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--architecture", help="transformers/diffusers class to build (optional)")
 
@@ -109,47 +111,24 @@ def _entry_from_hub(model_id: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runners.devices import get_device
-    from sweep.driver import stage_list
-    from sweep.rows import RunContext, config_row, model_rows
+    from sweep.stage_progress import StageProgress
 
-    stages = stage_list(args.stages)
-    options = device_options(args)
-    device = get_device(args.device, **options)  # unknown device: exit 2 before any work
-    planned = _plan(args, stages)
-    outcome = planned.outcome
-    if outcome is None:
-        from runners.isolation import run_isolated
-
-        outcome = run_isolated(
-            planned.spec,
-            device=args.device,
-            device_options=options,
-            dtype=args.dtype,
-            stages=stages,
-            timeout_s=args.timeout,
-            compile_backend=args.compile_backend,
-        )
-    profile, profile_hash = device.profile_info()
-    ctx = RunContext(
-        run_id="check",
-        device=device.name,
-        device_emulated=device.emulated,
-        device_profile=profile,
-        device_profile_hash=profile_hash,
-        dtype=args.dtype,
-    )
-    rows, fallbacks = model_rows(ctx, planned, outcome)
-    ok = all(
-        r["status"] == "pass" or (r["status"] == "skip" and r["reason"] == "not_applicable")
-        for r in rows
-    )
+    with StageProgress() as progress:
+        progress.phase("loading torch and the device")
+        found = _check(args, progress)
+    planned, rows, fallbacks, device, outcome = found
+    ok = verdict.passed(rows)
+    facts = _facts(args, rows, fallbacks, outcome)
     if args.format == "json":
+        from sweep.rows import RunContext, config_row
+
+        ctx = RunContext.of("check", device, args.dtype)
         print(
             json.dumps(
                 {
                     "model_id": args.model,
                     "ok": ok,
+                    **facts,
                     "stages": rows,
                     "fallbacks": fallbacks,
                     "config": config_row(ctx, planned),
@@ -160,7 +139,118 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         _print_text(planned, rows, fallbacks, device)
+        _print_facts(facts)
     return 0 if ok else 1
+
+
+def _check(args: argparse.Namespace, progress: Any) -> tuple[Any, list, list, Any, Any]:
+    """Plan the model, run it in its own process with progress; its rows and fallbacks."""
+    from sweep.rows import RunContext, model_rows
+
+    task = options.model_settings(args)
+    stages = list(task.stages)
+    device = task.device.build()  # unknown device: exit 2 before any work
+    progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
+    planned = _plan(args, stages)
+    outcome = planned.outcome
+    if outcome is None:
+        from runners.isolation import run_isolated, warm_parent
+
+        progress.phase("loading the compile stack")
+        warm_parent()
+        names = [s.value for s in stages]
+        progress.phase(f"setting up {args.device} and running {names[0]}")
+
+        def on_stage(result: Any) -> None:
+            at = names.index(result.stage) if result.stage in names else len(names)
+            progress.stage_done(result, names[at + 1] if at + 1 < len(names) else None)
+            if at + 1 >= len(names):
+                progress.phase("ending the model's process")
+
+        outcome = run_isolated(planned.spec, task, on_stage=on_stage)
+    ctx = RunContext.of("check", device, task.dtype)
+    rows, fallbacks = model_rows(ctx, planned, outcome)
+    return planned, rows, fallbacks, device, outcome
+
+
+def _facts(args: argparse.Namespace, rows: list, fallbacks: list, outcome: Any) -> dict:
+    """The verdict, the next step, and what the run took: wall time and peak memory, of the
+    model's process and of this whole command (what `/usr/bin/time -v` sees)."""
+    step = verdict.next_step(rows, model=args.model, device=args.device, timeout_s=args.timeout)
+    device_peaks = [r["peak_memory_bytes"] for r in rows if r.get("peak_memory_bytes") is not None]
+    compile_s = next((r["duration_s"] for r in rows if r["stage"] == "compile"), None)
+    return {
+        "verdict": verdict.verdict(rows, fallbacks),
+        "error": (lambda f: verdict.error_line(f) if f else None)(verdict.first_failure(rows)),
+        "next_step": {"command": step.command, "why": step.why} if step else None,
+        "wall_s": outcome.timings.get("child_s"),
+        "setup_s": outcome.timings.get("setup_s"),
+        "compile_s": compile_s,
+        "peak_host_memory_bytes": outcome.peak_host_memory_bytes,
+        "peak_device_memory_bytes": max(device_peaks) if device_peaks else None,
+        "command_wall_s": process_wall_s(),
+        "command_peak_host_memory_bytes": process_tree_peak_rss(),
+    }
+
+
+def _print_facts(f: dict) -> None:
+    out = sys.stdout
+    print(file=out)
+    print(f"verdict: {f['verdict']}", file=out)
+    if f["error"]:
+        print(f"error:   {f['error']}", file=out)
+    if f["wall_s"] is not None:
+        parts = [
+            f"{label} {fmt.seconds(f[key])}"
+            for key, label in (("setup_s", "device set-up"), ("compile_s", "compile stage"))
+            if f[key] is not None
+        ]
+        where = f" ({', '.join(parts)})" if parts else ""
+        line = f"{fmt.seconds(f['wall_s'])} for the model's process{where}"
+    else:
+        line = "the model did not run"
+    if f["command_wall_s"] is not None:
+        line += f"; {fmt.seconds(f['command_wall_s'])} for this command"
+    print(f"time:    {line}", file=out)
+    mem = []
+    if f["peak_host_memory_bytes"] is not None:
+        mem.append(f"peak host {fmt.byte_size(f['peak_host_memory_bytes'])} (the model's process)")
+    if f["command_peak_host_memory_bytes"] is not None:
+        mem.append(
+            f"{fmt.byte_size(f['command_peak_host_memory_bytes'])} (this command's largest process)"
+        )
+    if f["peak_device_memory_bytes"] is not None:
+        mem.append(f"peak device {fmt.byte_size(f['peak_device_memory_bytes'])}")
+    if mem:
+        print(f"memory:  {'; '.join(mem)}", file=out)
+    if f["next_step"]:
+        print(f"next:    {f['next_step']['command']}", file=out)
+        print(f"         ({f['next_step']['why']})", file=out)
+
+
+def process_wall_s() -> float | None:
+    """Seconds since this process started (Linux: from /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_tree_peak_rss() -> int | None:
+    """The peak resident memory of this process or of a child it waited for, whichever is
+    larger (what `/usr/bin/time -v` reports as the maximum resident set size)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover (not on Windows)
+        return None
+    unit = 1 if sys.platform == "darwin" else 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return int(max(own, children)) * unit
 
 
 def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: Any) -> None:
@@ -192,16 +282,21 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     )
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
-    print(f"{'stage':<10} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
+    print(f"{'stage':<16} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
     for r in rows:
         secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
         detail = r["reason"] or ""
         if r["error_message"] and r["status"] not in ("pass",):
-            detail = (detail + ": " if detail else "") + r["error_message"].splitlines()[0][:160]
+            message = fmt.clip(fmt.first_line(r["error_message"]), 120)
+            detail = (detail + ": " if detail else "") + message
         if r["failing_op"]:
             detail += f" [op {r['failing_op']}]"
+        if r.get("compile_evidence"):  # what the compiler's verdicts rest on
+            detail += f" [evidence {r['compile_evidence']}]"
+        if r.get("unverified_ops"):
+            detail += f" unverified (no evidence either way): {', '.join(r['unverified_ops'][:4])}"
         print(
-            f"{r['stage']:<10} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
+            f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
             file=out,
         )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands.options import add_store_argument, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.diff import run_diff
     from reports.errors import UsageError
     from reports.query import StoreQuery
@@ -55,10 +56,18 @@ def render_text(diff: dict[str, Any]) -> str:
             continue
         lines += ["", f"{cat}:"]
         for m in models:
-            where = m["failed_stage_b"] or m["failed_stage_a"] or ""
-            sig = m["signature_b"] or m["signature_a"] or ""
+            side = "b" if m["outcome_b"] == "failed" else "a"
+            where = m[f"failed_stage_{side}"] or ""
+            what = m[f"failing_op_{side}"] or fmt.clip(
+                ": ".join(
+                    filter(
+                        None, (m[f"error_type_{side}"], fmt.first_line(m[f"error_message_{side}"]))
+                    )
+                ),
+                100,
+            )
             lines.append(
                 f"  {m['model_id']}  {m['outcome_a'] or '-'} -> {m['outcome_b'] or '-'}"
-                f"  {fmt.downloads(m['downloads'])}  {where} {sig}".rstrip()
+                f"  {fmt.downloads(m['downloads'])}  {where} {what}".rstrip()
             )
     return "\n".join(lines) + "\n"

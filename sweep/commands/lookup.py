@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands.options import add_store_argument, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.errors import UsageError
     from reports.models import model_detail, reproduce_command
     from reports.query import StoreQuery
@@ -53,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
             "dtypes": [dtype],
             "by_dtype": {},
             "dtype_differences": None,
-            "reproduce": reproduce_command(args.model_id, detail["device"], [dtype]),
+            "reproduce": reproduce_command(
+                args.model_id,
+                detail["device"],
+                (q.run_info(detail["run_id"]) or {}).get("stages"),
+                [dtype],
+            ),
         }
     if args.format == "json":
         sys.stdout.write(jsondoc.render(detail))
@@ -84,7 +90,18 @@ def render_text(d: dict[str, Any]) -> str:
         f"rank {fmt.count(m['rank'])}, {fmt.downloads(m['downloads'])} downloads, "
         f"{m['library'] or '-'} / {m['pipeline_tag'] or '-'} / {m['model_type'] or '-'} / "
         f"{m['architecture'] or '-'}, config from {m['config_source'] or '-'}"
+        + (" (a library's default, not the repo's own)" if d.get("config_is_default") else "")
     )
+    if d.get("wall_s") is not None or d.get("peak_host_memory_bytes") is not None:
+        lines.append(
+            f"wall time {fmt.seconds(d.get('wall_s'))} (set-up and compile included), peak host "
+            f"memory {fmt.byte_size(d.get('peak_host_memory_bytes'))}"
+            + (
+                f", peak device memory {fmt.byte_size(d['peak_device_memory_bytes'])}"
+                if d.get("peak_device_memory_bytes") is not None
+                else ""
+            )
+        )
     if m.get("quantization"):
         lines.append(f"quantization: {m['quantization']} (the method this checkpoint needs)")
     per_dtype = d.get("by_dtype") or {d.get("dtype"): d}
@@ -100,7 +117,8 @@ def render_text(d: dict[str, Any]) -> str:
             lines.append(f"at {dtype}:")
         lines += _stage_lines(v["stages"], v["fallbacks"])
     if d["shrink_changes"]:
-        lines += ["", "shrunk from the original config:"]
+        base = "the library's default config" if d.get("config_is_default") else "the original"
+        lines += ["", f"shrunk from {base}:"]
         changes = d["shrink_changes"]
         if isinstance(changes, dict):
             for key, change in changes.items():
@@ -123,24 +141,27 @@ def render_text(d: dict[str, Any]) -> str:
             ),
         ]
     lines += ["", f"reproduce: {d['reproduce']}"]
+    if d.get("hub_url"):
+        lines.append(f"on the Hub: {d['hub_url']}")
     return "\n".join(lines) + "\n"
 
 
 def _stage_lines(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[str]:
     from reports.render import fmt
 
-    lines = [f"{'stage':<10}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
+    lines = [f"{'stage':<16}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
     for r in stages:
-        detail = r["reason"] or r["error_signature"] or ""
+        detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
         secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
         lines.append(
-            f"{r['stage']:<10}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"{r['stage']:<16}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
         if r["error_message"]:
-            lines.append(f"{'':<10}{r['error_message'].splitlines()[0][:200]}")
+            kind = f"{r['error_type']}: " if r["error_type"] else ""
+            lines.append(f"{'':<10}{fmt.clip(kind + fmt.first_line(r['error_message']), 200)}")
     if fallbacks:
         lines += ["", "CPU fallbacks:"]
         for f in fallbacks:
-            lines.append(f"  {f['stage']:<10}{f['op']:<48}{f['count']:>8}  {f['source']}")
+            lines.append(f"  {f['stage']:<16}{f['op']:<48}{f['count']:>8}  {f['source']}")
     return lines

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from reports.errors import UsageError
-from sweep.commands._store_arg import add_store_argument
+from sweep.commands.options import add_store_argument, store_to_read
 
 FORMATS = ("text", "markdown", "json", "html")
 FILE_NAMES = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.query import StoreQuery
     from reports.render import html_site, jsondoc, markdown, text
     from reports.summary import run_report
@@ -48,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_report(q, args.run, top=args.top, op_run_id=ops_run)
     if args.format == "html":
         files = html_site.write_site(q, report, args.out)
-        print(
-            f"wrote {len(files)} files to {args.out}: {', '.join(f.name for f in files)}",
-            file=sys.stderr,
-        )
+        print(f"wrote {site_summary(files, Path(args.out))} to {args.out}", file=sys.stderr)
         return 0
     renderer = {"text": text.render, "markdown": markdown.render, "json": jsondoc.render}
     output = renderer[args.format](report)
@@ -64,6 +62,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(output)
     return 0
+
+
+def site_summary(files: list[Path], out: Path) -> str:
+    """`95 files (1.2 MB): index.html, models.html, 50 model pages, 41 op pages, ...`."""
+    size = sum(f.stat().st_size for f in files if f.exists())
+    folders: dict[str, int] = {}
+    top = []
+    for f in files:
+        parent = f.parent.name if f.parent != out else ""
+        if parent:
+            folders[parent] = folders.get(parent, 0) + 1
+        else:
+            top.append(f.name)
+    named = {"models": "model pages", "ops": "op pages"}
+    parts = top + [f"{n} {named.get(k, k + ' files')}" for k, n in folders.items()]
+    return f"{len(files)} files ({size / 1e6:.1f} MB): {', '.join(parts)}"
 
 
 def _op_sweep_only(q, args: argparse.Namespace, ops_run: str | None) -> int | None:

@@ -20,7 +20,7 @@ message. Without Trainium this path is tested against a stand-in `torch_neuronx`
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import os
 import re
 from collections import Counter
@@ -30,27 +30,16 @@ from typing import Any
 import torch
 
 from reports.errors import DeviceError
-from runners.devices.base import Device, FallbackDisallowed, FallbackLog
-from runners.devices.neuron_emulated import SUPPORTED_DTYPES, NeuronEmulatedDevice
-from runners.devices.profiles import DeviceProfile, load_profile
+from runners.devices.base import FallbackDisallowed, FallbackLog
+from runners.devices.neuron.device import PACKAGE, NeuronDevice, real_neuron_installed
+from runners.devices.neuron.profiles import DeviceProfile, load_profile
+from runners.devices.neuron.state import SUPPORTED_DTYPES
 
-PACKAGE = "torch_neuronx"
 DISTRIBUTION = "torch-neuronx"
 FALLBACK_MARKER = "aten::_to_cpu"
 FALLBACK_EXECUTION_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 NATIVE_FROM = (2, 14)  # torch-neuronx 2.14.x is TorchNeuron; earlier versions are XLA-based
 TRACKING_API = ("get_fallback_ops", "get_executed_ops", "clear_op_tracking")
-
-
-def real_neuron_installed() -> bool:
-    return importlib.util.find_spec(PACKAGE) is not None
-
-
-def neuron_device(**options: Any) -> Device:
-    """The registry's `neuron`: real TorchNeuron if importable, else the emulated device."""
-    if real_neuron_installed():
-        return RealNeuronDevice(**options)
-    return NeuronEmulatedDevice(**options)
 
 
 def fallbacks_from_events(events: Iterable[Any]) -> Counter[str]:
@@ -142,12 +131,10 @@ def effective_compile_mode() -> str:
     return "raise"
 
 
-class RealNeuronDevice(Device):
+class RealNeuronDevice(NeuronDevice):
     """TorchNeuron (`torch_neuronx`): the real Trainium device."""
 
-    name = "neuron"
     emulated = False
-    compile_backend = "neuron"
     availability_hint = (
         "Install torch-neuronx on a Trainium instance, or use --device neuron-emulated."
     )
@@ -189,11 +176,11 @@ class RealNeuronDevice(Device):
                 hint="Install torch-neuronx 2.14 or later, or use --device neuron-emulated.",
             )
         self.module = module
-        from runners import neuron_compile
+        from runners.devices.neuron import compiler
 
         if self.op_profile is not None:
-            neuron_compile.set_profile(self.op_profile, mode=self.compile_mode)
-        neuron_compile.register_backend()  # keeps TorchNeuron's own `neuron` backend
+            compiler.set_profile(self.op_profile, mode=self.compile_mode)
+        compiler.register_backend()  # keeps TorchNeuron's own `neuron` backend
 
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
@@ -248,6 +235,13 @@ class RealNeuronDevice(Device):
         if self.op_profile is None:
             return None, None
         return self.op_profile.name, self.op_profile.hash
+
+    def classify_op(self, op: str) -> str | None:
+        """The profile's class of `op` when one was given, else TorchNeuron's own dispatch
+        table: a kernel of its own is native, anything else reaches its CPU fallback."""
+        if self.op_profile is not None:
+            return self.op_profile.classify(op).value
+        return "native" if dispatch_entry(op) == "kernel" else "fallback"
 
     def versions(self) -> dict[str, str]:
         return {

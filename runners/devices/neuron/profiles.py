@@ -7,7 +7,10 @@ A user profile is any text file of op names, one per line.
 
 Besides its op list a profile carries the device's rules, also from the snapshot: the view ops
 that are never fallbacks, the ops routed to the CPU on purpose (fallbacks whatever a list says),
-and the ops that are native only for some inputs. `DeviceProfile.classify` names the class of
+the ops that are native only for some inputs, the eager Torch-MLIR kernels (their dtype and
+layout rules) and the ops that raise on a non-scalar host tensor. What the compiler lowers is
+not a profile's: the evidence (`evidence.py`) is the same under every profile, and its digest
+is part of every profile's hash. `DeviceProfile.classify` names the class of
 any ATen op (`OpClass`) from that data alone; the emulated device and the op-level sweep use it.
 """
 
@@ -21,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.errors import DeviceError
+from runners.devices.aten_names import base_name, overload_name
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"
 SNAPSHOT = "torchneuron-2026-04-21"  # TorchNeuron source snapshot, commit 98154b8 (2026-04-21)
 DEFAULT_PROFILE = SNAPSHOT
 ALIASES = {"torchneuron": SNAPSHOT}
@@ -47,7 +51,6 @@ class BundledProfile:
 
     ops: tuple[str, ...]
     exact: bool = False  # ops are registrations, matched overload for overload
-    lowerable: tuple[str, ...] = ()  # extra ops the compiler lowers (graph ops, by base name)
     conditional: tuple[str, ...] = ()
     description: str = ""
 
@@ -59,7 +62,6 @@ BUNDLED: dict[str, BundledProfile] = {
     SNAPSHOT: BundledProfile(
         ops=(f"{_SNAPSHOT_DIR}/native-ops.txt",),
         exact=True,
-        lowerable=(*_TORCH_MLIR, f"{_SNAPSHOT_DIR}/compile-lowerable.txt"),
         conditional=(f"{_SNAPSHOT_DIR}/conditional-ops.txt",),
         description="TorchNeuron's native registrations (torch_neuronx snapshot, 2026-04-21)",
     ),
@@ -74,35 +76,9 @@ BUNDLED: dict[str, BundledProfile] = {
 # The device's own rules (the snapshot's), whatever op list a profile uses.
 VIEWS_FILE = f"{_SNAPSHOT_DIR}/view-ops-whitelist.txt"
 ROUTED_FILE = f"{_SNAPSHOT_DIR}/cpu-fallback-explicit.txt"
-
-# Graph nodes that compute nothing a lowering must handle (shape reads, asserts).
-_NO_COMPUTE = frozenset(
-    {
-        "aten::sym_size",
-        "aten::sym_stride",
-        "aten::sym_numel",
-        "aten::sym_storage_offset",
-        "aten::_assert_scalar",
-        "aten::_assert_async",
-        "aten::_assert_tensor_metadata",
-        "aten::sym_constrain_range",
-        "aten::sym_constrain_range_for_size",
-        "aten::_local_scalar_dense",
-    }
-)
-
-
-def base_name(op: str) -> str:
-    """`aten::add_.Tensor` -> `aten::add`: drop the overload and an in-place underscore."""
-    name = op.split(".", 1)[0]
-    if name.endswith("_") and not name.endswith("__"):
-        name = name[:-1]
-    return name
-
-
-def overload_name(op: str) -> str:
-    """`aten::add.Tensor` stays, `aten::add.default` -> `aten::add` (how OpOverload names)."""
-    return op[: -len(".default")] if op.endswith(".default") else op
+MLIR_KERNELS_FILE = f"{_SNAPSHOT_DIR}/mlir-kernels.txt"
+HOST_ARGS_FILE = f"{_SNAPSHOT_DIR}/host-args-raise.txt"
+PYTHON_KERNELS_FILE = f"{_SNAPSHOT_DIR}/python-kernels.txt"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -136,13 +112,14 @@ class DeviceProfile:
     ops: frozenset[str]
     source: str = ""  # where it was read from, for messages
     exact: bool = False
-    lowerable: frozenset[str] = frozenset()  # more ops the compiler lowers (base names)
     views: frozenset[str] = frozenset()
     routed_to_cpu: frozenset[str] = frozenset()
     conditional: frozenset[str] = frozenset()
+    mlir_kernels: frozenset[str] = frozenset()  # eager Torch-MLIR kernels (dtype, layout rules)
+    host_args_raise: frozenset[str] = frozenset()  # raise on a non-scalar host tensor argument
+    python_kernels: frozenset[str] = frozenset()  # served in Python: fresh, contiguous outputs
     description: str = ""
     _bases: frozenset[str] = field(init=False, repr=False, compare=False)
-    _lowerable_bases: frozenset[str] = field(init=False, repr=False, compare=False)
     _view_bases: frozenset[str] = field(init=False, repr=False, compare=False)
     _routed_bases: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -150,26 +127,28 @@ class DeviceProfile:
         set_ = object.__setattr__
         set_(self, "ops", frozenset(overload_name(op) for op in self.ops))
         set_(self, "_bases", frozenset(base_name(op) for op in self.ops))
-        # registrations are eager kernels, not lowerings: an exact profile lowers its
-        # `lowerable` list only; a lowering list lowers its own ops too
-        lowerable = frozenset(base_name(op) for op in self.lowerable)
-        set_(self, "_lowerable_bases", lowerable if self.exact else lowerable | self._bases)
         set_(self, "_view_bases", frozenset(base_name(op) for op in self.views))
         bare = (op for op in self.routed_to_cpu if "." not in op.partition("::")[2])
         set_(self, "_routed_bases", frozenset(base_name(op) for op in bare))
 
     @property
     def hash(self) -> str:
-        """sha256 (16 hex digits) of everything that decides a classification."""
+        """sha256 (16 hex digits) of everything that decides a classification, and of the
+        compile evidence (the same for every profile)."""
+        from runners.devices.neuron.evidence import evidence_sets
+
         parts = [f"exact={self.exact}", *sorted(self.ops)]
         for label, ops in (
-            ("lowerable", self.lowerable),
             ("views", self.views),
             ("routed_to_cpu", self.routed_to_cpu),
             ("conditional", self.conditional),
+            ("mlir_kernels", self.mlir_kernels),
+            ("host_args_raise", self.host_args_raise),
+            ("python_kernels", self.python_kernels),
         ):
             if ops:
                 parts += [f"[{label}]", *sorted(ops)]
+        parts += ["[compile evidence]", evidence_sets().digest]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     # -- eager ------------------------------------------------------------------------------
@@ -211,16 +190,18 @@ class DeviceProfile:
             return OpClass.NATIVE
         return OpClass.FALLBACK
 
-    # -- compile ----------------------------------------------------------------------------
+    def is_mlir_kernel(self, op: str) -> bool:
+        """A native op served by an eager Torch-MLIR kernel (its dtype and layout rules)."""
+        return overload_name(op) in self.mlir_kernels
 
-    def is_lowerable(self, op: str) -> bool:
-        """A graph op (functional form, e.g. `aten::addmm`) the neuron compiler can lower."""
-        op = overload_name(op)
-        if op in _NO_COMPUTE or self.is_view(op):
-            return True
-        if self.is_routed_to_cpu(op):
-            return False
-        return (not self.exact and op in self.ops) or base_name(op) in self._lowerable_bases
+    def has_fresh_outputs(self, op: str) -> bool:
+        """A native op served by a Python implementation: its outputs are fresh contiguous
+        tensors (a functional call's)."""
+        return overload_name(op) in self.python_kernels
+
+    def raises_on_host_args(self, op: str) -> bool:
+        """A native op whose first implementation raises on a non-scalar host tensor."""
+        return overload_name(op) in self.host_args_raise
 
     @classmethod
     def from_ops(cls, name: str, ops: set[str] | frozenset[str] | list[str]) -> DeviceProfile:
@@ -232,6 +213,9 @@ class DeviceProfile:
             source="<in memory>",
             views=rules.views,
             routed_to_cpu=rules.routed_to_cpu,
+            mlir_kernels=rules.mlir_kernels,
+            host_args_raise=rules.host_args_raise,
+            python_kernels=rules.python_kernels,
         )
 
 
@@ -260,15 +244,25 @@ def _read_all(files: tuple[str, ...]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class DeviceRules:
-    """The snapshot's device-wide rules: views never fall back, some ops go to the CPU."""
+    """The snapshot's device-wide rules: views never fall back, some ops go to the CPU, the
+    Torch-MLIR kernels' dtype and layout rules, host arguments that raise."""
 
     views: frozenset[str]
     routed_to_cpu: frozenset[str]
+    mlir_kernels: frozenset[str]
+    host_args_raise: frozenset[str]
+    python_kernels: frozenset[str]
 
 
 @functools.lru_cache(maxsize=1)
 def device_rules() -> DeviceRules:
-    return DeviceRules(views=_read_all((VIEWS_FILE,)), routed_to_cpu=_read_all((ROUTED_FILE,)))
+    return DeviceRules(
+        views=_read_all((VIEWS_FILE,)),
+        routed_to_cpu=_read_all((ROUTED_FILE,)),
+        mlir_kernels=frozenset(overload_name(op) for op in _read_all((MLIR_KERNELS_FILE,))),
+        host_args_raise=frozenset(overload_name(op) for op in _read_all((HOST_ARGS_FILE,))),
+        python_kernels=frozenset(overload_name(op) for op in _read_all((PYTHON_KERNELS_FILE,))),
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -279,11 +273,13 @@ def _load_bundled(name: str) -> DeviceProfile:
         ops=_read_all(spec.ops),
         source=str(PROFILE_DIR),
         exact=spec.exact,
-        lowerable=_read_all(spec.lowerable),
         conditional=_read_all(spec.conditional),
         description=spec.description,
         views=device_rules().views,
         routed_to_cpu=device_rules().routed_to_cpu,
+        mlir_kernels=device_rules().mlir_kernels,
+        host_args_raise=device_rules().host_args_raise,
+        python_kernels=device_rules().python_kernels,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.devices.base import FallbackLog
-from runners.devices.profiles import DeviceProfile, OpClass, overload_name
+from runners.devices.neuron.profiles import DeviceProfile, OpClass, overload_name
 
 # Ops the boxed fallback serves as native (no kernel of their own on any backend: views, and
 # the driver's moves and allocations), and the convolution route of devices without a kernel.
@@ -62,7 +62,7 @@ class AuditResult:
 
 
 def _routing(op: str) -> str | None:
-    from runners.devices.neuron import dispatch_entry
+    from runners.devices.neuron.real import dispatch_entry
 
     return dispatch_entry(op)
 

@@ -113,15 +113,24 @@ def _grouped_mm(a: dict[str, Any], values: Values | None) -> str | None:
     left, right = a["self"], a["mat2"]
     if (left.dim(), right.dim()) not in ((2, 2), (2, 3)):
         return f"{left.dim()}-D x {right.dim()}-D (native for 2-D x 2-D and 2-D x 3-D only)"
+    if a["offs"] is None:  # only reached with the preconditions skipped
+        return "no offs (its NKI kernels take per-group offsets)"
     return None
 
 
+def skip_preconditions() -> bool:
+    return os.environ.get(SKIP_PRECONDITIONS_ENV, "0") == "1"
+
+
 def grouped_mm_precondition(a: dict[str, Any], values: Values | None) -> None:
-    """python_ops/grouped_mm.py `validate_offs`: raises ValueError, as TorchNeuron does."""
-    if os.environ.get(SKIP_PRECONDITIONS_ENV, "0") == "1" or values is None:
+    """python_ops/grouped_mm.py `validate_offs`, which both native implementations' `can_handle`
+    call: raises as TorchNeuron does (ValueError; TypeError without offsets, from comparing
+    None), unless TORCH_NEURONX_SKIP_OP_PRECONDITIONS=1. `offs` are the per-expert routing
+    offsets (cumulative tokens per expert), `t` the routed rows."""
+    if skip_preconditions() or values is None:
         return
     left, right, offs = a["self"], a["mat2"], a["offs"]
-    if offs is None or (left.dim(), right.dim()) not in ((2, 2), (2, 3)):
+    if (left.dim(), right.dim()) not in ((2, 2), (2, 3)):
         return
     if right.dim() == 2:
         rows, align = left.shape[1], 128
@@ -129,12 +138,22 @@ def grouped_mm_precondition(a: dict[str, Any], values: Values | None) -> None:
         rows, align = left.shape[0], int(os.environ.get(GMM_ALIGN_ENV, "128"))
     hint = f" (TorchNeuron's _grouped_mm precondition; {SKIP_PRECONDITIONS_ENV}=1 skips it)"
     if rows % align:
-        raise ValueError(f"t must be divisible by {align}, got {rows}" + hint)
+        raise ValueError(
+            f"t must be divisible by {align}, got {rows} (the rows routed to the experts)" + hint
+        )
+    if offs is None:
+        raise TypeError(
+            "_grouped_mm without offs: TorchNeuron's validate_offs compares the per-expert "
+            "routing offsets, and None has none" + hint
+        )
     offsets = values(offs)
     if bool((offsets < 0).any()) or bool((offsets > rows).any()):
         raise ValueError(f"offs must be between 0 and {rows}" + hint)
     if bool((offsets % align != 0).any()):
-        raise ValueError(f"offs must be divisible by {align}" + hint)
+        raise ValueError(
+            f"offs must be divisible by {align}: the per-expert routing offsets "
+            f"{offsets.tolist()[:8]} (cumulative tokens per expert) are not" + hint
+        )
     if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
         raise ValueError("offs must be sorted" + hint)
 
@@ -204,3 +223,105 @@ def decline_reason(
     if precondition is not None:
         precondition(bound, values)
     return rule(bound, values) if rule is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Host arguments (python_ops/base.py `OperationImplementation.can_handle`)
+
+
+def host_argument(args: tuple, kwargs: dict, device_type: str) -> str | None:
+    """TorchNeuron's default `can_handle` message for the first non-0-dim tensor argument
+    (or list element, or keyword) not on the device, else None. 0-dim host tensors are
+    scalars and allowed."""
+
+    def off(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.dim() != 0 and t.device.type != device_type
+
+    for i, arg in enumerate(args):
+        if off(arg):
+            return f"Non-scalar tensor arg{i} is on {arg.device.type} device, expected neuron"
+        if isinstance(arg, (list, tuple)):
+            for j, value in enumerate(arg):
+                if off(value):
+                    return (
+                        f"Non-scalar tensor arg{i}[{j}] is on {value.device.type} device, "
+                        "expected neuron"
+                    )
+    for key, value in kwargs.items():
+        if off(value):
+            return (
+                f"Non-scalar tensor kwarg '{key}' is on {value.device.type} device, expected neuron"
+            )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile: where TorchNeuron's compile path raises (neuron_dynamo_backend/decompositions.py;
+# every raise site is listed in compile-raises.txt, the ones below are those a valid PyTorch
+# program reaches: the others repeat PyTorch's own argument checks or sit on unreachable paths)
+
+
+def _meta(node: Any) -> Any:
+    return getattr(node, "meta", {}).get("val") if node is not None else None
+
+
+def _index_put_raises(node: Any) -> str | None:
+    """`index_put_decomposition` (lines 1044-1170): a boolean index goes through `torch.where`
+    when one mask covers leading dims with a one-element value (or a 1-D mask pairs with an
+    integer index, one-element value); any other boolean index raises."""
+    args = list(node.args) + [None] * 4
+    source, indices, value = _meta(args[0]), args[1] or [], _meta(args[2])
+    accumulate = bool(args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False))
+    metas = [_meta(i) if i is not None else None for i in indices]
+    bools = [m for m in metas if isinstance(m, torch.Tensor) and m.dtype == torch.bool]
+    if not bools:
+        return None
+    one_value = isinstance(value, torch.Tensor) and value.numel() == 1
+    if one_value and not accumulate and len(bools) == 1 and isinstance(source, torch.Tensor):
+        mask, dims, ok = bools[0], 0, True
+        for m in metas:
+            if m is None:
+                dims += 1
+            elif m is mask:
+                ok = ok and tuple(mask.shape) == tuple(source.shape[dims : dims + mask.dim()])
+                dims += mask.dim()
+            else:
+                ok = False
+        if ok:
+            return None
+    if one_value:
+        has_mask = any(m.dim() == 1 for m in bools)
+        has_int = any(
+            isinstance(m, torch.Tensor) and m.dtype in (torch.int32, torch.int64) for m in metas
+        )
+        if has_mask and has_int:
+            return None
+    return "Boolean index_put is not supported in torch.compile on Neuron (decompositions.py:1168)"
+
+
+def _grouped_mm_raises(node: Any) -> str | None:
+    """`grouped_mm_decomposition` (lines 1475-1497, line 1490) indexes `offs[:, None]` for 2-D x 3-D: no
+    offsets is a TypeError there."""
+    args = list(node.args) + [None] * 3
+    left, right = _meta(args[0]), _meta(args[1])
+    offs = args[2] if len(node.args) > 2 else node.kwargs.get("offs")
+    if (
+        isinstance(left, torch.Tensor)
+        and isinstance(right, torch.Tensor)
+        and (left.dim(), right.dim()) == (2, 3)
+        and offs is None
+    ):
+        return "_grouped_mm without offs: its decomposition indexes offs (decompositions.py:1490)"
+    return None
+
+
+COMPILE_RAISES: dict[str, Callable[[Any], str | None]] = {
+    "aten::index_put": _index_put_raises,
+    "aten::_grouped_mm": _grouped_mm_raises,
+}
+
+
+def compile_raise_reason(op: str, node: Any) -> str | None:
+    """Why TorchNeuron's compile path raises on this graph node, or None."""
+    rule = COMPILE_RAISES.get(op)
+    return rule(node) if rule is not None and node is not None else None

@@ -13,14 +13,17 @@ commit 98154b8) and how it is mirrored here:
   GraphModule, op by op on the device) unless TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1,
   which the released beta makes the default (its docs: a graph that fails to compile raises).
 
-Here a graph op "cannot be lowered" when the device profile says so (`is_lowerable`). The
-compile mode says what happens then: `raise` (the released default) fails the compile naming
+Here every graph op gets a verdict with its evidence (`evidence.py`: TorchNeuron's own code
+and tests first, upstream torch-mlir's lists after). An op "cannot be lowered" only where
+TorchNeuron's code raises on it (`raises`); an op no evidence decides (`none`) is taken to
+lower and recorded as unverified, for the reports' band. For an op that cannot be lowered the
+compile mode says what happens: `raise` (the released default) fails the compile naming
 the op; `eager` (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0, or asked for) runs that graph
 eagerly on the device, so its ops dispatch one by one and their own CPU fallbacks are logged;
 `partition` (no TorchNeuron setting: the emulator's earlier behaviour, a what-if) runs the
 lowerable partitions as compiled and the rest on the CPU. In every mode the unlowerable ops go
-to the active `FallbackLog`s as compile fallbacks, and graphs, breaks, recompiles and
-partitions to the active `CompileReport`s:
+to the active `FallbackLog`s as compile fallbacks, and graphs, breaks, recompiles, partitions
+and each op's evidence to the active `CompileReport`s:
 
     with compile_report() as report, device.record_fallbacks() as log:
         compiled = torch.compile(model, backend="neuron", dynamic=False)
@@ -39,110 +42,60 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reports.errors import DeviceError
+from reports.schema import CompileEvidence
 from runners.devices.base import active_fallback_logs
-from runners.devices.profiles import DeviceProfile, load_profile
+from runners.devices.neuron import pending
+from runners.devices.neuron.evidence import (
+    EvidenceSets,
+    Verdict,
+    evidence_sets,
+    pytorch_decompositions,
+    verdict,
+    weakest,
+)
+from runners.devices.neuron.profiles import DeviceProfile, load_profile
 
 BACKEND_NAME = "neuron"
 COMPILE_MODES = ("raise", "eager", "partition")
 DEFAULT_COMPILE_MODE = "raise"  # TorchNeuron's released default
 FALLBACK_EXECUTION_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 
-# The ops TorchNeuron's compile path decomposes before lowering
-# (neuron_dynamo_backend/decompositions.py). PyTorch's own decompositions for these, as
-# TorchNeuron takes them (`get_decompositions([...])`):
-TORCHNEURON_PYTORCH_DECOMPOSITIONS = (
-    "aten::logsumexp",
-    "aten::squeeze.dims",
-    "aten::binary_cross_entropy",
-    "aten::native_batch_norm_backward",
-    "aten::nansum",
-    "aten::addr",
-    "aten::_unsafe_index",
-    "aten::_unsafe_index_put",
-    "aten::split",
-    "aten::split_with_sizes",
-    "aten::unbind",
-    "aten::replication_pad1d",
-    "aten::replication_pad2d",
-    "aten::replication_pad3d",
-    "aten::reflection_pad1d",
-    "aten::reflection_pad2d",
-    "aten::reflection_pad3d",
-    "aten::embedding",
-    "aten::native_layer_norm_backward",
-    "aten::nll_loss_backward",
-    "aten::clamp_min",
-    "aten::clamp_max",
-    "aten::_fused_rms_norm",
-    "aten::_fused_rms_norm_backward",
-    "aten::fill.Scalar",
-    "aten::fill.Tensor",
-    "aten::index_add",
-    "aten::native_dropout_backward",
-    "aten::gelu_backward",
-    "aten::threshold_backward",
-    "aten::_log_softmax_backward_data",
-    "aten::_softmax_backward_data",
-    "aten::select_backward",
-    "aten::slice_backward",
-    "aten::softplus_backward",
-    "aten::index_select_backward",
-    "aten::col2im",
-    "aten::lerp",
-    "aten::elu",
-    "aten::elu_backward",
-    "aten::silu",
-)
-# ... and its own decompositions (`@register_decomposition`, and the compile-only `index_put`):
-# not PyTorch's, so the op stays in the graph here and counts as lowered.
-TORCHNEURON_OWN_DECOMPOSITIONS = (
-    "aten::as_strided",
-    "aten::topk",
-    "aten::_scaled_dot_product_fused_attention_overrideable",
-    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
-    "aten::scalar_tensor",
-    "aten::index_copy",
-    "aten::nonzero_static",
-    "aten::linalg_vector_norm",
-    "aten::sigmoid_backward",
-    "aten::silu_backward",
-    "aten::embedding_dense_backward",
-    "aten::linear_backward",
-    "aten::_foreach_pow.Scalar",
-    "aten::__rshift__.Scalar",
-    "aten::as_strided_scatter",
-    "aten::_grouped_mm",
-    "aten::convolution_backward",
-    "aten::value_selecting_reduction_backward",
-    "aten::histc",
-    "aten::argsort",
-    "aten::argsort.stable",
-    "aten::index_put",
-)
-TORCHNEURON_DECOMPOSED = TORCHNEURON_PYTORCH_DECOMPOSITIONS + TORCHNEURON_OWN_DECOMPOSITIONS
-
 
 class UnlowerableOpError(DeviceError):
     """A compiled graph holds an op the neuron compiler cannot lower (mode `raise`, or strict).
-    `op` names the first; `ops` all of that graph's."""
+    `op` names the first; `ops` all of that graph's; `evidence` what the verdict rests on
+    (`raises`: TorchNeuron's code raises on it, `reason` says where)."""
 
     environment = False  # the model's own result (a compile `fail` naming the op)
 
-    def __init__(self, message: str | None = None, *, op: str, ops: tuple[str, ...] = (), **kw):
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        op: str,
+        ops: tuple[str, ...] = (),
+        evidence: str = CompileEvidence.RAISES.value,
+        reason: str | None = None,
+        **kw: Any,
+    ):
         ops = tuple(ops) or (op,)
         others = f" (and {', '.join(ops[1:4])}{' ...' if len(ops) > 4 else ''})" if ops[1:] else ""
+        why = f": {reason}" if reason else ""
         super().__init__(
             message
-            or f"{op}{others} cannot be lowered by the neuron compiler; TorchNeuron raises when "
-            f"a graph fails to compile ({FALLBACK_EXECUTION_ENV}=1, its released default)",
+            or f"{op}{others} cannot be lowered by the neuron compiler (evidence: {evidence}{why}); "
+            f"TorchNeuron raises when a graph fails to compile ({FALLBACK_EXECUTION_ENV}=1, its "
+            "released default)",
             op=op,
             ops=ops,
+            evidence=evidence,
             hint=kw.pop("hint", None)
             or "--compile-mode eager runs such graphs eagerly on the device instead",
             **kw,
         )
         self.op = op
         self.ops = ops
+        self.evidence = evidence
 
 
 def resolve_compile_mode(mode: str | None = None) -> str:
@@ -175,10 +128,33 @@ class CompileReport:
     backward_graphs: int = 0
     eager_graphs: int = 0  # graphs run eagerly because an op could not be lowered (mode eager)
     unlowerable: dict[str, int] = field(default_factory=dict)  # op -> graph nodes
+    unverified: dict[str, int] = field(default_factory=dict)  # op -> nodes, no evidence either way
+    evidence: dict[str, str] = field(default_factory=dict)  # op -> CompileEvidence of its verdict
+    failed_op: str | None = None  # the op a `raise` (or strict) compile failed on
     backend_s: float = 0.0  # time spent in this backend's graph checks (not Dynamo's tracing)
     profile: str | None = None
     mode: str | None = None
     _frames: set[tuple[int, int]] = field(default_factory=set, repr=False)
+
+    def row_columns(self) -> dict[str, Any]:
+        """The columns of a compile stage's row this report fills (none if no graph reached
+        this backend)."""
+        if not (self.forward_graphs or self.backward_graphs or self.failed_op):
+            return {}
+        if self.failed_op is not None:
+            found: str | None = self.evidence.get(self.failed_op)
+        else:
+            lowered = [
+                CompileEvidence(e) for op, e in self.evidence.items() if op not in self.unlowerable
+            ]
+            rests_on = weakest(lowered)
+            found = rests_on.value if rests_on is not None else None
+        return {
+            "partition_count": self.partition_count,
+            "compile_evidence": found,
+            "unverified_ops": sorted(self.unverified, key=lambda op: (-self.unverified[op], op))
+            or None,
+        }
 
 
 _REPORTS: list[CompileReport] = []
@@ -261,42 +237,58 @@ def is_view_op(op: Any) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
 
 
-_DECOMPOSED = frozenset(TORCHNEURON_DECOMPOSED)
-
-
-def lowerable(op: str, profile: DeviceProfile) -> bool:
-    """Whether the neuron compiler lowers the graph op `op` (TorchNeuron decomposes it itself,
-    or the profile lowers it)."""
-    return op in _DECOMPOSED or op.split(".", 1)[0] in _DECOMPOSED or profile.is_lowerable(op)
-
-
-def _lowerable(node: Any, profile: DeviceProfile) -> bool | None:
-    """None for nodes that are not ATen ops (placeholders, getitem, outputs)."""
+def node_verdict(node: Any, sets: EvidenceSets | None = None) -> Verdict | None:
+    """The verdict on one ATen graph node (None for non-ATen nodes and metadata)."""
     name = _op_name(node)
     if name is None:
         return None
-    return is_view_op(node.target) or lowerable(name, profile)
+    return verdict(name, node, sets or evidence_sets(), is_view=is_view_op(node.target))
 
 
-def check_graph(gm: Any, profile: DeviceProfile) -> tuple[dict[str, int], int]:
-    """(unlowerable op -> node count, number of lowerable partitions) of one ATen graph."""
+@dataclass
+class GraphVerdicts:
+    """What one ATen graph holds: its verdicts, the ops that cannot be lowered (with why),
+    the unverified ops, and its lowerable partitions."""
+
+    verdicts: list[Verdict]
+    unlowerable: dict[str, int]
+    unverified: dict[str, int]
+    reasons: dict[str, str]
+    partitions: int
+
+
+def check_graph(gm: Any, profile: DeviceProfile | None = None) -> GraphVerdicts:
+    """Every node's verdict, and the lowerable partitions of the graph."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
+    sets = evidence_sets()
+    by_node: dict[Any, Verdict | None] = {}
     unlowerable: Counter[str] = Counter()
+    unverified: Counter[str] = Counter()
+    reasons: dict[str, str] = {}
     for node in gm.graph.nodes:
-        if _lowerable(node, profile) is False:
-            unlowerable[node.target.name()] += 1
+        found = node_verdict(node, sets)
+        by_node[node] = found
+        if found is None:
+            continue
+        if found.lowers is False:
+            unlowerable[found.op] += 1
+            reasons.setdefault(found.op, found.reason or "")
+        elif found.lowers is None:
+            unverified[found.op] += 1
 
-    class _ProfileSupport(OperatorSupportBase):
+    class _Support(OperatorSupportBase):
         def is_node_supported(self, submodules: Any, node: Any) -> bool:
-            return bool(_lowerable(node, profile))
+            if _op_name(node) is None:
+                return False
+            found = by_node.get(node)
+            return found is None or found.lowers is not False
 
-    partitioner = CapabilityBasedPartitioner(
-        gm, _ProfileSupport(), allows_single_node_partition=True
-    )
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
-    return dict(unlowerable), len(partitions)
+    verdicts = [v for v in by_node.values() if v is not None]
+    return GraphVerdicts(verdicts, dict(unlowerable), dict(unverified), reasons, len(partitions))
 
 
 def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
@@ -307,7 +299,8 @@ def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
     start = time.perf_counter()
     profile = current_profile()
     mode = current_mode()
-    unlowerable, partitions = check_graph(gm, profile)
+    checked = check_graph(gm, profile)
+    unlowerable, partitions = checked.unlowerable, checked.partitions
     for op, n in unlowerable.items():
         for log in active_fallback_logs():
             log.record_compile(op, n)
@@ -321,18 +314,26 @@ def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
             report.backward_graphs += 1
         for op, n in unlowerable.items():
             report.unlowerable[op] = report.unlowerable.get(op, 0) + n
+        for op, n in checked.unverified.items():
+            report.unverified[op] = report.unverified.get(op, 0) + n
+        for found in checked.verdicts:
+            report.evidence.setdefault(found.op, found.evidence.value)
+        if unlowerable and (mode == "raise" or _STATE["strict"]):
+            report.failed_op = report.failed_op or next(iter(unlowerable))
         if unlowerable and mode == "eager":
             report.eager_graphs += 1
         report.backend_s += time.perf_counter() - start
     if unlowerable and (mode == "raise" or _STATE["strict"]):
         ops = tuple(unlowerable)
+        reason = checked.reasons.get(ops[0]) or None
         raise UnlowerableOpError(
             None
             if mode == "raise"
-            else f"{ops[0]} cannot be lowered by the neuron compiler (profile {profile.name}) "
+            else f"{ops[0]} cannot be lowered by the neuron compiler (evidence: raises: {reason}) "
             "and CPU fallback is disabled (strict)",
             op=ops[0],
             ops=ops,
+            reason=reason,
             device=BACKEND_NAME,
         )
     if unlowerable and mode == "eager":
@@ -353,9 +354,12 @@ def _traced_strides(val: Any) -> tuple[int, ...] | None:
 class _CompiledGraph:
     """How the emulator runs a graph its compiler lowered (or, in mode partition, the graph
     around the partitions it would lower): op by op on the device, each result laid out as
-    the trace recorded it. A compiled graph's layouts are the compiler's; the eager kernels
-    may stride a size-1 dimension differently from the trace's fake tensors, and a later
-    kernel (CPU group norm) would then read a layout the graph never had."""
+    the trace recorded it (the eager kernels may stride a size-1 dimension differently from
+    the trace's fake tensors). A lowered op consumes values, not layouts (StableHLO has value
+    semantics): a computing op gets its inputs dense, so one whose eager form needs a viewable
+    input (PyTorch's composite group norm views its input) never meets a layout only the
+    trace had (a permuted residual add). Views and ops that write their inputs get them as
+    they are."""
 
     def __init__(self, gm: Any):
         import torch.fx
@@ -365,10 +369,36 @@ class _CompiledGraph:
                 out = super().run_node(node)
                 return _as_traced(out, node.meta.get("val"))
 
+            def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+                if _consumes_values(target):
+                    args, kwargs = _dense(args), {k: _dense(v) for k, v in kwargs.items()}
+                return super().call_function(target, args, kwargs)
+
         self.interpreter = _Layout(gm)
 
     def run(self, *args: Any) -> Any:
         return self.interpreter.run(*args)
+
+
+def _consumes_values(target: Any) -> bool:
+    """An ATen op that neither returns a view nor writes an argument."""
+    import torch
+
+    if not isinstance(target, torch._ops.OpOverload) or is_view_op(target):
+        return False
+    return not any(
+        a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments
+    )
+
+
+def _dense(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor) and not out.is_contiguous():
+        return out.contiguous()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_dense(v) for v in out)
+    return out
 
 
 def _as_traced(out: Any, val: Any) -> Any:
@@ -387,13 +417,14 @@ def _as_traced(out: Any, val: Any) -> Any:
 
 
 def decompositions() -> dict[Any, Any]:
-    """The decomposition table: PyTorch's, for the ops TorchNeuron takes PyTorch's for."""
+    """The decomposition table: PyTorch's, for the ops TorchNeuron takes PyTorch's for (its
+    own decompositions are not run: their ops stay in the graph, with `decomposed` evidence)."""
     import torch
     from torch._decomp import get_decompositions
 
     ops = []
-    for name in TORCHNEURON_PYTORCH_DECOMPOSITIONS:
-        base, _, overload = name.removeprefix("aten::").partition(".")
+    for name in pytorch_decompositions():
+        base, _, overload = name.removeprefix("aten::").removesuffix(".*").partition(".")
         packet = getattr(torch.ops.aten, base, None)
         if packet is None:
             continue
@@ -421,18 +452,16 @@ def neuron_backend(gm: Any, example_inputs: Any, **options: Any) -> Any:
             if frame[1] > 0 and frame not in report._frames:
                 report.recompile_count += 1
             report._frames.add(frame)
-    from runners.devices import neuron_emulated
-
-    neuron_emulated.take_pending_error()
+    pending.take_pending_error()
     try:
         return _STATE["aot"](gm, example_inputs)
     except SystemError:
         # A backward traced on the device raised inside the autograd engine's stream guard:
-        # the real error was kept there (see neuron_emulated._DeviceGuard).
-        pending = neuron_emulated.take_pending_error()
-        if pending is None:
+        # the real error was kept there (see hooks.DeviceGuard).
+        kept = pending.take_pending_error()
+        if kept is None:
             raise
-        raise pending from None
+        raise kept from None
 
 
 def register_backend() -> None:

@@ -1,0 +1,40 @@
+"""What the real and the emulated neuron devices share: the class facts of `neuron` and how a
+compile stage reads the `neuron` backend's report. A leaf of the package (no torch on import)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from typing import Any
+
+from runners.devices.base import Device
+
+PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
+
+
+def real_neuron_installed() -> bool:
+    return importlib.util.find_spec(PACKAGE) is not None
+
+
+class NeuronDevice(Device):
+    """`neuron`, real or emulated."""
+
+    name = "neuron"
+    compile_backend = "neuron"
+    compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
+    preload_modules = ("runners.devices.neuron.compiler",)
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[dict[str, Any]]:
+        """What the `neuron` backend saw while the block ran: its partitions, and the evidence
+        its verdicts rest on (`compiler.CompileReport.row_columns`). Empty where TorchNeuron's
+        own backend compiled (it reports neither)."""
+        from runners.devices.neuron.compiler import compile_report
+
+        seen: dict[str, Any] = {}
+        with compile_report(reset=False) as report:
+            try:
+                yield seen
+            finally:
+                seen.update(report.row_columns())

@@ -1,0 +1,228 @@
+"""The CLI's shared options, declared once as groups, and the settings built from them once.
+
+- `add_store_argument`: `--store`, for every command that reads or writes the store, and
+  `store_to_read` / `store_to_write`: a store to read must be a folder that exists (or a URI),
+  one to write into must not be a file; each answers one clear error (exit 2);
+- `add_job_arguments` / `job_settings`: `--store`, `--run-id`, `--address`, `--num-cpus`,
+  `--local`, `--retries`, `--no-report` (the sweeps: `run`, `ops`);
+- `add_device_arguments` / `device_choice`: `--device`, `--profile`, and `--strict` where it
+  applies (`run`, `check`, `ops`);
+- `add_limit_arguments`: `--timeout` and `--memory-limit` (each command says per what);
+- `add_model_arguments` / `model_settings`: the model task's settings (`run`, `check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reports import settings
+from reports.errors import UsageError
+from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
+from runners.settings import DTYPE_NAMES, DeviceChoice, ModelSettings
+from sweep.settings import JobSettings
+
+PROFILE_HELP = (
+    "neuron: a bundled profile (default torchneuron-2026-04-21, TorchNeuron's registrations; "
+    "torch-mlir, torch-xla) or a file of ATen op names"
+)
+COMPILE_MODES = ("raise", "eager", "partition")
+COMPILE_MODE_HELP = (
+    "neuron: a graph op the compiler cannot lower raises (default, as TorchNeuron), runs the "
+    "graph eagerly, or (emulated only) partitions it"
+)
+
+
+def add_store_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        default=settings.default_store(),
+        help="results folder or URI (default: $HFSWEEP_STORE or ./hfsweep-store)",
+    )
+
+
+def _local(root: str) -> Path | None:
+    """The folder a store root names, None for an object-store URI (checked when opened)."""
+    if "://" in root and not root.startswith("file://"):
+        return None
+    return Path(root.removeprefix("file://")).expanduser()
+
+
+def store_to_read(root: str) -> str:
+    """`root`, if it can hold results to read: a folder that exists, or a URI."""
+    path = _local(root)
+    if path is None:
+        return root
+    if path.exists() and not path.is_dir():
+        raise UsageError(
+            f"--store {root!r} is a file, not a store folder",
+            hint="give the folder `hfsweep run --store` wrote (it holds results/ and runs/)",
+        )
+    if not path.exists():
+        raise UsageError(
+            f"--store {root!r}: no such folder",
+            hint="give the folder `hfsweep run --store` wrote (default: $HFSWEEP_STORE or "
+            "./hfsweep-store), or run `hfsweep run` first",
+        )
+    return root
+
+
+def store_to_write(root: str) -> str:
+    """`root`, if a run can write into it: a folder (created if missing) or a URI, not a file."""
+    path = _local(root)
+    if path is not None and path.exists() and not path.is_dir():
+        raise UsageError(
+            f"--store {root!r} is a file, not a store folder",
+            hint="give a folder (it is created if missing) or a URI such as s3://bucket/prefix",
+        )
+    return root
+
+
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("the run")
+    add_store_argument(group)  # type: ignore[arg-type]
+    group.add_argument("--run-id", help="name the run; an existing run id resumes it")
+    group.add_argument("--address", help="an existing Ray cluster (e.g. 127.0.0.1:6379 or auto)")
+    group.add_argument(
+        "--num-cpus", type=int, help="size of the embedded local Ray (default: cores)"
+    )
+    group.add_argument(
+        "--local",
+        action="store_true",
+        help="no Ray: run tasks one by one in child processes of this one",
+    )
+    group.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="retries of a task the environment stopped (a lost worker or node, a device that "
+        "fails to set up); never of a model's or a sample's own failure (default 2)",
+    )
+    group.add_argument(
+        "--no-report", action="store_true", help="do not print the summary at the end"
+    )
+
+
+def job_settings(args: argparse.Namespace) -> JobSettings:
+    return JobSettings(
+        store=args.store,
+        run_id=args.run_id,
+        executor="local" if args.local else "ray",
+        address=args.address,
+        num_cpus=args.num_cpus,
+        retries=args.retries,
+        report=not args.no_report,
+        command=command_line(),
+    )
+
+
+def add_device_arguments(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
+    group = p.add_argument_group("the device")
+    group.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
+    group.add_argument("--profile", help=PROFILE_HELP)
+    if strict:
+        group.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
+
+
+def device_choice(args: argparse.Namespace) -> DeviceChoice:
+    return DeviceChoice(
+        name=args.device,
+        strict=bool(getattr(args, "strict", False)),
+        profile=args.profile or None,
+        compile_mode=getattr(args, "compile_mode", None),
+    )
+
+
+def add_limit_arguments(p: argparse.ArgumentParser, *, timeout: float, per: str) -> None:
+    group = p.add_argument_group("limits")
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=timeout,
+        help=f"seconds per {per} of its own time (waiting for a CPU does not count; "
+        f"default {timeout:g})",
+    )
+    group.add_argument(
+        "--memory-limit",
+        type=float,
+        default=4.0,
+        metavar="GIB",
+        help=f"host memory each {per} may allocate; past it, it is oom (default 4, 0: none)",
+    )
+
+
+def memory_limit(args: argparse.Namespace) -> int | None:
+    if args.memory_limit < 0:
+        raise UsageError("--memory-limit must be 0 (no limit) or a size in GiB")
+    return int(args.memory_limit * 2**30) or None
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("the model's stages")
+    group.add_argument("--dtype", default="fp32", choices=list(DTYPE_NAMES))
+    group.add_argument("--stages", help=STAGES_HELP)
+    group.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
+    group.add_argument(
+        "--compile-backend",
+        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
+    )
+
+
+def model_settings(args: argparse.Namespace) -> ModelSettings:
+    return ModelSettings(
+        device=device_choice(args),
+        dtype=args.dtype,
+        stages=tuple(stage_list(args.stages)),
+        timeout_s=args.timeout,
+        memory_limit=memory_limit(args),
+        compile_backend=args.compile_backend,
+    )
+
+
+# `--stages` names that stand for several stages.
+STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
+    "default": DEFAULT_STAGES,
+    "training": TRAINING_STAGES,
+    "all": tuple(Stage),
+}
+STAGES_HELP = (
+    "comma-separated stages: load,forward,backward,compile,generate (the default), "
+    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward); or the "
+    "groups default, training, all"
+)
+
+
+def stage_list(text: str | None) -> list[Stage]:
+    """`--stages`: stage names and groups (`default`, `training`, `all`), comma-separated;
+    none: the default stages. A training stage brings the stages it builds on (load, forward,
+    backward). Returned once each, in stage order."""
+    if not text:
+        return list(DEFAULT_STAGES)
+    wanted: set[Stage] = set()
+    for name in text.split(","):
+        name = name.strip()
+        if name in STAGE_GROUPS:
+            wanted.update(STAGE_GROUPS[name])
+            continue
+        try:
+            wanted.add(Stage(name))
+        except ValueError:
+            raise UsageError(
+                f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
+                f"(or {', '.join(STAGE_GROUPS)})"
+            ) from None
+    for stage in wanted & set(TRAINING_STAGES):
+        wanted.update(STAGE_NEEDS[stage])
+    return [s for s in Stage if s in wanted]
+
+
+def names(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated list (`--models`, `--ops`), or None."""
+    if not text:
+        return None
+    return tuple(n.strip() for n in text.split(",") if n.strip()) or None
+
+
+def command_line() -> str:
+    return " ".join(["hfsweep", *sys.argv[1:]])

@@ -1,0 +1,131 @@
+"""The one child supervisor both sweeps run in (`runners/supervisor.py`): its deadline counts the
+child's own time, so a child a loaded machine starves is slow, not hung; and how a child ended
+is decided by cause, never by which of two events the parent happened to see first."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runners import supervisor
+from runners.supervisor import Child, OwnClock
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="run-queue delay is read from Linux's /proc"
+)
+
+
+def _busy_for(send, cpu_s: float) -> None:
+    """Spin until this process has had `cpu_s` seconds of CPU, then say so."""
+    start = time.process_time()
+    while time.process_time() - start < cpu_s:
+        pass
+    send(("done", time.process_time() - start))
+
+
+def _starved(send, cpu_s: float) -> None:
+    """As `_busy_for`, at the lowest priority, on the CPU a busier process holds."""
+    os.sched_setaffinity(0, {0})
+    os.nice(19)
+    _busy_for(send, cpu_s)
+
+
+def _hog() -> subprocess.Popen:
+    """A CPU-bound process on CPU 0 at normal priority (the test stops it by its pid)."""
+    code = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_a_child_starved_of_cpu_is_slow_not_timed_out():
+    """Before: the deadline was wall time, so a stage that a loaded machine left waiting for a
+    CPU was a `timeout` (the fault matrix's allocation and device-error trials under load)."""
+    hog = _hog()
+    try:
+        time.sleep(0.5)
+        with Child(_starved, (0.05,)) as child:
+            child.deadline(1.0)
+            message = child.receive()
+            wall = time.monotonic() - child.started
+            own = child.clock.elapsed_s()
+    finally:
+        hog.kill()
+        hog.wait(10)
+    assert message is not None and message[0] == "done", child.ending
+    assert child.ending is None
+    assert wall > 1.0, f"the child was not starved ({wall:.2f} s): the test proves nothing"
+    assert own < wall
+
+
+def _hang(send) -> None:
+    send(("ready", None))
+    time.sleep(3600)
+
+
+def test_a_child_that_hangs_uses_up_its_own_time():
+    with Child(_hang, ()) as child:
+        child.deadline(1.0)
+        assert child.receive() == ("ready", None)
+        assert child.receive() is None
+    assert child.ending is not None and child.ending.timed_out
+    assert 1.0 <= child.ending.own_s < 10.0
+
+
+def _last_word_then_die(send) -> None:
+    send(("done", 42))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_message_sent_before_a_death_is_read_before_the_death():
+    with Child(_last_word_then_die, ()) as child:
+        child.deadline(60.0)
+        time.sleep(1.0)  # the child is dead by the time the parent looks
+        assert not child.proc.is_alive()
+        assert child.receive() == ("done", 42)
+        assert child.receive() is None
+    assert child.ending is not None and not child.ending.timed_out
+    assert child.ending.death("forward").status is None  # SIGKILL from outside: environment
+
+
+def _word_then_hang(send) -> None:
+    send(("stage", "load"))
+    time.sleep(3600)
+
+
+def test_a_message_sent_before_the_deadline_is_read_after_it_passed():
+    with Child(_word_then_hang, ()) as child:
+        child.deadline(0.5)
+        time.sleep(2.0)  # the parent looks only after the deadline passed
+        assert child.receive() == ("stage", "load")
+        assert child.receive() is None
+    assert child.ending is not None and child.ending.timed_out
+
+
+def _raise_before_ready(send) -> None:
+    raise ValueError("the device would not set up")
+
+
+def _raise_after_ready(send) -> None:
+    send(("ready", None))
+    raise ValueError("a bug outside any stage")
+
+
+def test_what_escapes_the_body_is_the_environment_until_ready():
+    with Child(_raise_before_ready, ()) as child:
+        child.deadline(60.0)
+        assert child.receive() == ("env", ("ValueError", "the device would not set up"))
+    with Child(_raise_after_ready, ()) as child:
+        child.deadline(60.0)
+        assert child.receive() == ("ready", None)
+        assert child.receive() == ("error", ("ValueError", "a bug outside any stage"))
+
+
+def test_the_own_time_clock_counts_wall_time_where_the_kernel_does_not_say(monkeypatch):
+    monkeypatch.setattr(supervisor, "_run_delay_s", lambda pid: None)
+    clock = OwnClock(os.getpid())
+    time.sleep(0.3)
+    assert 0.25 < clock.elapsed_s() == pytest.approx(clock.wall_s(), abs=0.05)
