@@ -174,7 +174,7 @@ def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
 
 def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
     from reports.schema import TRAINING_STAGES
-    from runners.devices.profiles import load_profile
+    from runners.devices.neuron.profiles import load_profile
 
     profile = load_profile(None)
     cpu, neuron = _rows(store, cpu_run), _rows(store, neuron_run)

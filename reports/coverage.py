@@ -142,6 +142,15 @@ def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
         for r in sources:
             r["default"] = r["source"] in DEFAULT_CONFIG_SOURCES
         from_default = [r for r in sources if r["default"]]
+        reused = q.fetch(
+            f"""
+            SELECT reused_from AS run_id, count(*) AS models,
+              coalesce(sum(downloads), 0) AS downloads
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND reused_from IS NOT NULL
+            GROUP BY reused_from ORDER BY models DESC, reused_from
+            """,
+            {"run": run_id, "dtype": dtype},
+        )
         requested = run.get("models_requested")
         emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
         device = t["device"] or run.get("device")
@@ -179,6 +188,10 @@ def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
             "built_from_default": sum(r["models"] for r in from_default),
             "built_from_default_downloads": sum(r["downloads"] for r in from_default),
             "quantized": quantized_checkpoints(q, run_id, dtype),
+            # swept models whose rows were copied from an earlier run (`--reuse`), per run
+            "reused": sum(r["models"] for r in reused),
+            "reused_downloads": sum(r["downloads"] for r in reused),
+            "reused_by_run": reused,
         }
 
     return q.memo("denominators", run_id, build, dtype)

@@ -80,6 +80,7 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
               coalesce(b.downloads, a.downloads) AS downloads,
               a.outcome AS outcome_a, b.outcome AS outcome_b,
               a.failed_stage AS failed_stage_a, b.failed_stage AS failed_stage_b,
+              a.failed_status AS failed_status_a, b.failed_status AS failed_status_b,
               a.error_signature AS signature_a, b.error_signature AS signature_b,
               a.failing_op AS failing_op_a, b.failing_op AS failing_op_b,
               a.error_type AS error_type_a, b.error_type AS error_type_b,

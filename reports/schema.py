@@ -286,6 +286,11 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("compile_evidence", pa.string()),
         pa.field("unverified_ops", pa.list_(pa.string())),  # graph ops with no evidence either way
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
+        # The task's content key: everything that can change its rows (sweep/reuse.py). Equal
+        # keys give equal rows, so a later run may copy them (`hfsweep run --reuse`).
+        pa.field("task_key", pa.string()),
+        # the run whose task produced these rows, when they were copied from it (null: ran here)
+        pa.field("reused_from", pa.string()),
         pa.field("attempt", pa.int16()),
         pa.field("worker", pa.string()),  # where it ran: Ray node id and process, or host:pid
         pa.field("finished_at", pa.timestamp("us", tz="UTC")),
@@ -367,6 +372,12 @@ RUNS_SCHEMA = pa.schema(
         pa.field("catalog_hash", pa.string()),  # of the catalog file: a resume must match it
         pa.field("catalog_size", pa.int64()),  # models in the catalog
         pa.field("models_requested", pa.int64()),  # models this run was asked for
+        # the nightly series the run belongs to (`hfsweep nightly --series`, default the
+        # device's name); null for a run that `hfsweep run` started. The previous night of a
+        # series is its newest earlier finished run.
+        pa.field("nightly", pa.string()),
+        # what the run reused (`--reuse`: latest, a run id, all; null: nothing)
+        pa.field("reuse", pa.string()),
         *(pa.field(name, pa.string()) for name in LIBRARY_VERSION_FIELDS),
         *_PROVENANCE_FIELDS,
     ]
@@ -484,7 +495,15 @@ TABLES: dict[str, pa.Schema] = {
 # Free text and JSON: nothing filters on them, and Parquet's min/max statistics of long strings
 # would sit in every part file's footer (measured: a third of a small configs part).
 FREE_TEXT_COLUMNS = frozenset(
-    {"error_message", "error_signature", "shrink_changes", "shrunk_config", "command", "worker"}
+    {
+        "error_message",
+        "error_signature",
+        "shrink_changes",
+        "shrunk_config",
+        "command",
+        "worker",
+        "task_key",
+    }
 )
 
 

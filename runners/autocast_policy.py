@@ -10,10 +10,12 @@ dispatch key that does what PyTorch's `WrapFunction_` does for its policy (ATen'
 autocast_mode.h): with that autocast key excluded, cast the eligible arguments, then call the op
 again through the dispatcher. An op not in the list falls through (autocast leaves it alone).
 
-Two uses: the emulated `neuron` device registers the policy at AutocastPrivateUse1 (what
-TorchNeuron does), and the amp stage's CPU reference applies the same policy at AutocastCPU for
-the length of one step (`on_cpu`), so that the reference casts exactly the ops the device casts
-(the CPU's own autocast lists differ: it keeps softmax and layer norm in bf16, for one).
+Two uses: a device's autocast policy file (`Device.autocast_policy_file`; the emulated device's
+is TorchNeuron's) is registered by that device at its autocast key (the emulated device at
+AutocastPrivateUse1, as TorchNeuron does), and the amp stage's CPU reference applies the same
+policy at AutocastCPU for the length of one step (`on_cpu`), so that the reference casts
+exactly the ops the device casts (the CPU's own autocast lists differ: it keeps softmax and
+layer norm in bf16, for one).
 
 Eligible arguments are PyTorch's: floating tensors on the autocast's device, float64 excepted.
 The one difference: autocast caches the lower-precision copy of a leaf that requires grad (a
@@ -33,10 +35,6 @@ from typing import Any
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from runners.devices.profiles import PROFILE_DIR, SNAPSHOT
-
-# TorchNeuron's policy: PyTorch's accelerator op lists (CUDA registers the same) and the ban.
-POLICY_FILE = PROFILE_DIR / SNAPSHOT / "autocast-policy.txt"
 # The banned kernel's message (TorchNeuron's autocast_mode.cpp, as PyTorch's CUDA one says it).
 BANNED_MESSAGE = (
     "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
@@ -63,7 +61,7 @@ class CastPolicy(str, enum.Enum):
 
 
 @functools.cache
-def load_policy(path: Path = POLICY_FILE) -> dict[str, CastPolicy]:
+def load_policy(path: Path) -> dict[str, CastPolicy]:
     """op (`aten::name[.overload]`) -> its cast policy, in the file's order."""
     policy: dict[str, CastPolicy] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -202,9 +200,7 @@ def _passthrough(op: Any, key: str) -> Callable:
     return kernel
 
 
-def register(
-    library: Any, key: str, device: Callable[[], str], path: Path = POLICY_FILE
-) -> list[str]:
+def register(library: Any, key: str, device: Callable[[], str], path: Path) -> list[str]:
     """Register the policy's kernels at the autocast dispatch `key` in `library` (an `aten`
     IMPL library the caller keeps alive); the ops registered (an op this torch lacks is left
     out)."""
@@ -233,7 +229,7 @@ def _cpu_autocast_ops() -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def on_cpu(dtype: torch.dtype, path: Path = POLICY_FILE) -> Iterator[None]:
+def on_cpu(dtype: torch.dtype, path: Path) -> Iterator[None]:
     """CPU autocast to `dtype` under the policy of `path` instead of the CPU's own lists, for
     the block: the policy's ops get its kernels at AutocastCPU, every other op the CPU's
     autocast lists name is left alone; both are unregistered on exit."""

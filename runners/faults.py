@@ -16,7 +16,8 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
   hint; for a model the tiny model's model type, architecture or shrunk config hash; for an
   op-sweep task the OpInfo names (`sample`: the OpInfo of the sample).
 - `fault`: `segfault` (a real invalid read), `hang`, `alloc` (allocate 64 MiB tensors until
-  the memory budget stops it; refused without a budget), `unpicklable` (raise an exception that
+  the memory budget stops it; refused without a budget), `raise` (an ordinary RuntimeError:
+  the model's own failure, a `fail` row), `unpicklable` (raise an exception that
   cannot be pickled, whose message cannot be read either), `kill` (SIGKILL itself: what an
   operator's `kill -9` looks like), `kill_parent` (SIGKILL the worker that runs the model),
   `env` (the device fails: a DeviceError), `exit` (exit with status 3), `sleep:<seconds>`,
@@ -146,6 +147,8 @@ def _fire(fault: str) -> None:
         time.sleep(float(fault.split(":", 1)[1]))
     elif fault == "alloc":
         _allocate_past_budget()
+    elif fault == "raise":
+        raise RuntimeError("injected: the model fails here")
     elif fault == "unpicklable":
         raise UnpicklableFault()
     elif fault == "kill":

@@ -117,8 +117,9 @@ def forward_backward(
     outputs."""
     device_type = next(model.parameters()).device.type
     region: Any = contextlib.nullcontext()
-    if amp and device_type == "cpu" and ctx.device.torch_device.type != "cpu":
-        region = autocast_policy.on_cpu(AMP_DTYPE)
+    policy = ctx.device.autocast_policy_file()
+    if amp and device_type == "cpu" and ctx.device.torch_device.type != "cpu" and policy:
+        region = autocast_policy.on_cpu(AMP_DTYPE, policy)
     elif amp:
         region = torch.autocast(device_type, dtype=AMP_DTYPE)
     with region:

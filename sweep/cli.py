@@ -7,7 +7,8 @@ importing `sweep` never imports torch or Ray. Errors are caught here, once: a on
 
 Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input,
 3 the environment kept failing, or the device failed its check before any model ran (the
-models it hit have no rows; rerun to retry them).
+models it hit have no rows; rerun to retry them), 4 (`nightly`) a model that passed the night
+before fails tonight.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from reports.errors import SweepError, UsageError, format_error
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sweep.commands.run", "sweep the catalog's top models on a device (Ray job)"),
     "ops": ("sweep.commands.ops", "run PyTorch's OpInfo samples on a device against the CPU"),
+    "nightly": (
+        "sweep.commands.nightly",
+        "the nightly job: refresh the catalog, run, diff against last night, site, alert",
+    ),
     "check": ("sweep.commands.check", "run one model (Hub id or local config) and print results"),
     "catalog": ("sweep.commands.catalog", "show or refresh the model catalog"),
     "report": ("sweep.commands.report", "summarise a run from the store"),

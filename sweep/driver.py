@@ -49,6 +49,7 @@ from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned
 from sweep.progress import SweepProgress
+from sweep.reuse import KeyContext, reusable, source_runs
 from sweep.rows import RunContext
 from sweep.session import RunRow, Warn, locked_run
 from sweep.settings import ModelRun, software_versions
@@ -69,6 +70,9 @@ class RunSummary:
     abandoned: list[str] = field(default_factory=list)  # no rows: the environment kept failing
     causes: dict[str, str] = field(default_factory=dict)  # what stopped them -> first model
     damaged_parts: int = 0  # part files found damaged at the start and put aside
+    reused: int = 0  # models whose rows were copied from an earlier run (`--reuse`)
+    reused_tasks: int = 0  # unique tiny models among them
+    reuse_sources: list[str] = field(default_factory=list)  # the runs offered, newest first
 
 
 # ---- task bodies (what runs on a worker) -----------------------------------------------------
@@ -204,6 +208,7 @@ def run_sweep(
         settings=settings,
         warn=warn or _stderr,
     ) as opened:
+        sources = source_runs(store, run.reuse, run_id)  # a run id not in the store: refused
         context = RunContext.of(run_id, device, run.task.dtype)
         done, requested, already = _progress(store, run_id, stream, run)
         row = {
@@ -211,6 +216,8 @@ def run_sweep(
             "catalog_size": stream.size,
             "models_requested": requested,
             "command": run.job.command,
+            "nightly": run.nightly,
+            "reuse": run.reuse or None,
             **software_versions(device),
             **settings,
         }
@@ -226,13 +233,15 @@ def run_sweep(
         with RunRow(store, "runs", row, opened.previous) as run_row:
             with (
                 RowWriter(store, run_id, run.job.flush_s) as writer,
-                Ledger(dedup=run.dedup) as ledger,
+                Ledger(dedup=run.dedup, key_of=KeyContext.of(settings).key) as ledger,
                 SweepProgress(
                     requested - already, description=f"run {run_id}", enabled=run.job.progress
                 ) as bar,
             ):
                 if already:
                     ledger.resume(store, run_id)  # groups that ran before the kill stay done
+                for earlier in reusable(store, sources):  # newest first: the first per key wins
+                    ledger.offer(earlier)
                 todo = _not_done(select_entries(stream, run), done)
                 # nothing left to run: no Ray to start (a resume of a finished run is instant)
                 job = run.job if already < requested else replace(run.job, executor="local")
@@ -271,6 +280,9 @@ def run_sweep(
         abandoned=loop.abandoned,
         causes=loop.causes,
         damaged_parts=opened.damaged,
+        reused=loop.reused,
+        reused_tasks=ledger.reused,
+        reuse_sources=sources,
     )
 
 

@@ -1,11 +1,12 @@
 """Dedup across a whole run with bounded driver memory.
 
 Plans stream in; each planned model either opens a new task (its tiny config is new), joins the
-open task of its group (queued or running), or finds its group already finished and takes the
-lead's outcome. Open tasks live in memory (their number is bounded by the run loop's queue);
-finished groups (the lead and its outcome) and the (original, shrunk) config pairs already
-written go to an SQLite file in a temporary folder, so the driver's memory does not grow with
-the catalog.
+open task of its group (queued or running), finds its group already finished and takes the
+lead's outcome, or finds its task's content key among the outcomes earlier runs offered
+(`sweep.reuse`) and takes that one (its rows then say `reused_from`). Open tasks live in memory
+(their number is bounded by the run loop's queue); finished groups (the lead and its outcome),
+the outcomes offered for reuse and the (original, shrunk) config pairs already written go to an
+SQLite file in a temporary folder, so the driver's memory does not grow with the catalog.
 """
 
 from __future__ import annotations
@@ -15,42 +16,61 @@ import shutil
 import sqlite3
 import tempfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from model_configs.spec import TinySpec
 from reports.store import Store
-from runners.outcome import ModelOutcome, StageResult
+from runners.outcome import ModelOutcome
 from sweep.plan import Planned, Task
+from sweep.reuse import Reusable
 
 
 @dataclass
 class Finished:
-    """A group that already ran: who ran it, what came out, on which attempt."""
+    """A group that already ran: who ran it, what came out, on which attempt, and the earlier
+    run it was copied from (None: it ran in this run)."""
 
     lead: str
     outcome: ModelOutcome
     attempt: int
+    reused_from: str | None = None
 
 
 class Ledger:
     """What the run loop knows about groups. `dedup=False` makes every model its own group."""
 
-    def __init__(self, *, dedup: bool = True, folder: str | Path | None = None):
+    def __init__(
+        self,
+        *,
+        dedup: bool = True,
+        folder: str | Path | None = None,
+        key_of: Callable[[TinySpec], str] | None = None,
+    ):
         self.dedup = dedup
+        self.key_of = key_of  # a task's content key (sweep.reuse), for outcomes offered
         self._dir = Path(tempfile.mkdtemp(prefix="hfsweep-ledger-", dir=folder))
         self._db = sqlite3.connect(self._dir / "ledger.sqlite", isolation_level=None)
         self._db.execute("PRAGMA journal_mode = OFF")
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.execute("PRAGMA cache_size = -8192")  # 8 MiB of pages at most
         self._db.execute(
-            "CREATE TABLE finished (key TEXT PRIMARY KEY, lead TEXT, attempt INT, outcome BLOB)"
+            "CREATE TABLE finished (key TEXT PRIMARY KEY, lead TEXT, attempt INT, outcome BLOB, "
+            "reused_from TEXT)"
+        )
+        # earlier runs' outcomes by task content key, offered before the run (sweep.reuse)
+        self._db.execute(
+            "CREATE TABLE reusable (key TEXT PRIMARY KEY, origin TEXT, attempt INT, outcome BLOB)"
         )
         self._db.execute(
             "CREATE TABLE pairs (original TEXT, shrunk TEXT, PRIMARY KEY (original, shrunk))"
         )
         self.open: dict[str, Task] = {}  # queued or running
         self.unique = 0  # tasks opened so far
+        self.offered = 0  # earlier outcomes offered for reuse
+        self.reused = 0  # groups whose outcome was copied from an earlier run
 
     def close(self) -> None:
         self._db.close()
@@ -72,14 +92,34 @@ class Ledger:
             task.members.append(planned)
             return None
         row = self._db.execute(
-            "SELECT lead, attempt, outcome FROM finished WHERE key = ?", (key,)
+            "SELECT lead, attempt, outcome, reused_from FROM finished WHERE key = ?", (key,)
         ).fetchone()
         if row is not None:
-            return Finished(row[0], pickle.loads(zlib.decompress(row[2])), row[1])
+            return Finished(row[0], pickle.loads(zlib.decompress(row[2])), row[1], row[3])
+        copied = self._reuse(planned, key)
+        if copied is not None:
+            return copied
         task = Task(spec=planned.spec, members=[planned], key=key)
         self.open[key] = task
         self.unique += 1
         return task
+
+    def _reuse(self, planned: Planned, key: str) -> Finished | None:
+        """The group's outcome copied from an earlier run, with this model as its lead here."""
+        if self.key_of is None or not self.offered:
+            return None
+        assert planned.spec is not None
+        row = self._db.execute(
+            "SELECT origin, attempt, outcome FROM reusable WHERE key = ?",
+            (self.key_of(planned.spec),),
+        ).fetchone()
+        if row is None:
+            return None
+        lead = planned.entry.model_id
+        outcome = pickle.loads(zlib.decompress(row[2]))
+        self._finished(key, lead, row[1], outcome, reused_from=row[0])
+        self.reused += 1
+        return Finished(lead, outcome, row[1], row[0])
 
     def abandon(self, task: Task) -> None:
         """The task was given up (system faults): its group is neither open nor finished, so a
@@ -91,48 +131,51 @@ class Ledger:
         self.open.pop(task.key, None)
         self._finished(task.key, task.lead.entry.model_id, attempt, outcome)
 
-    def _finished(self, key: str, lead: str, attempt: int, outcome: ModelOutcome) -> None:
+    def _finished(
+        self,
+        key: str,
+        lead: str,
+        attempt: int,
+        outcome: ModelOutcome,
+        *,
+        reused_from: str | None = None,
+    ) -> None:
         blob = zlib.compress(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
         self._db.execute(
-            "INSERT OR REPLACE INTO finished VALUES (?, ?, ?, ?)", (key, lead, attempt, blob)
+            "INSERT OR REPLACE INTO finished VALUES (?, ?, ?, ?, ?)",
+            (key, lead, attempt, blob, reused_from),
         )
 
     def resume(self, store: Store, run_id: str) -> int:
-        """Remember the groups an earlier attempt of this run already ran, from its rows (one
-        part at a time), so a resumed run does not run them again; returns how many."""
+        """Remember the groups an earlier attempt of this run already ran (or reused), from its
+        rows (one part at a time), so a resumed run does not run them again; returns how many."""
+        from sweep.reuse import lead_outcomes
+
         if not self.dedup:
             return 0
-        fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
         seeded = 0
-        fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
-        for part in store.part_files("results", run_id):
-            rows = store.dataset("results", [part]).to_table().to_pylist()
-            leads: dict[str, list[dict[str, Any]]] = {}
-            for r in rows:
-                if r["dedup_of"] is None and r["shrunk_config_hash"]:
-                    leads.setdefault(r["model_id"], []).append(r)
-            if not leads:
-                continue
-            ops: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            fb = fallback_parts.get(part.rsplit("/", 1)[-1])
-            if fb:
-                for f in store.dataset("fallbacks", [fb]).to_table().to_pylist():
-                    ops.setdefault((f["model_id"], f["stage"]), []).append(
-                        {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
-                    )
-            for model, stage_rows in leads.items():
-                stages = [
-                    StageResult(
-                        **{k: v for k, v in r.items() if k in fields},
-                        fallbacks=ops.get((model, r["stage"]), []),
-                    )
-                    for r in stage_rows
-                ]
-                first = stage_rows[0]
-                outcome = ModelOutcome(stages, first["param_count"], first["worker"])
-                self._finished(first["shrunk_config_hash"], model, first["attempt"] or 1, outcome)
-                seeded += 1
+        for model, rows, outcome in lead_outcomes(store, run_id):
+            first = rows[0]
+            self._finished(
+                first["shrunk_config_hash"],
+                model,
+                first["attempt"] or 1,
+                outcome,
+                reused_from=first.get("reused_from"),
+            )
+            seeded += 1
         return seeded
+
+    def offer(self, reusable: Reusable) -> bool:
+        """An earlier run's task outcome this run may copy (the first offered per key wins:
+        offer newest first); True when it was new."""
+        blob = zlib.compress(pickle.dumps(reusable.outcome, protocol=pickle.HIGHEST_PROTOCOL))
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO reusable VALUES (?, ?, ?, ?)",
+            (reusable.key, reusable.origin, reusable.attempt, blob),
+        )
+        self.offered += cur.rowcount
+        return cur.rowcount == 1
 
     def first_pair(self, planned: Planned) -> bool:
         """True the first time this run meets the model's (original, shrunk) config pair."""

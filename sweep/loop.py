@@ -46,12 +46,14 @@ class RunLoop:
         on_model: Callable[[str, int], None] | None = None,
     ):
         self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
+        self.key_of = ledger.key_of  # each task's content key, in its rows
         self.plan_batch = plan_batch
         self.on_model = on_model or (lambda outcome, n: None)
         self.queue: deque[Task] = deque()
         self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
         self.skipped = 0  # decided at planning (skip, shrink failure)
         self.models_run = 0  # models whose rows came from a model task (dedup members too)
+        self.reused = 0  # of those, models whose rows were copied from an earlier run
         self.max_open = 0  # the most tasks open at once (the loop's own state)
         self.gave_up = GiveUp("model")  # models the environment kept from running (no rows)
         # seconds summed over tasks: model tasks as the driver saw them (`task_s`: submission
@@ -138,8 +140,12 @@ class RunLoop:
             if isinstance(admitted, Task):
                 self.queue.append(admitted)
             elif isinstance(admitted, Finished):  # its group already ran: share the outcome
-                self._write_member(p, admitted.outcome, admitted.attempt, admitted.lead)
+                lead = admitted.lead if admitted.lead != p.entry.model_id else None
+                self._write_member(
+                    p, admitted.outcome, admitted.attempt, lead, reused_from=admitted.reused_from
+                )
                 self.models_run += 1
+                self.reused += admitted.reused_from is not None
                 self.on_model(headline(admitted.outcome), 1)
 
     # ---- outcomes ------------------------------------------------------------------------
@@ -160,10 +166,23 @@ class RunLoop:
             self.timings[name] = self.timings.get(name, 0.0) + value
 
     def _write_member(
-        self, member: Planned, outcome: ModelOutcome, attempt: int, dedup_of: str | None
+        self,
+        member: Planned,
+        outcome: ModelOutcome,
+        attempt: int,
+        dedup_of: str | None,
+        *,
+        reused_from: str | None = None,
     ) -> None:
+        assert member.spec is not None
         results, fallbacks = model_rows(
-            self.run, member, outcome, attempt=attempt, dedup_of=dedup_of
+            self.run,
+            member,
+            outcome,
+            attempt=attempt,
+            dedup_of=dedup_of,
+            task_key=self.key_of(member.spec) if self.key_of else None,
+            reused_from=reused_from,
         )
         pair = self._configs.pop(member.entry.model_id, None)
         self.writer.add(

@@ -35,6 +35,8 @@ def model_rows(
     *,
     attempt: int = 1,
     dedup_of: str | None = None,
+    task_key: str | None = None,
+    reused_from: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     entry, spec = planned.entry, planned.spec
     finished = utcnow()
@@ -63,6 +65,8 @@ def model_rows(
         "device_profile_hash": run.device_profile_hash,
         "dtype": run.dtype,
         "dedup_of": dedup_of,
+        "task_key": task_key,
+        "reused_from": reused_from,
         "attempt": attempt,
         "worker": outcome.worker,
         "finished_at": finished,

@@ -66,6 +66,8 @@ class ModelRun:
     models: tuple[str, ...] | None = None  # explicit model ids from the catalog (overrides top)
     dedup: bool = True
     plan_batch: int = PLAN_BATCH  # catalog entries per plan task
+    nightly: str | None = None  # the nightly series (`hfsweep nightly`), in the run's row
+    reuse: str | None = None  # copy earlier runs' rows by task key: latest, a run id, all
 
     # software whose version changes what a model's row says
     VERSIONS: ClassVar[tuple[str, ...]] = (

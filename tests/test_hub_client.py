@@ -388,6 +388,29 @@ def test_interrupted_refresh_goes_on_where_it_stopped(hub, client, tmp_path, sle
     assert (out.with_suffix("") / "acme/pipe/unet/config.json").is_file()
 
 
+def test_the_nightly_catalog_is_refreshed_online_and_goes_on_where_it_stopped(
+    hub, client, tmp_path, sleeps
+):
+    """`hfsweep nightly`: online, the catalog is refreshed by default into a file of the day;
+    a refresh the Hub stopped goes on from there when the night is started again."""
+    import datetime as dt
+
+    from sweep.nightly import nightly_catalog
+
+    add_models(hub)
+    hub.fault("/api/models/acme/pipe/revision", times=99, status=503)
+    with pytest.raises(HubError):
+        nightly_catalog(None, 5, tmp_path / "catalogs", client=client)
+    hub.faults.clear()
+    before = len(hub.asked("acme/bert/"))
+    path = nightly_catalog(None, 5, tmp_path / "catalogs", client=client)
+    assert path == str(tmp_path / "catalogs" / f"hub-{dt.date.today().isoformat()}-top5.csv")
+    assert [e.model_id for e in load_catalog(path).entries] == ["acme/bert", "acme/pipe"]
+    assert len(hub.asked("acme/bert/")) == before  # kept, not fetched again
+    assert nightly_catalog("bundled", 5, tmp_path / "x", client=client) == "bundled"
+    assert not (tmp_path / "x").exists()
+
+
 # ---- provenance per component --------------------------------------------------------------------
 
 

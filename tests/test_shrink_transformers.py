@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
@@ -124,6 +125,20 @@ def test_shrink_is_deterministic(model_type):
     first, second = shrink(_resolved(model_type)), shrink(_resolved(model_type))
     assert first.hash == second.hash
     assert first.config == second.config and first.changes == second.changes
+
+
+@pytest.mark.parametrize("model_type", ["bert", "llava"])  # one level, and sub-configs
+def test_where_a_checkpoint_was_saved_from_does_not_split_a_dedup_group(model_type):
+    base = _resolved(model_type)
+    saved = {**base.config, "_name_or_path": "/home/someone/checkpoints/checkpoint-500"}
+    for sub in ("text_config", "vision_config"):
+        if isinstance(saved.get(sub), dict):
+            saved[sub] = {**saved[sub], "_name_or_path": "org/base-model"}
+    other = ResolvedConfig(
+        model_id="org/fine-tune", library="transformers", config=saved, source=base.source
+    )
+    assert shrink(other).hash == shrink(base).hash
+    assert "_name_or_path" not in json.dumps(shrink(other).config)
 
 
 def test_changes_name_the_touched_fields():

@@ -196,8 +196,9 @@ def test_autocast_policy_matches_the_installed_aten_lists() -> None:
     header_path, _ = module.installed_header()
     lists = module.op_lists(header_path.read_text())
     from runners.autocast_policy import CastPolicy, load_policy
+    from runners.devices.neuron.autocast import POLICY_FILE
 
-    policy = load_policy()
+    policy = load_policy(POLICY_FILE)
     macros = {
         CastPolicy.LOWER_PRECISION_FP: "AT_FORALL_LOWER_PRECISION_FP",
         CastPolicy.FP32: "AT_FORALL_FP32",
@@ -219,7 +220,7 @@ def test_amp_reference_applies_the_device_policy_on_the_cpu() -> None:
     from runners import autocast_policy
 
     x = torch.rand(4, 4).to(torch.bfloat16)
-    with autocast_policy.on_cpu(torch.bfloat16):
+    with autocast_policy.on_cpu(torch.bfloat16, NeuronEmulatedDevice().autocast_policy_file()):
         assert torch.exp(x).dtype == torch.float32 and x.sum().dtype == torch.float32
         assert torch.mm(x.float(), x.float()).dtype == torch.bfloat16
         with pytest.raises(RuntimeError, match="unsafe to autocast"):

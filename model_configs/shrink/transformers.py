@@ -120,6 +120,23 @@ def _ensure_pad_token(d: dict[str, Any]) -> None:
         target["pad_token_id"] = eos if isinstance(eos, int) else 0
 
 
+# Where the checkpoint was saved from (a Hub id, a training folder): it never changes which ops
+# run, but fine-tunes of one base differ by it alone, which kept them out of one dedup group
+# (measured on synthetic Hub configs: bench/synthetic_catalog.py).
+PROVENANCE_KEYS = frozenset({"_name_or_path"})
+
+
+def _without_provenance(d: Any) -> Any:
+    """The tiny config without `PROVENANCE_KEYS`, at every level (labels kept as they are)."""
+    if not isinstance(d, dict):
+        return d
+    return {
+        k: v if k in ("id2label", "label2id") else _without_provenance(v)
+        for k, v in d.items()
+        if k not in PROVENANCE_KEYS
+    }
+
+
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
@@ -290,7 +307,7 @@ def shrink_transformers(
             stage="load",
             hint=f"add a shrink rule for {mt!r} to model_configs/data/transformers_families/",
         ) from exc
-    final = _jsonable(final)
+    final = _without_provenance(_jsonable(final))
     return TinySpec(
         library="transformers",
         model_type=mt,

@@ -63,6 +63,11 @@ def denominators_section(d: dict[str, Any]) -> Section:
         d["passed_on_device_downloads"],
     )
     add(3, "with CPU fallback", d["passed_with_fallback"], d["passed_with_fallback_downloads"])
+    if d.get("reused"):
+        add(0, "swept, rows reused from an earlier run", d["reused"], d["reused_downloads"])
+        for r in d.get("reused_by_run") or []:
+            add(1, f"from run {r['run_id']}", r["models"], r["downloads"])
+        add(0, "swept, run by this run", d["swept"] - d["reused"], None, base=False)
     sources = d.get("swept_by_config_source") or []
     if sources:
         add(0, "swept, by where the config came from", d["swept"], d["swept_downloads"])
@@ -86,6 +91,12 @@ def denominators_section(d: dict[str, Any]) -> Section:
         f"{fmt.downloads(dls)} downloads (30-day counts at catalog time).",
         "skipped + swept = models in this run; failed + passed (+ stage-skipped) = swept.",
     ]
+    if d.get("reused"):
+        notes.append(
+            f"{fmt.count(d['reused'])} of the swept models had rows equal to an earlier run's "
+            "(the same task key: tiny config, software, settings and code), copied from it "
+            "(`reused_from`) instead of run again; timeouts, crashes and OOMs are never reused."
+        )
     if sources:
         notes.append(
             f"{fmt.count(d['built_from_default'])} of the swept models "

@@ -15,6 +15,7 @@ import contextlib
 from abc import ABC
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from reports.errors import DeviceError
@@ -161,6 +162,12 @@ class Device(ABC):
         the block exits (also when it raises), with row columns it knows (`partition_count`,
         `compile_evidence`, `unverified_ops`). Nothing for compilers that report nothing."""
         yield {}
+
+    def autocast_policy_file(self) -> Path | None:
+        """The device's autocast policy as data (`runners.autocast_policy`'s format): the amp
+        stage's CPU reference casts as it says. None: the reference uses the CPU's own autocast
+        lists (a device whose policy is not bundled as data)."""
+        return None
 
     def classify_op(self, op: str) -> str | None:
         """How the ATen op `op` (`aten::name.overload`) runs here, one of `OP_CLASSES`, or None

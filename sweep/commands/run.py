@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from sweep.commands import options
 from sweep.settings import ModelRun
+
+if TYPE_CHECKING:
+    from sweep.driver import RunSummary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,6 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run every model even when its tiny config equals another's",
     )
+    p.add_argument(
+        "--reuse",
+        metavar="latest|RUN_ID|all",
+        help="copy the rows of every task whose content key (its tiny config, the software, "
+        "the settings and the code that decide its rows) an earlier run has: the newest other "
+        "run (latest), that run, or every run of the store; only the new keys run (a timeout, "
+        "crash or oom always runs again); the rows say reused_from",
+    )
     options.add_device_arguments(p)
     options.add_model_arguments(p)
     options.add_limit_arguments(p, timeout=300.0, per="model")
@@ -29,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> ModelRun:
+    """The run's settings from the arguments `add_arguments` declared (checked as built)."""
     return ModelRun(
         job=options.job_settings(args),
         task=options.model_settings(args),
@@ -36,6 +49,7 @@ def settings_from(args: argparse.Namespace) -> ModelRun:
         top=args.top,
         models=options.names(args.models),
         dedup=not args.no_dedup,
+        reuse=getattr(args, "reuse", None),
     )
 
 
@@ -45,14 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     run = settings_from(args)
     summary = run_sweep(run)
-    print(
-        f"run {summary.run_id}: {summary.requested} models asked for, "
-        f"{summary.already_done} already done, {summary.skipped} skipped before running, "
-        f"{summary.models_run} run as {summary.tasks} unique tiny models, "
-        + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
-        + f"{summary.seconds:.0f} s; store: {run.job.store}",
-        file=sys.stderr,
-    )
+    print(run_line(summary, run.job.store), file=sys.stderr)
     code = 0
     if run.job.report:
         from sweep.commands import report
@@ -64,3 +71,20 @@ def run(args: argparse.Namespace) -> int:
     if summary.abandoned:  # after the report of what did run: one error, exit 3
         raise abandoned_error(summary)
     return code
+
+
+def run_line(summary: RunSummary, store: str) -> str:
+    """What a run did, in one line (stderr)."""
+    return (
+        f"run {summary.run_id}: {summary.requested} models asked for, "
+        f"{summary.already_done} already done, {summary.skipped} skipped before running, "
+        f"{summary.models_run - summary.reused} run as {summary.tasks} unique tiny models, "
+        + (
+            f"{summary.reused} reused from earlier runs "
+            f"({summary.reused_tasks} unique tiny models not run again), "
+            if summary.reuse_sources
+            else ""
+        )
+        + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
+        + f"{summary.seconds:.0f} s; store: {store}"
+    )

@@ -10,10 +10,15 @@ from typing import Any
 import torch
 
 from runners import autocast_policy
+from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 
 AUTOCAST_KEY = "AutocastPrivateUse1"
+# TorchNeuron's policy: PyTorch's accelerator op lists (CUDA registers the same) and the ban.
+POLICY_FILE = PROFILE_DIR / SNAPSHOT / "autocast-policy.txt"
 
 
 def register(library: Any) -> list[str]:
     """Register TorchNeuron's autocast kernels in `library` (kept alive by the caller)."""
-    return autocast_policy.register(library, AUTOCAST_KEY, torch._C._get_privateuse1_backend_name)
+    return autocast_policy.register(
+        library, AUTOCAST_KEY, torch._C._get_privateuse1_backend_name, POLICY_FILE
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from runners.devices.base import Device
@@ -24,6 +25,11 @@ class NeuronDevice(Device):
     compile_backend = "neuron"
     compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
     preload_modules = ("runners.devices.neuron.compiler",)
+
+    def autocast_policy_file(self) -> Path:
+        from runners.devices.neuron.autocast import POLICY_FILE
+
+        return POLICY_FILE
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,218 @@
+"""Result reuse by content: a unique tiny-model task's key, and the earlier rows a run may copy.
+
+A task's key is everything that can change its rows (DESIGN.md, Contracts):
+- the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config);
+- the library's adapter package version, and torch, transformers, diffusers and the device
+  package versions (the run's settings);
+- the device, real or emulated, its profile and the profile's hash; the dtype, the stages,
+  `--strict`, the compile backend and mode, the timeout and the memory limit (the run's
+  settings, as a resume compares them, less the catalog: a model's content is its config);
+- a hash of the code that decides a row (`code_hash`: the packages that resolve, shrink, build
+  and run a model and turn its outcome into rows, data files included), which changes with
+  every edit where the project version would not; the Python version; and the test-only fault
+  rules that act inside a task (`runners.faults`).
+Equal keys give equal rows. `hfsweep run --reuse latest|RUN_ID|all` copies the rows of every
+task whose key an earlier run of the store has (its results and fallbacks) into this run, with
+`reused_from` naming the run that ran it, and runs only the new keys. A task whose outcome has a
+`timeout`, `crash` or `oom` stage is never copied: those may be the machine's doing (a starved
+worker, a neighbour's memory), so the task runs again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from reports.errors import UsageError
+from reports.schema import Status
+from reports.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+# What decides a row: resolving, shrinking, building and running a model (with their data
+# files), the stages' status vocabulary and error signatures, and the mapping of an outcome to
+# rows. Not: the driver, executors, writer, reports and dashboard, which move rows or read them.
+CODE = (
+    "model_configs",
+    "runners",
+    "reports/schema.py",
+    "reports/errors.py",
+    "sweep/plan.py",
+    "sweep/rows.py",
+)
+CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
+# Run settings that are not part of a task's content: the catalog (a model's content is its
+# resolved config, in the shrunk config's hash) and where the run was made.
+NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version"})
+NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
+MODES = ("latest", "all")
+
+
+@cache
+def code_hash() -> str:
+    """sha256 of the code that decides a row (`CODE`), file by file in path order."""
+    digest = hashlib.sha256()
+    for name in CODE:
+        path = ROOT / name
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES)
+        )
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def adapter_versions() -> dict[str, str | None]:
+    """The installed version of each library adapter's package (None: not installed)."""
+    from importlib import metadata
+
+    from model_configs.adapters import ADAPTERS, get_adapter
+
+    out: dict[str, str | None] = {}
+    for library in ADAPTERS:
+        package = getattr(get_adapter(library), "package", None)
+        try:
+            out[library] = metadata.version(package) if package else None
+        except metadata.PackageNotFoundError:
+            out[library] = None
+    return out
+
+
+def task_fault_rules() -> list[dict[str, Any]]:
+    """The test-only fault rules that act inside a model task (they change its rows)."""
+    from runners import faults
+
+    return [
+        r for r in faults.rules() if str(r.get("at", "")).startswith(("task", "setup", "stage:"))
+    ]
+
+
+@dataclass(frozen=True)
+class KeyContext:
+    """What every task key of one run shares, hashed once; `key(spec)` adds the task's own."""
+
+    run_part: str
+    versions: tuple[tuple[str, str | None], ...]
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> KeyContext:
+        """From the run's settings row (every setting and version that changes a row)."""
+        shared = {k: v for k, v in sorted(settings.items()) if k not in NOT_IN_KEY}
+        shared["code_hash"] = code_hash()
+        shared["python"] = platform.python_version()
+        shared["faults"] = task_fault_rules()
+        text = json.dumps(shared, sort_keys=True, default=str)
+        return cls(
+            run_part=hashlib.sha256(text.encode()).hexdigest(),
+            versions=tuple(sorted(adapter_versions().items())),
+        )
+
+    def key(self, spec: Any) -> str:
+        """The key of the task that runs `spec` (a TinySpec) in this run."""
+        package = dict(self.versions).get(spec.library)
+        text = f"{self.run_part}\0{spec.library}\0{package}\0{spec.hash}"
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def source_runs(store: Store, reuse: str | None, run_id: str) -> list[str]:
+    """The runs whose rows this run may copy, newest first: `latest` (the newest other run),
+    a run id, or `all`; none for None / `none`."""
+    if reuse in (None, "", "none"):
+        return []
+    known = [r["run_id"] for r in store.runs() if r["run_id"] != run_id]
+    if reuse == "latest":
+        return known[:1]
+    if reuse == "all":
+        return known
+    if reuse == run_id:
+        raise UsageError(
+            f"--reuse {reuse}: a run cannot reuse itself", hint="a resume keeps its own rows"
+        )
+    if reuse not in known:
+        raise UsageError(
+            f"--reuse {reuse!r}: no such run in the store",
+            hint="give latest, all, none or a run id that `hfsweep report` lists",
+        )
+    return [reuse]
+
+
+@dataclass
+class Reusable:
+    """One earlier task's outcome under its key, and the run that ran it."""
+
+    key: str
+    origin: str  # the run that ran it (a copy of a copy names the first run)
+    lead: str
+    attempt: int
+    outcome: Any  # ModelOutcome
+
+
+def reusable(store: Store, runs: Iterable[str]) -> Iterator[Reusable]:
+    """Every task outcome of `runs` that may be copied: its lead's rows (one part at a time),
+    with their fallbacks; none with a `timeout`, `crash` or `oom` stage."""
+    for run_id in runs:
+        for lead, rows, outcome in lead_outcomes(store, run_id, keyed=True):
+            if any(r["status"] in NOT_REUSED for r in rows):
+                continue
+            first = rows[0]
+            yield Reusable(
+                key=first["task_key"],
+                origin=first.get("reused_from") or run_id,
+                lead=lead,
+                attempt=first["attempt"] or 1,
+                outcome=outcome,
+            )
+
+
+def lead_outcomes(
+    store: Store, run_id: str, *, keyed: bool = False
+) -> Iterator[tuple[str, list[dict[str, Any]], Any]]:
+    """(model, its stage rows, its ModelOutcome) of every model of `run_id` whose task ran (or
+    was reused) for it, not a dedup member's copy; `keyed`: only those with a task key."""
+    from runners.outcome import ModelOutcome, StageResult
+
+    fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
+    fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
+    for part in store.part_files("results", run_id):
+        rows = store.dataset("results", [part]).to_table().to_pylist()
+        leads: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            if r["dedup_of"] is None and r["shrunk_config_hash"] and (r["task_key"] or not keyed):
+                leads.setdefault(r["model_id"], []).append(r)
+        if not leads:
+            continue
+        ops: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        fb = fallback_parts.get(part.rsplit("/", 1)[-1])
+        if fb:
+            for f in store.dataset("fallbacks", [fb]).to_table().to_pylist():
+                if f["model_id"] in leads:
+                    ops.setdefault((f["model_id"], f["stage"]), []).append(
+                        {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
+                    )
+        for model, stage_rows in leads.items():
+            stages = [
+                StageResult(
+                    **{k: v for k, v in r.items() if k in fields},
+                    fallbacks=ops.get((model, r["stage"]), []),
+                )
+                for r in stage_rows
+            ]
+            first = stage_rows[0]
+            timings = {"child_s": first["wall_s"]} if first.get("wall_s") is not None else {}
+            outcome = ModelOutcome(
+                stages,
+                first["param_count"],
+                first["worker"],
+                timings=timings,
+                peak_host_memory_bytes=first.get("peak_host_memory_bytes"),
+            )
+            yield model, stage_rows, outcome

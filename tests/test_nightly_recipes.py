@@ -1,0 +1,260 @@
+"""The README's nightly recipes, run as written there as far as this machine allows: the cron
+line (its schedule checked, its command run by /bin/sh in cron's near-empty environment) and
+the `ray job submit` example (on a head node started here, with its dashboard, on loopback and
+free ports, token auth, a local S3-compatible server). What is changed is said where it is:
+paths, `--top 2 --stages load`, the Hub offline, and a model made to fail on the second night
+(the fault hook), which must end the night with exit 4 and name the model."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.store import Store
+from tests.conftest import HFSWEEP, ROOT
+from tests.s3_support import BUCKET, local_s3
+
+pytestmark = pytest.mark.slow
+
+README = (ROOT / "README.md").read_text()
+SECOND = "Falconsai/nsfw_image_detection"  # the bundled catalog's second model
+FAIL_SECOND = json.dumps([{"at": "plan", "match": SECOND, "fault": "raise"}])
+SMALL = "--top 2 --stages load"
+
+
+def fenced(language: str) -> list[str]:
+    """The lines of the README's first fenced block in `language`."""
+    match = re.search(rf"```{language}\n(.*?)```", README, re.S)
+    assert match, f"no ```{language} block in the README"
+    return [line for line in match.group(1).splitlines() if line.strip()]
+
+
+def substitute(line: str, replacements: dict[str, str]) -> str:
+    for old, new in replacements.items():
+        assert old in line, f"the README's line no longer has {old!r}: {line}"
+        line = line.replace(old, new)
+    return line
+
+
+# ---- cron ------------------------------------------------------------------------------------
+
+FIELDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]  # minute hour day month weekday
+
+
+def valid_cron_field(text: str, low: int, high: int) -> bool:
+    for item in text.split(","):
+        base, _, step = item.partition("/")
+        if step and not (step.isdigit() and int(step) > 0):
+            return False
+        if base == "*":
+            continue
+        first, _, last = base.partition("-")
+        numbers = [first, last] if last else [first]
+        if not all(n.isdigit() and low <= int(n) <= high for n in numbers):
+            return False
+    return True
+
+
+def test_valid_cron_field():
+    assert valid_cron_field("30", 0, 59) and valid_cron_field("*/15", 0, 59)
+    assert valid_cron_field("1-5", 0, 7) and valid_cron_field("0,12", 0, 23)
+    assert not valid_cron_field("60", 0, 59) and not valid_cron_field("2h", 0, 23)
+    assert not valid_cron_field("*/0", 0, 59)
+
+
+def test_the_readme_cron_line_runs_two_nights_and_alerts(tmp_path):
+    lines = [line for line in fenced("crontab") if not line.lstrip().startswith("#")]
+    assert len(lines) == 1
+    fields = lines[0].split(None, 5)
+    assert len(fields) == 6, "five schedule fields and a command"
+    for text, (low, high) in zip(fields[:5], FIELDS, strict=True):
+        assert valid_cron_field(text, low, high), f"bad cron field {text!r}"
+    log = tmp_path / "nightly.log"
+    command = substitute(
+        fields[5],
+        {
+            "/opt/hfsweep": str(ROOT),
+            "/var/lib/hfsweep/store": str(tmp_path / "store"),
+            "/var/www/hfsweep": str(tmp_path / "site"),
+            "/var/log/hfsweep/nightly.log": str(log),
+            "--top 10000": SMALL,
+        },
+    )
+    cron_env = {
+        "HOME": str(tmp_path),
+        "LOGNAME": "hfsweep",
+        "SHELL": "/bin/sh",
+        "PATH": "/usr/bin:/bin",
+        # not cron's: no Hub here; the checkout under test, whatever the venv was installed from
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+    def night(**extra: str) -> int:
+        proc = subprocess.run(
+            ["/bin/sh", "-c", command], env={**cron_env, **extra}, cwd=tmp_path, timeout=900
+        )
+        return proc.returncode
+
+    assert night() == 0, log.read_text()[-3000:]
+    assert "the series' first night" in log.read_text()
+    assert night(HFSWEEP_TEST_FAULTS=FAIL_SECOND) == 4, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "ALERT: 1 model(s) passed last night and fail tonight" in text
+    assert f"{SECOND}: passed -> fail at load (RuntimeError)" in text
+    assert f"  {SECOND}  passed -> failed" in text  # the diff names it
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert json.loads((tmp_path / "site" / "nightly.json").read_text())["alert"] is True
+
+
+# ---- ray job submit ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+MARK = "HFSWEEP_TEST_JOB_CLUSTER"
+
+
+def kill_marked(value: str) -> None:
+    """SIGKILL the processes whose environment has MARK=value and everything below them: what
+    this test's `ray start` started (never `ray stop`, which stops every Ray on the machine)."""
+    needle = f"{MARK}={value}".encode()
+    parents: dict[int, list[int]] = {}
+    roots = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(pid)
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                roots.append(pid)
+    todo, seen = list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen and pid != os.getpid():
+            seen.add(pid)
+            todo += parents.get(pid, [])
+    for pid in seen:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def head_with_dashboard(tmp_path):
+    """A Ray head on loopback with its dashboard (job server), token auth, free ports, and
+    hfsweep on its PATH, inside a local S3-compatible server's variables."""
+    with local_s3() as aws:
+        ray_bin = Path(HFSWEEP[0]).with_name("ray")
+        port, dashboard = free_port(), free_port()
+        env = {
+            **os.environ,
+            **aws,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+            "PATH": f"{ray_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            MARK: secrets.token_hex(8),
+        }
+        env.pop("HFSWEEP_TEST_FAULTS", None)
+        start = [
+            str(ray_bin),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            # the defaults may be taken by another Ray on this machine
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            "--disable-usage-stats",
+        ]
+        try:
+            proc = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            yield {k: v for k, v in env.items() if k != MARK}, dashboard
+        finally:
+            kill_marked(env[MARK])
+            current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+            with contextlib.suppress(OSError):
+                if current.read_text().strip().endswith(f":{port}"):
+                    current.unlink()
+
+
+def submit(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`ray job submit`, again while the head's job agent is still starting."""
+    for _ in range(12):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+        if "No available agent" not in proc.stdout + proc.stderr:
+            return proc
+        time.sleep(5)
+    return proc
+
+
+def test_the_readme_ray_job_runs_two_nights_and_fails_on_a_regression(
+    tmp_path, head_with_dashboard
+):
+    env, dashboard = head_with_dashboard
+    lines = [line for line in README.splitlines() if line.startswith("ray job submit ")]
+    assert len(lines) == 1
+    status_line = next(line for line in README.splitlines() if line.startswith("ray job status "))
+    store = f"s3://{BUCKET}/jobs"
+    argv = shlex.split(
+        substitute(
+            lines[0],
+            {
+                "HEAD_IP:8265": f"127.0.0.1:{dashboard}",
+                "--top 10000": SMALL,
+                "s3://bucket/hfsweep": store,
+                "/shared/hfsweep-site": str(tmp_path / "site"),
+            },
+        )
+    )
+    argv[0] = str(Path(HFSWEEP[0]).with_name("ray"))
+    first = submit(argv, env)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert "succeeded" in first.stdout + first.stderr
+
+    faults = json.dumps({"env_vars": {"HFSWEEP_TEST_FAULTS": FAIL_SECOND}})
+    second = submit([*argv[:3], "--runtime-env-json", faults, *argv[3:]], env)
+    out = second.stdout + second.stderr
+    assert second.returncode != 0, out[-3000:]
+    assert "Job entrypoint command failed with exit code 4" in out, out[-3000:]
+    assert f"{SECOND}: passed -> fail at load (RuntimeError)" in out
+    job_id = re.search(r"Job '(raysubmit_\w+)' submitted", out)
+    assert job_id, out[-2000:]
+    status = shlex.split(status_line.split("#")[0].replace("JOB_ID", job_id.group(1)))
+    status[0] = argv[0]
+    status += ["--address", f"http://127.0.0.1:{dashboard}"]
+    shown = subprocess.run(status, env=env, capture_output=True, text=True, timeout=120)
+    assert f"Job '{job_id.group(1)}' failed" in shown.stdout + shown.stderr
+    assert "Job entrypoint command failed with exit code 4" in shown.stdout + shown.stderr
+    nights = Store(store).runs()  # the fixture's S3 variables are this process's too
+    assert [r["nightly"] for r in nights] == ["neuron", "neuron"]
+    assert all(r["status"] == "finished" for r in nights)
