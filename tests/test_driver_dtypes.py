@@ -183,3 +183,18 @@ def test_cli_dtype_list(tmp_path):
         options.dtypes(p.parse_args(["--dtype", "fp32,fp8"]))
     with pytest.raises(UsageError, match="names no dtype"):
         options.dtypes(p.parse_args(["--dtype", ","]))
+
+
+def test_nightly_takes_the_dtype_list():
+    """`hfsweep nightly` takes every option of run, --dtype fp32,bf16 included."""
+    import argparse
+
+    from sweep.commands import nightly
+    from sweep.commands import run as run_command
+
+    p = argparse.ArgumentParser()
+    nightly.add_arguments(p)
+    args = p.parse_args(["--dtype", "fp32,bf16", "--local"])
+    run = run_command.settings_from(args)
+    assert run.dtypes == ("fp32", "bf16") and run.task.dtype == "fp32"
+    assert run.at("bf16").dtype == "bf16" and run.at("bf16").stages == run.task.stages

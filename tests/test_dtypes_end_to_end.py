@@ -182,6 +182,7 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
         assert {r["dtype"] for r in doc["by_dtype"][d]["stages"]} == {d}
         assert [r["stage"] for r in doc["by_dtype"][d]["stages"]] == STAGES.split(",")
     assert doc["ok"] == all(doc["by_dtype"][d]["ok"] for d in DTYPES)
+    assert check.returncode == (0 if doc["ok"] else 1)
 
 
 def test_check_on_cpu_at_two_dtypes_prints_each_and_what_differs(tmp_path):

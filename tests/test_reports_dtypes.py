@@ -184,9 +184,14 @@ def test_static_site_of_several_dtypes(q: StoreQuery, tmp_path: Path) -> None:
     )
     op_page = (tmp_path / "site" / "ops" / "aten__erfinv.html").read_text()
     assert "org/gemma-bf16-fallback" in op_page
-    # one dtype: no dtype column in the CSV
+    # one page per model, its dtypes side by side on it (no page per dtype to link to)
+    page = (tmp_path / "site" / "models" / html_site.model_file_name("org/llama-same")).read_text()
+    assert 'id="dtypes"' in page and "in the table above" in page
+    # one dtype: no dtype column in the CSV, no dtypes table on a model's page
     html_site.write_site(q, run_report(q, "s0"), tmp_path / "one")
     assert (tmp_path / "one" / "models.csv").read_text().startswith("model_id,rank,")
+    pages = list((tmp_path / "one" / "models").glob("*.html"))
+    assert pages and not any('id="dtypes"' in p.read_text() for p in pages)
 
 
 def test_model_table_side_by_side(q: StoreQuery) -> None:
