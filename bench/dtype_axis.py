@@ -130,7 +130,7 @@ def main() -> int:
                 )
             )
             print(f"passes every stage, {p['a']} and {p['b']}: {cells}")
-        kinds = ", ".join(f"{n} {dtypes.KINDS[k]}" for k, n in diff["by_kind"].items())
+        kinds = "; ".join(f"{n} {dtypes.KINDS[k]}" for k, n in diff["by_kind"].items())
         print(
             f"{diff['differing']} models differ ({fmt.pct(diff['differing_downloads_share'])} of "
             f"downloads): {kinds}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from reports.coverage import share
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, Scan, StoreQuery, same_dtype
+from reports.render import fmt
 
 # Models whose rows at the run's dtypes do not all agree: the outcome, running entirely on the
 # device or not, or the first failure (stage, status, error) differs. Needs $run.
@@ -52,8 +53,8 @@ def dtype_differences(q: StoreQuery, run_id: str, *, limit: int = 200) -> dict[s
         rows = q.fetch(
             f"""
             SELECT model_id, dtype, downloads, outcome, skip_reason, failed_stage,
-              failed_status, error_type, error_signature, failing_op, fallback_ops,
-              fallback_calls
+              failed_status, error_type, error_signature, error_message, failing_op,
+              fallback_ops, fallback_calls
             FROM model_runs
             WHERE run_id = $run AND model_id IN ({DIFFERING_MODELS_SQL})
             """,
@@ -184,11 +185,19 @@ def problem(r: Mapping[str, Any]) -> str:
     error, or why it was skipped."""
     if r.get("outcome") == OUTCOME_FAILED:
         where = f"{r.get('failed_stage')} {r.get('failed_status')}"
-        what = r.get("failing_op") or r.get("error_signature") or r.get("error_type")
+        what = r.get("failing_op") or _error(r) or r.get("error_signature")
         return f"{where}: {what}" if what else where
     if r.get("outcome") == OUTCOME_PASSED:
         return "passes"
     return f"skip: {r.get('skip_reason') or 'unknown'}"
+
+
+def _error(r: Mapping[str, Any]) -> str:
+    """The error as raised, on one line: `Type: first line of its message` (numbers and all;
+    the signature only groups failures)."""
+    message = fmt.clip(fmt.first_line(r.get("error_message")), 100)
+    kind = r.get("error_type")
+    return f"{kind}: {message}" if kind and message else kind or message
 
 
 def difference_cause(by_dtype: Mapping[str, Mapping[str, Any]]) -> str:

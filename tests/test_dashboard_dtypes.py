@@ -63,7 +63,7 @@ def test_models_table_a_row_per_dtype(client: TestClient) -> None:
 def test_model_page_dtypes(client: TestClient) -> None:
     html = client.get("/models/org/qwen-bf16-accuracy?run=d1").text
     assert "Dtypes side by side" in html and 'id="dtypes"' in html
-    assert "What differs: bf16: forward fail_accuracy" in html
+    assert "What differs: bf16: forward fail_accuracy: AccuracyError: max abs error 0.31" in html
     assert "(of fp32, bf16)" in html
     assert 'href="/models/org/qwen-bf16-accuracy?run=d1&amp;dtype=bf16"' in html
     bf16 = client.get("/models/org/qwen-bf16-accuracy?run=d1&dtype=bf16").text
