@@ -93,7 +93,7 @@ def instrument(timers: Timers) -> None:
     import torch._dynamo.convert_frame as convert_frame
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-    from runners import neuron_compile as nc
+    from runners.devices.neuron import compiler as nc
 
     convert_frame._compile = timers.wrap("dynamo", convert_frame._compile)
     nc._graph_compiler = timers.wrap("lowering check", nc._graph_compiler)

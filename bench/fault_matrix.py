@@ -27,6 +27,7 @@ recorded as model results. Target: all survived, 0 lost, 0 duplicated, 0 orphane
 
     python bench/fault_matrix.py                       # 20 trials per fault type, 30 kills
     python bench/fault_matrix.py --fast                # 1 per fault type, 2 kills (CI)
+    python bench/fault_matrix.py --fast --load 2       # beside two CPU-bound processes
     python bench/fault_matrix.py --sections ops,ops-env,ops-kill   # the op sweep's
     python bench/fault_matrix.py --sections kill --kills 50 --seed 7
 """
@@ -898,16 +899,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the lines here")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run beside N CPU-bound processes (busy loops started here, stopped at the end)",
+    )
     args = parser.parse_args(argv)
     trials, kills = (1, 2) if args.fast else (args.trials, args.kills)
     if args.sections is None:
         args.sections = FAST_SECTIONS if args.fast else ALL_SECTIONS
     work = Path(tempfile.mkdtemp(prefix="hfsweep-faults-"))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    started = time.monotonic()
     try:
         lines = run(args.sections.split(","), trials, kills, args.seed, work)
     finally:
+        for proc in busy:  # only the loops started here
+            proc.kill()
+            proc.wait()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if busy:
+        print(f"beside {len(busy)} CPU-bound processes ({time.monotonic() - started:.0f} s)")
     print(table(lines))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(ln) for ln in lines], indent=1))

@@ -147,7 +147,10 @@ def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
     device refuses to start without it (instead of recording fallbacks that never happen)."""
     from runners import devices
     from runners.devices.mps import FALLBACK_ENV, MpsDevice
-    from runners.isolation import _context_for
+    from runners.supervisor import _context, fresh_interpreter
+
+    def start_method(device: str) -> str:  # how the supervisor starts that device's children
+        return _context(fresh_interpreter(device, {})).get_start_method()
 
     assert devices.process_env("mps") == {FALLBACK_ENV: "1"}
     assert devices.process_env("mps", {"strict": True}) == {}
@@ -162,10 +165,10 @@ def test_mps_fallback_switch_is_set_before_torch_loads(monkeypatch) -> None:
     before_torch = {"HFSWEEP_TEST_BEFORE_TORCH": "1"}
     monkeypatch.setattr(CpuDevice, "process_env", classmethod(lambda cls, o=None: before_torch))
     monkeypatch.delenv("HFSWEEP_TEST_BEFORE_TORCH", raising=False)
-    assert _context_for("cpu", {}).get_start_method() == "spawn"  # torch is loaded here
+    assert start_method("cpu") == "spawn"  # torch is loaded here
     assert os.environ["HFSWEEP_TEST_BEFORE_TORCH"] == "1"  # inherited by what starts now
     monkeypatch.setattr(CpuDevice, "process_env", classmethod(lambda cls, o=None: {}))
-    assert _context_for("cpu", {}).get_start_method() == "fork"
+    assert start_method("cpu") == "fork"
 
 
 def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
