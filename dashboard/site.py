@@ -33,10 +33,11 @@ def op_url(op: str, run_id: str | None = None, op_run_id: str | None = None) -> 
     return "/ops/" + quote(op, safe="") + (("?" + urlencode(params)) if params else "")
 
 
-def model_url(model_id: str, run_id: str | None = None) -> str:
+def model_url(model_id: str, run_id: str | None = None, dtype: str | None = None) -> str:
     """`/models/org/name` with each segment quoted (ids may hold anything)."""
     path = "/models/" + "/".join(quote(part, safe="") for part in model_id.split("/", 1))
-    return path + (("?" + urlencode({"run": run_id})) if run_id else "")
+    params = {k: v for k, v in (("run", run_id), ("dtype", dtype)) if v}
+    return path + (("?" + urlencode(params)) if params else "")
 
 
 @dataclass
@@ -79,10 +80,10 @@ class Dashboard:
             raise NotFound(f"no op-sweep run {op_run!r} in {self.q.store.uri!r}")
         return found
 
-    def denominators(self, run_id: str) -> dict[str, Any]:
+    def denominators(self, run_id: str, dtype: str | None = None) -> dict[str, Any]:
         from reports.coverage import denominators
 
-        return denominators(self.q, run_id)
+        return denominators(self.q, run_id, dtype)
 
 
 def dashboard(request: Request) -> Dashboard:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.query import (
+    IN_DTYPE,
     OUTCOME_FAILED,
     OUTCOME_PARTIAL,
     OUTCOME_PASSED,
@@ -57,7 +58,7 @@ def share(part: float | int | None, whole: float | int | None) -> float | None:
     return float(part) / float(whole)
 
 
-def _totals(q: StoreQuery, run_id: str) -> dict[str, Any]:
+def _totals(q: StoreQuery, run_id: str, dtype: str | None) -> dict[str, Any]:
     q.ensure_summaries([run_id])
     rows = q.fetch(
         f"""
@@ -81,9 +82,9 @@ def _totals(q: StoreQuery, run_id: str) -> dict[str, Any]:
           bool_or(device_emulated) AS device_emulated,
           any_value(device) AS device,
           any_value(dtype) AS dtype
-        FROM model_runs WHERE run_id = $run
+        FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
         """,
-        {"run": run_id},
+        {"run": run_id, "dtype": dtype},
     )
     return rows[0]
 
@@ -94,58 +95,61 @@ def device_label(device: str | None, emulated: bool | None) -> str:
     return f"{name} (emulated)" if emulated else name
 
 
-def _by_skip_reason(q: StoreQuery, run_id: str, outcome: str) -> list[dict[str, Any]]:
+def _by_skip_reason(
+    q: StoreQuery, run_id: str, outcome: str, dtype: str | None
+) -> list[dict[str, Any]]:
     """Models of one outcome in a run, grouped by skip reason, with their downloads."""
     return q.fetch(
-        """
+        f"""
         SELECT coalesce(skip_reason, 'unknown') AS reason, count(*) AS models,
           coalesce(sum(downloads), 0) AS downloads
-        FROM model_runs WHERE run_id = $run AND outcome = $outcome
+        FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome = $outcome
         GROUP BY ALL ORDER BY models DESC, reason
         """,
-        {"run": run_id, "outcome": outcome},
+        {"run": run_id, "dtype": dtype, "outcome": outcome},
     )
 
 
-def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
+def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
     """What was counted, out of what: catalog, requested, in the store, skipped by reason,
-    failed by stage and status, passed with and without CPU fallback; counts and downloads."""
+    failed by stage and status, passed with and without CPU fallback; counts and downloads.
+    `dtype`: the models' rows at that dtype (None: every row of the run, its one dtype)."""
 
     def build() -> dict[str, Any]:
-        t = _totals(q, run_id)
+        t = _totals(q, run_id, dtype)
         run = q.run_info(run_id) or {}
-        skipped = _by_skip_reason(q, run_id, OUTCOME_SKIPPED)
+        skipped = _by_skip_reason(q, run_id, OUTCOME_SKIPPED, dtype)
         failed = q.fetch(
             f"""
             SELECT failed_stage AS stage, failed_status AS status, count(*) AS models,
               coalesce(sum(downloads), 0) AS downloads
-            FROM model_runs WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}'
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
             GROUP BY failed_stage, failed_status
             ORDER BY list_position({list(STAGES)}, failed_stage), models DESC, failed_status
             """,
-            {"run": run_id},
+            {"run": run_id, "dtype": dtype},
         )
-        partial = _by_skip_reason(q, run_id, OUTCOME_PARTIAL)
+        partial = _by_skip_reason(q, run_id, OUTCOME_PARTIAL, dtype)
         sources = q.fetch(
             f"""
             SELECT coalesce(config_source, 'none') AS source, count(*) AS models,
               coalesce(sum(downloads), 0) AS downloads
-            FROM model_runs WHERE run_id = $run AND outcome <> '{OUTCOME_SKIPPED}'
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome <> '{OUTCOME_SKIPPED}'
             GROUP BY ALL ORDER BY models DESC, source
             """,
-            {"run": run_id},
+            {"run": run_id, "dtype": dtype},
         )
         for r in sources:
             r["default"] = r["source"] in DEFAULT_CONFIG_SOURCES
         from_default = [r for r in sources if r["default"]]
         reused = q.fetch(
-            """
+            f"""
             SELECT reused_from AS run_id, count(*) AS models,
               coalesce(sum(downloads), 0) AS downloads
-            FROM model_runs WHERE run_id = $run AND reused_from IS NOT NULL
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND reused_from IS NOT NULL
             GROUP BY reused_from ORDER BY models DESC, reused_from
             """,
-            {"run": run_id},
+            {"run": run_id, "dtype": dtype},
         )
         requested = run.get("models_requested")
         emulated = bool(t["device_emulated"]) or bool(run.get("device_emulated"))
@@ -156,7 +160,7 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "device": device,
             "device_emulated": emulated,
             "device_label": device_label(device, emulated),
-            "dtype": t["dtype"] or run.get("dtype"),
+            "dtype": dtype or t["dtype"] or run.get("dtype"),
             "catalog": run.get("catalog"),
             "catalog_size": run.get("catalog_size"),
             "models_requested": requested,
@@ -183,17 +187,17 @@ def denominators(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "swept_by_config_source": sources,
             "built_from_default": sum(r["models"] for r in from_default),
             "built_from_default_downloads": sum(r["downloads"] for r in from_default),
-            "quantized": quantized_checkpoints(q, run_id),
+            "quantized": quantized_checkpoints(q, run_id, dtype),
             # swept models whose rows were copied from an earlier run (`--reuse`), per run
             "reused": sum(r["models"] for r in reused),
             "reused_downloads": sum(r["downloads"] for r in reused),
             "reused_by_run": reused,
         }
 
-    return q.memo("denominators", run_id, build)
+    return q.memo("denominators", run_id, build, dtype)
 
 
-def quantized_checkpoints(q: StoreQuery, run_id: str) -> dict[str, Any]:
+def quantized_checkpoints(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
     """Quantized checkpoints as their own denominator: per method (the rows' `quantization`),
     models and downloads run and skipped, and how far the run ones got (stages passed)."""
     q.ensure_summaries([run_id])
@@ -214,10 +218,10 @@ def quantized_checkpoints(q: StoreQuery, run_id: str) -> dict[str, Any]:
           list_sort(list(DISTINCT skip_reason) FILTER (WHERE outcome = '{OUTCOME_SKIPPED}'))
             AS skip_reasons,
           {stage_counts}
-        FROM model_runs WHERE run_id = $run AND quantization IS NOT NULL
+        FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND quantization IS NOT NULL
         GROUP BY quantization ORDER BY models DESC, method
         """,
-        {"run": run_id},
+        {"run": run_id, "dtype": dtype},
     )
     for r in rows:
         r["stages_passed"] = {stage: r.pop(stage) for stage in STAGES}
@@ -248,10 +252,10 @@ def run_stages(q: StoreQuery, run_id: str) -> list[str]:
     return q.memo("run_stages", run_id, build)
 
 
-def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
+def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
     """One line per stage of the run (models that passed it; and of those, with no CPU fallback
     in it), then "every stage" and "every stage, no CPU fallback". Shares are of the run's
-    models."""
+    models (`dtype`: of that dtype's rows of a run of several)."""
 
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
@@ -280,9 +284,10 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
                 """
             )
         row = q.fetch(
-            f"SELECT {', '.join(parts)} FROM model_runs WHERE run_id = $run", {"run": run_id}
+            f"SELECT {', '.join(parts)} FROM model_runs WHERE run_id = $run AND {IN_DTYPE}",
+            {"run": run_id, "dtype": dtype},
         )[0]
-        d = denominators(q, run_id)
+        d = denominators(q, run_id, dtype)
         models, downloads = d["models"], d["downloads"]
         lines = []
         for stage in stages:
@@ -334,10 +339,10 @@ def funnel(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
             )
         return lines
 
-    return q.memo("funnel", run_id, build)
+    return q.memo("funnel", run_id, build, dtype)
 
 
-def band(q: StoreQuery, run_id: str) -> dict[str, Any]:
+def band(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
     """Compile, and every stage, as a band: what passes with evidence for every compiler verdict
     ("lowers with evidence") and what passes at most ("unless the unverified ops fail": some
     graph op had no evidence either way, `compile_evidence = none`). Counts and downloads, of
@@ -366,11 +371,11 @@ def band(q: StoreQuery, run_id: str) -> dict[str, Any]:
               count(*) FILTER (WHERE unverified) AS unverified_models,
               coalesce(sum(downloads) FILTER (WHERE unverified), 0) AS unverified_downloads,
               coalesce(bool_or(evidence_recorded), false) AS recorded
-            FROM model_runs WHERE run_id = $run
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
             """,
-            {"run": run_id},
+            {"run": run_id, "dtype": dtype},
         )[0]
-        d = denominators(q, run_id)
+        d = denominators(q, run_id, dtype)
         lines = []
         for key, label in (("compile", "compile"), ("every", "every stage")):
             low, high = row[f"{key}_with_evidence"], row[f"{key}_at_most"]
@@ -395,10 +400,12 @@ def band(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "unverified_downloads": row["unverified_downloads"],
         }
 
-    return q.memo("band", run_id, build)
+    return q.memo("band", run_id, build, dtype)
 
 
-def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[dict[str, Any]]:
+def breakdown(
+    q: StoreQuery, run_id: str, by: str, *, limit: int = 50, dtype: str | None = None
+) -> list[dict[str, Any]]:
     """Outcomes per library / pipeline tag / model type / architecture, largest by downloads."""
     if by not in BREAKDOWN_KEYS:
         raise ValueError(f"unknown breakdown {by!r}; use one of {', '.join(BREAKDOWN_KEYS)}")
@@ -410,10 +417,10 @@ def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[d
             SELECT coalesce({by}, '(none)') AS key, count(*) AS models,
               coalesce(sum(downloads), 0) AS downloads,
               {_OUTCOME_COUNTS}
-            FROM model_runs WHERE run_id = $run
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
             GROUP BY ALL ORDER BY downloads DESC, key LIMIT $limit
             """,
-            {"run": run_id, "limit": limit},
+            {"run": run_id, "dtype": dtype, "limit": limit},
         )
         for r in rows:
             r["passed_share"] = share(r["passed"], r["models"])
@@ -421,11 +428,16 @@ def breakdown(q: StoreQuery, run_id: str, by: str, *, limit: int = 50) -> list[d
             r["on_device_downloads_share"] = share(r["on_device_downloads"], r["downloads"])
         return rows
 
-    return q.memo("breakdown", run_id, build, by, limit)
+    return q.memo("breakdown", run_id, build, by, limit, dtype)
 
 
 def headline(
-    q: StoreQuery, run_id: str, *, task: str = HEADLINE_TASK, top: int = HEADLINE_TOP
+    q: StoreQuery,
+    run_id: str,
+    *,
+    task: str = HEADLINE_TASK,
+    top: int = HEADLINE_TOP,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """Of the distinct architectures behind the `top` most downloaded `task` models, the share
     that pass every stage (an architecture passes when all its models among them pass)."""
@@ -433,14 +445,14 @@ def headline(
     def build() -> dict[str, Any]:
         q.ensure_summaries([run_id])
         models = q.fetch(
-            """
+            f"""
             SELECT model_id, downloads, architecture, model_type, outcome, skip_reason,
               failed_stage, failed_status, error_signature, error_type, error_message,
               failing_op, fallback_ops, fallback_calls, unverified
-            FROM model_runs WHERE run_id = $run AND pipeline_tag = $task
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND pipeline_tag = $task
             ORDER BY downloads DESC, model_id LIMIT $top
             """,
-            {"run": run_id, "task": task, "top": top},
+            {"run": run_id, "dtype": dtype, "task": task, "top": top},
         )
         archs: dict[str, dict[str, Any]] = {}
         no_arch = []
@@ -498,7 +510,7 @@ def headline(
             "list": listing,
         }
 
-    return q.memo("headline", run_id, build, task, top)
+    return q.memo("headline", run_id, build, task, top, dtype)
 
 
 def _problem(m: dict[str, Any]) -> str:
@@ -514,23 +526,31 @@ def _problem(m: dict[str, Any]) -> str:
 
 
 def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
-    """Per run (oldest first): models, passed and on-device shares by count and by downloads.
-    While the dashboard warms up, only the runs summarised so far."""
+    """Per run (oldest first): models, passed and on-device shares by count and by downloads;
+    a run of several dtypes has one line per dtype (`dtypes`: how many its run has). While the
+    dashboard warms up, only the runs summarised so far."""
     ids, _ = q.available_runs()
 
     def build() -> list[dict[str, Any]]:
         rows = q.fetch(
             f"""
-            SELECT run_id, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+            SELECT run_id, dtype, count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
               {_OUTCOME_COUNTS},
               bool_or(device_emulated) AS device_emulated, any_value(device) AS device
-            FROM model_runs WHERE list_contains($ids, run_id) GROUP BY run_id
+            FROM model_runs WHERE list_contains($ids, run_id) GROUP BY run_id, dtype
             """,
             {"ids": ids},
         )
         order = {run: i for i, run in enumerate(reversed(ids))}
-        rows.sort(key=lambda r: order.get(r["run_id"], -1))
+        dtypes = {run: q.run_dtypes(run) for run in {r["run_id"] for r in rows}}
+        rows.sort(
+            key=lambda r: (
+                order.get(r["run_id"], -1),
+                _position(dtypes[r["run_id"]], r["dtype"]),
+            )
+        )
         for r in rows:
+            r["dtypes"] = len(dtypes[r["run_id"]])
             info = q.run_info(r["run_id"]) or {}
             r["started_at"] = info.get("started_at")
             r["status"] = info.get("status", "unknown")
@@ -542,6 +562,10 @@ def coverage_over_runs(q: StoreQuery) -> list[dict[str, Any]]:
         return rows
 
     return q.memo("coverage_over_runs", None, build, tuple(ids))
+
+
+def _position(items: list[str], item: str | None) -> int:
+    return items.index(item) if item in items else len(items)
 
 
 def _in(values: Any) -> str:

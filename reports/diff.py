@@ -8,6 +8,8 @@ Categories (each model of either run lands in exactly one):
 - `still_failing`, `still_passing`, `still_skipped`;
 - `other_change`: any other change of outcome (e.g. skipped <-> attempted);
 - `added` / `removed`: in only one of the runs.
+
+Where either run swept several dtypes, a "model" above is a model at one dtype (`by_dtype`).
 """
 
 from __future__ import annotations
@@ -65,11 +67,16 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
         q.ensure_summaries([run_a, run_b])
         versions = version_changes(q, run_a, run_b)
         same_software = not versions
+        # runs of one dtype each compare model by model (a dtype change is a setting that
+        # changed); where either swept several, model and dtype by model and dtype
+        by_dtype = len(q.run_dtypes(run_a)) > 1 or len(q.run_dtypes(run_b)) > 1
+        join = "ON a.model_id = b.model_id" + (" AND a.dtype = b.dtype" if by_dtype else "")
         rows = q.fetch(
             f"""
             WITH a AS (SELECT * FROM model_runs WHERE run_id = $a),
                  b AS (SELECT * FROM model_runs WHERE run_id = $b)
             SELECT coalesce(b.model_id, a.model_id) AS model_id,
+              coalesce(b.dtype, a.dtype) AS dtype,
               coalesce(b.downloads, a.downloads) AS downloads,
               a.outcome AS outcome_a, b.outcome AS outcome_b,
               a.failed_stage AS failed_stage_a, b.failed_stage AS failed_stage_b,
@@ -97,13 +104,13 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
                 WHEN a.outcome = b.outcome THEN 'still_' || a.outcome
                 ELSE 'other_change'
               END AS category
-            FROM a FULL OUTER JOIN b USING (model_id)
+            FROM a FULL OUTER JOIN b {join}
             """,
             {"a": run_a, "b": run_b, "same": same_software},
         )
         summary = {c: {"models": 0, "downloads": 0} for c in CATEGORIES}
         listed: dict[str, list[dict[str, Any]]] = {c: [] for c in CATEGORIES}
-        rows.sort(key=lambda r: (-(r["downloads"] or 0), r["model_id"]))
+        rows.sort(key=lambda r: (-(r["downloads"] or 0), r["model_id"], r["dtype"] or ""))
         for r in rows:
             cat = r["category"]
             if cat not in summary:  # e.g. still_partial
@@ -130,6 +137,7 @@ def run_diff(q: StoreQuery, run_a: str, run_b: str, *, limit: int = 200) -> dict
             "run_b": run_b,
             "device_a": devices.get(run_a),
             "device_b": devices.get(run_b),
+            "by_dtype": by_dtype,
             "version_changes": versions,
             "summary": summary,
             "models": listed,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.coverage import share
-from reports.query import FAILED, Scan, StoreQuery
+from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery, in_dtype, same_dtype
 from reports.schema import TRAINING_STAGES, FallbackSource, Stage
 
 TRAINING = tuple(s.value for s in TRAINING_STAGES)
@@ -29,8 +29,9 @@ LABELS = {
 _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 
 
-def fine_tune(q: StoreQuery, run_id: str) -> dict[str, Any]:
-    """The training stages of a run (`ran` False when the run asked for none)."""
+def fine_tune(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
+    """The training stages of a run (`ran` False when the run asked for none; `dtype`: that
+    dtype's rows of a run of several)."""
 
     def build() -> dict[str, Any]:
         q.ensure_summaries([run_id])
@@ -61,9 +62,9 @@ def fine_tune(q: StoreQuery, run_id: str) -> dict[str, Any]:
               count(*) FILTER (WHERE s_backward = 'pass') AS backward_passed,
               coalesce(sum(downloads) FILTER (WHERE s_backward = 'pass'), 0) AS backward_dl,
               {", ".join(parts)}
-            FROM model_runs WHERE run_id = $run
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
             """,
-            {"run": run_id},
+            {"run": run_id, "dtype": dtype},
         )[0]
         models, downloads = row["models"], row["downloads"]
         stages = {}
@@ -97,33 +98,36 @@ def fine_tune(q: StoreQuery, run_id: str) -> dict[str, Any]:
             "stages": list(stages.values()),
             "default_no_fallback_downloads_share": default["no_fallback_downloads_share"],
             "fused_no_fallback_downloads_share": fused["no_fallback_downloads_share"],
-            "lora": _lora(q, run_id, stages[Stage.LORA.value]),
-            "optimizer_ops": optimizer_ops(q, run_id) if ran else [],
-            "step_op_calls": _step_op_calls(q, run_id) if ran else {},
+            "lora": _lora(q, run_id, stages[Stage.LORA.value], dtype),
+            "optimizer_ops": optimizer_ops(q, run_id, dtype) if ran else [],
+            "step_op_calls": _step_op_calls(q, run_id, dtype) if ran else {},
         }
 
-    return q.memo("fine_tune", run_id, build)
+    return q.memo("fine_tune", run_id, build, dtype)
 
 
-def _lora(q: StoreQuery, run_id: str, line: dict[str, Any]) -> dict[str, Any]:
+def _lora(
+    q: StoreQuery, run_id: str, line: dict[str, Any], dtype: str | None = None
+) -> dict[str, Any]:
     """LoRA's own base: the models the lora stage ran on (peft has defaults for their model
     type), the share of them that trained, and the skips by reason."""
     ran = q.fetch(
         f"""
         SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads
-        FROM model_runs WHERE run_id = $run AND (s_lora = 'pass' OR s_lora IN ({_FAILED_SQL}))
+        FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
+          AND (s_lora = 'pass' OR s_lora IN ({_FAILED_SQL}))
         """,
-        {"run": run_id},
+        {"run": run_id, "dtype": dtype},
     )[0]
     skips = q.fetch(
-        """
+        f"""
         SELECT coalesce(reason, 'unknown') AS reason, count(*) AS models,
           coalesce(sum(downloads), 0) AS downloads
         FROM (SELECT DISTINCT model_id, downloads, reason FROM results_parts
-              WHERE stage = $stage AND status = 'skip')
+              WHERE stage = $stage AND status = 'skip' AND {IN_DTYPE})
         GROUP BY ALL ORDER BY models DESC, reason
         """,
-        {"stage": Stage.LORA.value},
+        {"stage": Stage.LORA.value, "dtype": dtype},
         scans={"results_parts": Scan("results", q.files(run_id).results)},
     )
     return {
@@ -137,7 +141,7 @@ def _lora(q: StoreQuery, run_id: str, line: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def optimizer_ops(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
+def optimizer_ops(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
     """Ops that fell back in the optimizer's part of a step, most downloads first: with the
     default AdamW (`models` / `downloads`), with `fused=True`, and the models whose fused step
     passed without it (`removed_by_fused`)."""
@@ -152,6 +156,7 @@ def optimizer_ops(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
           FROM fallback_parts f
           JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
             AND s.part_no = list_position($parts, parse_filename(f.filename))
+            AND {same_dtype("f", "s")} AND {in_dtype("s")}
           WHERE f.source = '{FallbackSource.OPTIMIZER.value}'
             AND f.stage IN ('{Stage.OPTIMIZER.value}', '{Stage.OPTIMIZER_FUSED.value}')
         ),
@@ -163,7 +168,8 @@ def optimizer_ops(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
           FROM f GROUP BY op, model_id
         ),
         m AS (
-          SELECT model_id, downloads, s_optimizer_fused FROM model_runs WHERE run_id = $run
+          SELECT model_id, downloads, s_optimizer_fused FROM model_runs
+          WHERE run_id = $run AND {IN_DTYPE}
         )
         SELECT op,
           count(*) FILTER (WHERE by_default) AS models,
@@ -180,21 +186,24 @@ def optimizer_ops(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
         GROUP BY op
         ORDER BY downloads DESC, fused_downloads DESC, op
         """,
-        {"run": run_id, "parts": q.summary_part_names(run_id)},
+        {"run": run_id, "dtype": dtype, "parts": q.summary_part_names(run_id)},
         scans={
             "fallback_parts": Scan(
-                "fallbacks", files.fallbacks, ("model_id", "stage", "op", "count", "source"), True
+                "fallbacks",
+                files.fallbacks,
+                ("model_id", "dtype", "stage", "op", "count", "source"),
+                True,
             )
         },
     )
-    total = q.run_downloads(run_id)
+    total = q.run_downloads(run_id, dtype)
     for r in rows:
         r["downloads_share"] = share(r["downloads"], total)
         r["fused_downloads_share"] = share(r["fused_downloads"], total)
     return rows
 
 
-def _step_op_calls(q: StoreQuery, run_id: str) -> dict[str, Any]:
+def _step_op_calls(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
     """Per optimizer stage: median native op calls of the optimizer's part of one step over
     the models that passed it, where the device counts calls (else absent)."""
     files = q.files(run_id)
@@ -204,9 +213,10 @@ def _step_op_calls(q: StoreQuery, run_id: str) -> dict[str, Any]:
           min(step_op_calls) AS min, max(step_op_calls) AS max
         FROM results_parts
         WHERE stage IN ('{Stage.OPTIMIZER.value}', '{Stage.OPTIMIZER_FUSED.value}')
-          AND status = 'pass' AND step_op_calls IS NOT NULL
+          AND status = 'pass' AND step_op_calls IS NOT NULL AND {IN_DTYPE}
         GROUP BY stage
         """,
+        {"dtype": dtype},
         scans={"results_parts": Scan("results", files.results)},
     )
     return {r["stage"]: r for r in rows if r["models"]}

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
+from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
 from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.schema import (
@@ -20,6 +21,7 @@ from reports.schema import (
     VERSION_FIELDS,
     FallbackSource,
     Status,
+    run_dtypes,
 )
 
 SORT_COLUMNS = {
@@ -38,8 +40,9 @@ SORT_COLUMNS = {
 OUTCOME_FILTERS = (*OUTCOMES, "on_device", "with_fallback")
 STATUS_VALUES = tuple(s.value for s in Status)
 MAX_PER_PAGE = 500
+DEFAULT_DTYPE = "fp32"  # `hfsweep run` and `check` without --dtype
 TABLE_COLUMNS = (
-    "model_id, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
+    "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
     "failing_op, error_type, error_message, skip_message, stages_passed, fallback_ops, "
     "fallback_calls, wall_s, peak_host_memory_bytes, " + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
@@ -63,6 +66,8 @@ class ModelFilter:
     model_type: str | None = None
     architecture: str | None = None
     error_signature: str | None = None  # the signature of the model's first failure, exactly
+    dtype: str | None = None  # a run of several dtypes: the rows of that dtype only
+    differs: bool = False  # only models whose outcome differs between the run's dtypes
     sort: str = "downloads"
     order: str = "desc"
     page: int = 1
@@ -85,17 +90,31 @@ class ModelFilter:
             raise QueryError(f"per_page must be between 1 and {max_per_page}, not {self.per_page}")
         if self.search is not None and len(self.search) > 200:
             raise QueryError("search is longer than 200 characters")
+        if self.dtype is not None and len(self.dtype) > 32:
+            raise QueryError("dtype is longer than 32 characters")
         return self
 
 
 def model_table(
     q: StoreQuery, run_id: str, flt: ModelFilter, *, max_per_page: int = MAX_PER_PAGE
 ) -> dict[str, Any]:
-    """One page of the run's models matching `flt`, and how many match in all."""
+    """One page of the run's models matching `flt`, and how many match in all. A run of several
+    dtypes has one row per model and dtype (the dtypes of one model side by side, in the run's
+    order); `dtypes` lists them."""
     flt.validate(max_per_page)
     q.ensure_summaries([run_id])
+    dtypes = q.run_dtypes(run_id)
+    if flt.dtype and flt.dtype not in dtypes:
+        raise QueryError(
+            f"run {run_id} has no rows of dtype {flt.dtype!r}; its dtypes: {', '.join(dtypes)}"
+        )
     where = ["run_id = $run"]
     params: dict[str, Any] = {"run": run_id}
+    if flt.dtype:
+        where.append("dtype = $dtype")
+        params["dtype"] = flt.dtype
+    if flt.differs:
+        where.append(f"model_id IN ({DIFFERING_MODELS_SQL})")
     if flt.search:
         where.append("contains(lower(model_id), $search)")
         params["search"] = flt.search.lower()
@@ -127,10 +146,15 @@ def model_table(
     rows = q.fetch(
         f"""
         SELECT {TABLE_COLUMNS} FROM model_runs WHERE {cond}
-        ORDER BY {col} {order} NULLS LAST, model_id ASC
+        ORDER BY {col} {order} NULLS LAST, model_id ASC, list_position($dtypes, dtype)
         LIMIT $limit OFFSET $offset
         """,
-        {**params, "limit": flt.per_page, "offset": (flt.page - 1) * flt.per_page},
+        {
+            **params,
+            "dtypes": dtypes,
+            "limit": flt.per_page,
+            "offset": (flt.page - 1) * flt.per_page,
+        },
     )
     for r in rows:
         r["device_label"] = device_label(r["device"], r["device_emulated"])
@@ -139,6 +163,7 @@ def model_table(
     pages = max(1, -(-int(total) // flt.per_page))
     return {
         "run_id": run_id,
+        "dtypes": dtypes,
         "total": int(total),
         "page": flt.page,
         "pages": pages,
@@ -170,33 +195,44 @@ def facets(q: StoreQuery, run_id: str) -> dict[str, list[str]]:
 def model_history(
     q: StoreQuery, model_id: str, *, include: str | None = None
 ) -> list[dict[str, Any]]:
-    """The model's outcome in every run that has it, newest first (while the dashboard warms up,
-    in the runs summarised so far, plus `include`)."""
+    """The model's outcome in every run that has it, newest first, one row per dtype of the run
+    in its order (while the dashboard warms up, in the runs summarised so far, plus
+    `include`)."""
     ids, _ = q.available_runs()
     if include is not None and include not in ids:
         q.ensure_summaries([include])
         ids = [r for r in q.run_ids() if r in ids or r == include]
     rows = q.fetch(
         f"""
-        SELECT run_id, outcome, skip_reason, failed_stage, failed_status, error_signature,
+        SELECT run_id, dtype, outcome, skip_reason, failed_stage, failed_status, error_signature,
           error_type, error_message, failing_op, skip_message,
-          stages_passed, fallback_ops, device, device_emulated, part_no,
+          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
           {", ".join(f"s_{s}" for s in STAGES)}
         FROM model_runs WHERE model_id = $model AND list_contains($ids, run_id)
         """,
         {"model": model_id, "ids": ids},
     )
     order = {run: i for i, run in enumerate(ids)}
-    rows.sort(key=lambda r: order.get(r["run_id"], len(order)))
+    asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
+    rows.sort(
+        key=lambda r: (
+            order.get(r["run_id"], len(order)),
+            _position(asked.get(r["run_id"]) or [], r["dtype"]),
+        )
+    )
     for r in rows:
         r["device_label"] = device_label(r["device"], r["device_emulated"])
         r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
     return rows
 
 
-def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dict[str, Any] | None:
+def model_detail(
+    q: StoreQuery, model_id: str, run_id: str | None = None, dtype: str | None = None
+) -> dict[str, Any] | None:
     """Everything about one model in one run (default: the newest run that has it), or None if
-    no run has it."""
+    no run has it (at `dtype`, when given). In a run of several dtypes, `by_dtype` holds each
+    dtype's summary, stages and fallbacks, `dtype_differences` what differs between them, and
+    the top level is `dtype`'s (default: the run's first)."""
     if run_id is not None:
         run_id = q.resolve_run(run_id)
     # the asked-for (or newest) run is always in the history, even during a warm-up
@@ -204,55 +240,52 @@ def model_detail(q: StoreQuery, model_id: str, run_id: str | None = None) -> dic
     if run_id is None and not history and q.warming:
         q.ensure_all_summaries()  # the model may be only in runs not summarised yet: wait
         history = model_history(q, model_id)
-    if run_id is not None:
-        chosen = next((h for h in history if h["run_id"] == run_id), None)
-    else:
-        chosen = history[0] if history else None
-    if chosen is None:
+    if run_id is None and history:
+        run_id = history[0]["run_id"]
+    chosen = [h for h in history if h["run_id"] == run_id]
+    if not chosen or (dtype is not None and dtype not in {h["dtype"] for h in chosen}):
         return None
-    run_id = chosen["run_id"]
-    part = q.summary_part(run_id, chosen.pop("part_no", None))
+    assert run_id is not None
+    primary = next((h for h in chosen if h["dtype"] == dtype), chosen[0])
+    parts = {h["dtype"]: q.summary_part(run_id, h.get("part_no")) for h in chosen}
+    for h in history:
+        h.pop("part_no", None)
     files = q.files(run_id)
-    result_files = [part] if part in files.results else list(files.results)
-    stages = q.fetch(
-        # part files written before a column was added to the schema read it as null
-        "SELECT * FROM results_parts WHERE model_id = $model",
-        {"model": model_id},
-        scans={"results_parts": Scan("results", result_files)},
+    result_files = (
+        sorted({p for p in parts.values() if p})
+        if all(p in files.results for p in parts.values())
+        else list(files.results)
     )
-    for row in stages:
-        for name in RESULTS_SCHEMA.names:
-            row.setdefault(name, None)
-        row.pop("run_id", None)
-    stages.sort(
-        key=lambda r: (
-            STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
-            -(r["attempt"] or 0),
-        )
-    )
-    seen: set[str] = set()
-    stages = [r for r in stages if not (r["stage"] in seen or seen.add(r["stage"]))]  # type: ignore[func-returns-value]
-    fb_names = {p.rsplit("/", 1)[-1] for p in result_files}
-    fb_files = [p for p in files.fallbacks if p.rsplit("/", 1)[-1] in fb_names]
-    fallbacks = []
-    if fb_files:
-        fallbacks = q.fetch(
-            """
-            SELECT stage, op, count, source, bytes_h2d, bytes_d2h
-            FROM fallback_parts WHERE model_id = $model
-            ORDER BY list_position($stages, stage), count DESC, op
-            """,
-            {"model": model_id, "stages": list(STAGES)},
-            scans={"fallback_parts": Scan("fallbacks", fb_files)},
-        )
+    stages_of = _stages_by_dtype(q, model_id, result_files)
+    fallbacks_of = _fallbacks_by_dtype(q, model_id, files, result_files, parts, primary["dtype"])
+    by_dtype: dict[str, dict[str, Any]] = {
+        h["dtype"]: {
+            "summary": h,
+            "stages": stages_of.get(h["dtype"], []),
+            "fallbacks": fallbacks_of.get(h["dtype"], []),
+        }
+        for h in chosen
+    }
+    stages = by_dtype[primary["dtype"]]["stages"]
+    fallbacks = by_dtype[primary["dtype"]]["fallbacks"]
     # parts written before the configs table carried the shrink on every row: still shown
-    legacy = [{k: r.pop(k, None) for k in _LEGACY_SHRINK} for r in stages]
+    legacy = [
+        {k: r.pop(k, None) for k in _LEGACY_SHRINK} for d in by_dtype.values() for r in d["stages"]
+    ]
     shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
         legacy[0] if legacy else {}
     )
-    for h in history:
-        h.pop("part_no", None)
-    return _detail(model_id, run_id, chosen, history, stages, fallbacks, shrink, q.run_info(run_id))
+    return _detail(
+        model_id,
+        run_id,
+        primary,
+        history,
+        stages,
+        fallbacks,
+        shrink,
+        q.run_info(run_id),
+        by_dtype,
+    )
 
 
 def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -261,14 +294,17 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
     q.ensure_summaries([run_id])
     if not model_ids:
         return {}
+    if len(q.run_dtypes(run_id)) > 1:  # a run of several dtypes: each page shows them all
+        found = {m: model_detail(q, m, run_id) for m in dict.fromkeys(model_ids)}
+        return {m: d for m, d in found.items() if d is not None}
     files = q.files(run_id)
     summaries = {
         r["model_id"]: r
         for r in q.fetch(
             f"""
-            SELECT run_id, model_id, outcome, skip_reason, failed_stage, failed_status,
+            SELECT run_id, model_id, dtype, outcome, skip_reason, failed_stage, failed_status,
               error_signature, error_type, error_message, failing_op, skip_message,
-              stages_passed, fallback_ops, device, device_emulated, part_no,
+              stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
               {", ".join(f"s_{s}" for s in STAGES)}
             FROM model_runs WHERE run_id = $run AND list_contains($models, model_id)
             """,
@@ -354,16 +390,23 @@ def model_histories(q: StoreQuery, model_ids: list[str]) -> list[dict[str, Any]]
     ids, _ = q.available_runs()
     rows = q.fetch(
         f"""
-        SELECT model_id, run_id, outcome, skip_reason, failed_stage, failed_status,
+        SELECT model_id, run_id, dtype, outcome, skip_reason, failed_stage, failed_status,
           error_signature, error_type, error_message, failing_op, skip_message,
-          stages_passed, fallback_ops, device, device_emulated, part_no,
+          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
           {", ".join(f"s_{s}" for s in STAGES)}
         FROM model_runs WHERE list_contains($models, model_id) AND list_contains($ids, run_id)
         """,
         {"models": model_ids, "ids": ids},
     )
     order = {run: i for i, run in enumerate(ids)}
-    rows.sort(key=lambda r: (r["model_id"], order.get(r["run_id"], len(order))))
+    asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
+    rows.sort(
+        key=lambda r: (
+            r["model_id"],
+            order.get(r["run_id"], len(order)),
+            _position(asked.get(r["run_id"]) or [], r["dtype"]),
+        )
+    )
     for r in rows:
         r["device_label"] = device_label(r["device"], r["device_emulated"])
         r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
@@ -379,14 +422,18 @@ def _detail(
     fallbacks: list[dict[str, Any]],
     shrink: dict[str, Any],
     run: dict[str, Any] | None,
+    by_dtype: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One model's page data from its pieces (one model, or many at once)."""
+    """One model's page data from its pieces (one model, or many at once); `by_dtype`: each
+    dtype's summary, stages and fallbacks in a run of several."""
     run = run or {}
     first = stages[0] if stages else {}
     device_peaks = [
         r["peak_memory_bytes"] for r in stages if r.get("peak_memory_bytes") is not None
     ]
     source = first.get("config_source")
+    by_dtype = by_dtype or {}
+    dtypes = list(by_dtype) or [d for d in (first.get("dtype") or summary.get("dtype"),) if d]
     history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
         s.value for s in DEFAULT_STAGES
     ]
@@ -417,7 +464,7 @@ def _detail(
             first.get("device") or run.get("device"),
             first.get("device_emulated") or run.get("device_emulated"),
         ),
-        "dtype": first.get("dtype"),
+        "dtype": first.get("dtype") or summary.get("dtype"),
         # the model's whole run in its process (the same on each of its rows)
         "wall_s": first.get("wall_s"),
         "peak_host_memory_bytes": first.get("peak_host_memory_bytes"),
@@ -428,6 +475,9 @@ def _detail(
         "hub_url": hub_url(model_id),
         "stages": stages,
         "fallbacks": fallbacks,
+        "dtypes": dtypes,
+        "by_dtype": by_dtype if len(by_dtype) > 1 else {},
+        "dtype_differences": _model_differences(by_dtype) if len(by_dtype) > 1 else None,
         "shrink_changes": _json(shrink.get("shrink_changes")),
         "shrunk_config": _json(shrink.get("shrunk_config")),
         "versions": {k: run.get(k) for k in VERSION_FIELDS},
@@ -436,12 +486,103 @@ def _detail(
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
         "reproduce": reproduce_command(
-            model_id, first.get("device") or run.get("device"), run.get("stages")
+            model_id, first.get("device") or run.get("device"), run.get("stages"), dtypes
         ),
         "fine_tune": _fine_tune_of(stages, fallbacks),
         "history": history,
         "history_stages": history_stages,
     }
+
+
+def _stages_by_dtype(
+    q: StoreQuery, model_id: str, result_files: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The model's stage rows per dtype, in stage order, the latest attempt of each."""
+    rows = q.fetch(
+        # part files written before a column was added to the schema read it as null
+        "SELECT * FROM results_parts WHERE model_id = $model",
+        {"model": model_id},
+        scans={"results_parts": Scan("results", result_files)},
+    )
+    for row in rows:
+        for name in RESULTS_SCHEMA.names:
+            row.setdefault(name, None)
+        row.pop("run_id", None)
+    rows.sort(
+        key=lambda r: (
+            STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
+            -(r["attempt"] or 0),
+        )
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        key = (r["dtype"], r["stage"])
+        if key not in seen:
+            seen.add(key)
+            out.setdefault(r["dtype"], []).append(r)
+    return out
+
+
+def _fallbacks_by_dtype(
+    q: StoreQuery,
+    model_id: str,
+    files: RunFiles,
+    result_files: list[str],
+    parts: dict[str, str | None],
+    default: str,
+) -> dict[str, list[dict[str, Any]]]:
+    """The model's CPU fallbacks per dtype, from the fallbacks parts of its results parts (a
+    row without a dtype, from a run of one dtype, is its part's dtype)."""
+    names = {p.rsplit("/", 1)[-1] for p in result_files}
+    fb_files = [p for p in files.fallbacks if p.rsplit("/", 1)[-1] in names]
+    if not fb_files:
+        return {}
+    part_dtype = {p.rsplit("/", 1)[-1]: d for d, p in parts.items() if p}
+    rows = q.fetch(
+        """
+        SELECT dtype, stage, op, count, source, bytes_h2d, bytes_d2h,
+          parse_filename(filename) AS part
+        FROM fallback_parts WHERE model_id = $model
+        ORDER BY list_position($stages, stage), count DESC, op
+        """,
+        {"model": model_id, "stages": list(STAGES)},
+        scans={
+            "fallback_parts": Scan(
+                "fallbacks",
+                fb_files,
+                ("dtype", "stage", "op", "count", "source", "bytes_h2d", "bytes_d2h", "model_id"),
+                filename=True,
+            )
+        },
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        part = r.pop("part")
+        dtype = r.pop("dtype") or part_dtype.get(part) or default
+        out.setdefault(dtype, []).append(r)
+    return out
+
+
+def _model_differences(by_dtype: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """What differs between one model's dtypes: the stages whose status differs, the kind of
+    difference, the op or error behind it (None when every dtype agrees)."""
+    summaries = {
+        d: {
+            **v["summary"],
+            "fallback_op_names": sorted({f["op"] for f in v["fallbacks"]}),
+        }
+        for d, v in by_dtype.items()
+    }
+    stages: list[dict[str, Any]] = [
+        {"stage": s, "by_dtype": {d: v["summary"]["stages"].get(s) for d, v in by_dtype.items()}}
+        for s in STAGES
+    ]
+    differing = [s for s in stages if len(set(s["by_dtype"].values())) > 1]
+    cause = difference_cause(summaries)
+    if not differing and not cause:
+        return None
+    return {"kind": difference_kind(summaries), "cause": cause, "stages": differing}
 
 
 def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[dict]:
@@ -522,13 +663,22 @@ def hub_url(model_id: str) -> str | None:
     return "https://huggingface.co/" + "/".join(quote(p, safe="") for p in model_id.split("/"))
 
 
-def reproduce_command(model_id: str, device: str | None, stages: str | None = None) -> str:
+def reproduce_command(
+    model_id: str, device: str | None, stages: str | None = None, dtypes: list[str] | None = None
+) -> str:
     """The `hfsweep check` command that reruns this model on this device (with the run's
-    `--stages` when they are not the default ones)."""
+    `--stages` when they are not the default ones, and its dtypes when not fp32 alone)."""
     command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
     if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
         command += f" --stages {shlex.quote(stages)}"
+    if dtypes and dtypes != [DEFAULT_DTYPE]:
+        command += f" --dtype {shlex.quote(','.join(dtypes))}"
     return command
+
+
+def _position(listed: list[str], dtype: str | None) -> tuple[int, str]:
+    """A row's place among its run's dtypes (in the order the run asked for them)."""
+    return (listed.index(dtype) if dtype in listed else len(listed), dtype or "")
 
 
 def _json(text: str | None) -> Any:

@@ -20,7 +20,7 @@ import duckdb
 
 from reports.coverage import device_label, share
 from reports.models import reproduce_command
-from reports.query import StoreQuery
+from reports.query import Scan, StoreQuery, same_dtype
 from reports.schema import (
     OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
@@ -487,16 +487,23 @@ def op_run_for_model_run(
 
 
 def with_op_sweep(
-    q: StoreQuery, model_run_id: str, rows: Sequence[dict[str, Any]], op_run_id: str | None
+    q: StoreQuery,
+    model_run_id: str,
+    rows: Sequence[dict[str, Any]],
+    op_run_id: str | None,
+    dtype: str | None = None,
 ) -> list[dict[str, Any]]:
     """Missing-ops rows with the op's own results in the op sweep (`op_sweep`: None when the op
-    was not swept or there is no op run), for the model run's dtype."""
+    was not swept or there is no op run), at `dtype` (default: the model run's, when it has
+    one); every swept dtype added up when the op run did not sweep that dtype."""
     out = [dict(r) for r in rows]
     if op_run_id is None:
         for r in out:
             r["op_sweep"] = None
         return out
-    dtype = (q.run_info(model_run_id) or {}).get("dtype")
+    if dtype is None:
+        dtypes = q.run_dtypes(model_run_id)
+        dtype = dtypes[0] if len(dtypes) == 1 else None
     oq = op_query(q)
     by_op = oq.summary_by_op(op_run_id, dtype if dtype in _swept_dtypes(oq, op_run_id) else None)
     for r in out:
@@ -529,13 +536,18 @@ def _swept_dtypes(oq: OpSweepQuery, run_id: str) -> set[str]:
     return {row["dtype"] for row in oq.summary(run_id)}
 
 
-def joined_ops(q: StoreQuery, model_run_id: str, op_run_id: str) -> dict[str, Any]:
+def joined_ops(
+    q: StoreQuery, model_run_id: str, op_run_id: str, dtype: str | None = None
+) -> dict[str, Any]:
     """How the ops the model sweep's fallbacks name fare in the op sweep: counts per verdict,
     and the ops the op sweep finds correct but not native (the cheapest lowering wins), ranked
-    by the downloads of the models whose fallbacks include them."""
+    by the downloads of the models whose fallbacks include them. `dtype`: the model rows and
+    op samples of that dtype (None: the model run's one dtype)."""
     from reports.ops import missing_ops
 
-    rows = with_op_sweep(q, model_run_id, missing_ops(q, model_run_id), op_run_id)
+    rows = with_op_sweep(
+        q, model_run_id, missing_ops(q, model_run_id, dtype=dtype), op_run_id, dtype
+    )
     named: dict[str, dict[str, Any]] = {}
     for r in rows:
         if not r["models"]:  # named only by a failure, not by a fallback
@@ -565,12 +577,13 @@ def joined_ops(q: StoreQuery, model_run_id: str, op_run_id: str) -> dict[str, An
         ),
         key=lambda i: (-i["downloads"], -i["models"], i["op"]),
     )
-    total = q.run_downloads(model_run_id)
+    total = q.run_downloads(model_run_id, dtype)
     for i in cheapest:
         i["downloads_share"] = share(i["downloads"], total)
     return {
         "model_run_id": model_run_id,
         "op_run_id": op_run_id,
+        "dtype": dtype,
         "named_ops": len(named),
         "by_verdict": counts,
         "correct_not_native": cheapest,
@@ -586,14 +599,16 @@ def models_by_op(
     q: StoreQuery, model_run_id: str, ops: Sequence[str] | None = None, *, limit: int = 500
 ) -> dict[str, dict[str, Any]]:
     """For each base op (all of them when `ops` is None), the models of the run whose CPU
-    fallbacks include it, most downloaded first."""
+    fallbacks include it, most downloaded first: one row per model and dtype, and per dtype
+    (`by_dtype`) how many models and downloads (shares of that dtype's models)."""
     q.ensure_summaries([model_run_id])
     files = q.files(model_run_id)
-    total = q.run_downloads(model_run_id)
+    dtypes = q.run_dtypes(model_run_id)
+    total = q.run_downloads(model_run_id, dtypes[0] if len(dtypes) == 1 else None)
+    per_dtype_total = {d: q.run_downloads(model_run_id, d) for d in dtypes}
     rows: list[dict[str, Any]] = []
     if files.fallbacks:
         params: dict[str, Any] = {
-            "files": list(files.fallbacks),
             "run": model_run_id,
             "parts": q.summary_part_names(model_run_id),
         }
@@ -605,35 +620,73 @@ def models_by_op(
             f"""
             WITH f AS (
               SELECT regexp_replace(split_part(f.op, '.', 1), '([^_])_$', '\\1') AS base,
-                f.model_id, f.stage, f.op, f.count
-              FROM read_parquet($files, filename = true, union_by_name = true) f
+                f.model_id, s.dtype, f.stage, f.op, f.count
+              FROM fallback_parts f
               JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
+                AND {same_dtype("f", "s")}
                 AND s.part_no = list_position($parts, parse_filename(f.filename))
             ),
             g AS (
-              SELECT base AS op, f.model_id, any_value(m.downloads) AS downloads,
+              SELECT base AS op, f.model_id, f.dtype, any_value(m.downloads) AS downloads,
                 any_value(m.outcome) AS outcome, any_value(m.architecture) AS architecture,
                 sum(f.count) AS calls, list_sort(list_distinct(list(f.op))) AS overloads,
                 list_sort(list_distinct(list(f.stage))) AS stages
               FROM f JOIN model_runs m ON m.run_id = $run AND m.model_id = f.model_id
-              GROUP BY base, f.model_id
+                AND m.dtype = f.dtype
+              GROUP BY base, f.model_id, f.dtype
             )
-            SELECT * FROM g {where} ORDER BY op, downloads DESC, model_id
+            SELECT * FROM g {where} ORDER BY op, downloads DESC, model_id, dtype
             """,
             params,
+            scans={
+                "fallback_parts": Scan(
+                    "fallbacks",
+                    files.fallbacks,
+                    ("model_id", "dtype", "stage", "op", "count"),
+                    filename=True,
+                )
+            },
         )
+    order = {d: i for i, d in enumerate(dtypes)}
+    rows.sort(
+        key=lambda r: (
+            r["op"],
+            -(r["downloads"] or 0),
+            r["model_id"],
+            order.get(r["dtype"], len(order)),
+        )
+    )
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
-        item = out.setdefault(r["op"], {"run_id": model_run_id, "models": [], "downloads": 0})
+        item = out.setdefault(r["op"], _no_models(model_run_id, dtypes))
         item["models"].append(r)
-        item["downloads"] += r["downloads"] or 0
+        if r["model_id"] not in item["_seen"]:
+            item["_seen"].add(r["model_id"])
+            item["downloads"] += r["downloads"] or 0
+        per = item["by_dtype"].get(r["dtype"])
+        if per is not None:
+            per["models"] += 1
+            per["downloads"] += r["downloads"] or 0
     for name in ops or []:
-        out.setdefault(name, {"run_id": model_run_id, "models": [], "downloads": 0})
+        out.setdefault(name, _no_models(model_run_id, dtypes))
     for item in out.values():
-        item["total"] = len(item["models"])
+        item["total"] = len(item.pop("_seen"))
         item["models"] = item["models"][:limit]
         item["downloads_share"] = share(item["downloads"], total)
+        for d, per in item["by_dtype"].items():
+            per["downloads_share"] = share(per["downloads"], per_dtype_total[d])
     return out
+
+
+def _no_models(model_run_id: str, dtypes: Sequence[str]) -> dict[str, Any]:
+    return {
+        "run_id": model_run_id,
+        "models": [],
+        "downloads": 0,
+        "_seen": set(),
+        "dtypes": list(dtypes),
+        "by_dtype": {d: {"models": 0, "downloads": 0} for d in dtypes},
+    }
 
 
 def failing_models_by_op(q: StoreQuery, model_run_id: str) -> dict[str, list[dict[str, Any]]]:
@@ -688,9 +741,17 @@ def op_sweep_report(
         "joined": None,
     }
     if q is not None and model_run_id is not None:
-        joined = joined_ops(q, model_run_id, op_run_id)
-        joined["correct_not_native"] = joined["correct_not_native"][:top]
-        report["joined"] = joined
+        dtypes = q.run_dtypes(model_run_id)
+        by_dtype = {}
+        # a run of several dtypes is joined dtype by dtype: its models' rows at each, with the
+        # op samples of the same dtype; `joined` is the first dtype's
+        for dtype in dtypes if len(dtypes) > 1 else [None]:
+            joined = joined_ops(q, model_run_id, op_run_id, dtype)
+            joined["correct_not_native"] = joined["correct_not_native"][:top]
+            by_dtype[dtype] = joined
+        report["joined"] = next(iter(by_dtype.values()))
+        if len(dtypes) > 1:
+            report["joined_by_dtype"] = by_dtype
     return report
 
 
@@ -769,6 +830,8 @@ def op_page(
             "downloads": 0,
             "total": 0,
             "downloads_share": None,
+            "dtypes": q.run_dtypes(model_run) if model_run else [],
+            "by_dtype": {},
         }
     else:
         models = op_models(q, model_run, base) if model_run else None

@@ -11,18 +11,31 @@ from __future__ import annotations
 from typing import Any
 
 from reports.coverage import share
-from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, Scan, StoreQuery
+from reports.query import (
+    IN_DTYPE,
+    OUTCOME_FAILED,
+    OUTCOME_PASSED,
+    Scan,
+    StoreQuery,
+    in_dtype,
+    same_dtype,
+)
 
 EVIDENCE_OF_ABSENCE = "evidence of absence"
 ABSENCE_OF_EVIDENCE = "absence of evidence"
 
 
 def _fallback_scan(files: tuple[str, ...]) -> Scan:
-    return Scan("fallbacks", files, ("model_id", "stage", "op", "count", "source"), filename=True)
+    return Scan(
+        "fallbacks", files, ("model_id", "dtype", "stage", "op", "count", "source"), filename=True
+    )
 
 
-def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """One row per op, most downloads touched first.
+def missing_ops(
+    q: StoreQuery, run_id: str, *, limit: int | None = None, dtype: str | None = None
+) -> list[dict[str, Any]]:
+    """One row per op, most downloads touched first (`dtype`: of the models' rows at that
+    dtype; None: every row of the run, its one dtype).
 
     - `models` / `downloads`: models where the op fell back in some stage;
     - `calls`: fallback calls summed over those models and stages; `sources`: eager / compile;
@@ -39,14 +52,14 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
     def build() -> list[dict[str, Any]]:
         q.ensure_summaries([run_id])
         files = q.files(run_id)
-        unverified = _unverified(q, run_id, files)
+        unverified = _unverified(q, run_id, files, dtype)
         rows = _merge(
-            _fallen_back(q, run_id, files),
-            _failing(q, run_id),
-            _blocked(q, run_id, files),
+            _fallen_back(q, run_id, files, dtype),
+            _failing(q, run_id, dtype),
+            _blocked(q, run_id, files, dtype),
             unverified,
         )
-        total = q.run_downloads(run_id)
+        total = q.run_downloads(run_id, dtype)
         for r in rows:
             r["blocked_downloads_share"] = share(r["blocked_downloads"], total)
             r["downloads_share"] = share(r["downloads"], total)
@@ -54,25 +67,26 @@ def missing_ops(q: StoreQuery, run_id: str, *, limit: int | None = None) -> list
         rows.sort(key=lambda r: (-r["blocked_downloads"], -r["blocked_models"], r["op"]))
         return rows
 
-    rows = q.memo("missing_ops", run_id, build)
+    rows = q.memo("missing_ops", run_id, build, dtype)
     return rows if limit is None else rows[:limit]
 
 
-def _failing(q: StoreQuery, run_id: str) -> list[dict[str, Any]]:
+def _failing(q: StoreQuery, run_id: str, dtype: str | None) -> list[dict[str, Any]]:
     """Per op, the failed models whose failure names it."""
     return q.fetch(
         f"""
         SELECT failing_op AS op, count(*) AS failing_models,
           coalesce(sum(downloads), 0) AS failing_downloads
         FROM model_runs
-        WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+        WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
+          AND failing_op IS NOT NULL
         GROUP BY ALL
         """,
-        {"run": run_id},
+        {"run": run_id, "dtype": dtype},
     )
 
 
-def _fallen_back(q: StoreQuery, run_id: str, files: Any) -> list[dict[str, Any]]:
+def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> list[dict[str, Any]]:
     """Per op, the models where it fell back (in the part each model's summary counts), and
     those it alone keeps from running entirely on the device."""
     if not files.fallbacks:
@@ -80,18 +94,24 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any) -> list[dict[str, Any]]
     return q.fetch(
         f"""
         WITH f AS (
-          SELECT f.model_id, f.stage, f.op, f.count, f.source
+          SELECT f.model_id, s.dtype, f.stage, f.op, f.count, f.source
           FROM fallback_parts f
           JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
+            AND {same_dtype("f", "s")} AND {in_dtype("s")}
             AND s.part_no = list_position($parts, parse_filename(f.filename))
         ),
         op_model AS (
-          SELECT op, model_id, sum(count) AS calls,
+          SELECT op, model_id, dtype, sum(count) AS calls,
             list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages
-          FROM f GROUP BY op, model_id
+          FROM f GROUP BY op, model_id, dtype
         ),
-        per_model AS (SELECT model_id, count(DISTINCT op) AS n_ops FROM f GROUP BY 1),
-        m AS (SELECT model_id, downloads, outcome FROM model_runs WHERE run_id = $run)
+        per_model AS (
+          SELECT model_id, dtype, count(DISTINCT op) AS n_ops FROM f GROUP BY model_id, dtype
+        ),
+        m AS (
+          SELECT model_id, dtype, downloads, outcome FROM model_runs
+          WHERE run_id = $run AND {IN_DTYPE}
+        )
         SELECT o.op, count(*) AS models, coalesce(sum(m.downloads), 0) AS downloads,
           sum(o.calls) AS calls,
           list_sort(list_distinct(flatten(list(o.sources)))) AS sources,
@@ -101,27 +121,30 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any) -> list[dict[str, Any]]
           coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
             AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads,
           list(o.model_id ORDER BY m.downloads DESC, o.model_id)[1:5] AS top_models
-        FROM op_model o JOIN m USING (model_id) JOIN per_model p USING (model_id)
+        FROM op_model o JOIN m USING (model_id, dtype) JOIN per_model p USING (model_id, dtype)
         GROUP BY o.op
         """,
-        {"run": run_id, "parts": q.summary_part_names(run_id)},
+        {"run": run_id, "dtype": dtype, "parts": q.summary_part_names(run_id)},
         scans={"fallback_parts": _fallback_scan(files.fallbacks)},
     )
 
 
 _UNVERIFIED_SQL = """
-  SELECT DISTINCT unnest(r.unverified_ops) AS op, r.model_id
+  SELECT DISTINCT unnest(r.unverified_ops) AS op, r.model_id, s.dtype
   FROM results_parts r
   JOIN model_runs s ON s.run_id = $run AND s.model_id = r.model_id
     AND s.part_no = list_position($parts, parse_filename(r.filename))
+    AND s.dtype = r.dtype AND ($dtype IS NULL OR s.dtype = $dtype)
   WHERE r.unverified_ops IS NOT NULL"""
 
 
 def _results_scan(files: tuple[str, ...]) -> Scan:
-    return Scan("results", files, ("model_id", "unverified_ops"), filename=True)
+    return Scan("results", files, ("model_id", "dtype", "unverified_ops"), filename=True)
 
 
-def _unverified(q: StoreQuery, run_id: str, files: Any) -> dict[str, dict[str, Any]]:
+def _unverified(
+    q: StoreQuery, run_id: str, files: Any, dtype: str | None
+) -> dict[str, dict[str, Any]]:
     """Per op, the models whose compile took it to lower with no evidence either way (in the
     part each model's summary counts)."""
     if not files.results:
@@ -132,21 +155,25 @@ def _unverified(q: StoreQuery, run_id: str, files: Any) -> dict[str, dict[str, A
         SELECT u.op, count(*) AS unverified_models,
           coalesce(sum(m.downloads), 0) AS unverified_downloads
         FROM u JOIN model_runs m ON m.run_id = $run AND m.model_id = u.model_id
+          AND m.dtype = u.dtype
         GROUP BY u.op
         """,
-        {"run": run_id, "parts": q.summary_part_names(run_id)},
+        {"run": run_id, "dtype": dtype, "parts": q.summary_part_names(run_id)},
         scans={"results_parts": _results_scan(files.results)},
     )
     return {r["op"]: r for r in rows}
 
 
-def _blocked(q: StoreQuery, run_id: str, files: Any) -> dict[str, dict[str, Any]]:
+def _blocked(
+    q: StoreQuery, run_id: str, files: Any, dtype: str | None
+) -> dict[str, dict[str, Any]]:
     """Per op, the models it touches any way: a fallback, a failure that names it, or a
     compile verdict with no evidence."""
     union = (
-        "UNION SELECT DISTINCT f.op, f.model_id "
+        "UNION SELECT DISTINCT f.op, f.model_id, s.dtype "
         "FROM fallback_parts f "
         "JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id "
+        f"AND {same_dtype('f', 's')} AND {in_dtype('s')} "
         "AND s.part_no = list_position($parts, parse_filename(f.filename))"
         if files.fallbacks
         else ""
@@ -155,16 +182,18 @@ def _blocked(q: StoreQuery, run_id: str, files: Any) -> dict[str, dict[str, Any]
         union += f" UNION {_UNVERIFIED_SQL}"
     blocked_sql = f"""
         WITH fail AS (
-          SELECT failing_op AS op, model_id FROM model_runs
-          WHERE run_id = $run AND outcome = '{OUTCOME_FAILED}' AND failing_op IS NOT NULL
+          SELECT failing_op AS op, model_id, dtype FROM model_runs
+          WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
+            AND failing_op IS NOT NULL
         ),
-        touched AS (SELECT op, model_id FROM fail {union})
+        touched AS (SELECT op, model_id, dtype FROM fail {union})
         SELECT t.op, count(*) AS blocked_models,
           coalesce(sum(m.downloads), 0) AS blocked_downloads
         FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
+          AND m.dtype = t.dtype
         GROUP BY t.op
     """
-    params: dict[str, Any] = {"run": run_id}
+    params: dict[str, Any] = {"run": run_id, "dtype": dtype}
     scans = {}
     if files.fallbacks or files.results:
         params["parts"] = q.summary_part_names(run_id)

@@ -3,7 +3,7 @@
 Every aggregation in `reports/` goes through `StoreQuery`: it lists part files with
 `Store.part_files` (so uncommitted fallback parts stay invisible), keys its caches by the files of
 each run and their modification times, and summarises each run once into an in-memory table
-`model_runs` (one row per run x model) that the model table, the funnel and the diff query.
+`model_runs` (one row per run x model x dtype) that the model table, the funnel and the diff query.
 Part files are never read by path: a query names `Scan`s, which the store turns into pyarrow
 datasets over its filesystem (local or an object store) and DuckDB reads as tables.
 Queries are parameterised; identifiers never come from users.
@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 import duckdb
 
 from reports.errors import StoreError
-from reports.schema import FAILED_STATUSES, STAGE_ORDER, CompileEvidence, SkipReason, Status
+from reports.schema import (
+    FAILED_STATUSES,
+    STAGE_ORDER,
+    CompileEvidence,
+    SkipReason,
+    Status,
+    run_dtypes,
+)
 from reports.store import Store
 
 T = TypeVar("T")
@@ -86,13 +93,14 @@ _STAGE_STATUS_SQL = ",\n".join(
     for s in STAGES
 )
 
-# Keeps the latest attempt of each (model, stage) when a run holds several (a retried model).
+# Keeps the latest attempt of each (model, dtype, stage) when a run holds several (a retry).
 _DEDUP_SQL = """
   QUALIFY row_number() OVER (
-    PARTITION BY model_id, stage
+    PARTITION BY model_id, dtype, stage
     ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1"""
 
-# One row per (run, model). `part_no` is the model's part file: its 1-based position in $files.
+# One row per (run, model, dtype): a run may sweep each model at several dtypes. `part_no` is the
+# part file of the model's rows at that dtype: its 1-based position in $files.
 SUMMARY_SQL = f"""
 WITH raw AS (
   SELECT {_RESULT_COLUMNS}, {_STAGE_IDX_SQL} AS stage_idx,
@@ -116,7 +124,7 @@ SELECT
   any_value(shrunk_config_hash) AS shrunk_config_hash,
   any_value(device) AS device,
   bool_or(device_emulated) AS device_emulated,
-  any_value(dtype) AS dtype,
+  dtype,
 {_STAGE_STATUS_SQL},
   CASE
     WHEN bool_and(status = 'skip') THEN '{OUTCOME_SKIPPED}'
@@ -149,19 +157,40 @@ SELECT
   max(part_no) AS part_no,  -- parts sort by time: the latest part that has the model
   any_value(reused_from) AS reused_from  -- the earlier run its rows were copied from
 FROM r
-GROUP BY model_id
+GROUP BY model_id, dtype
 """
 
 # The same, with the number of distinct ops that fell back (any stage) from the fallbacks table.
+# A fallback row's dtype is null in parts written when a run had one dtype: it is that one's.
 SUMMARY_WITH_FALLBACKS_SQL = f"""
 WITH s AS ({SUMMARY_SQL}),
 fb AS (
-  SELECT model_id, count(DISTINCT op) AS n_ops
-  FROM fallback_parts GROUP BY model_id
+  SELECT model_id, dtype, count(DISTINCT op) AS n_ops
+  FROM fallback_parts GROUP BY model_id, dtype
+),
+per AS (
+  SELECT s.model_id, s.dtype, max(fb.n_ops) AS n_ops
+  FROM s JOIN fb ON fb.model_id = s.model_id AND s.dtype = coalesce(fb.dtype, s.dtype)
+  GROUP BY ALL
 )
-SELECT s.* REPLACE (greatest(coalesce(fb.n_ops, 0), s.fallback_ops) AS fallback_ops)
-FROM s LEFT JOIN fb USING (model_id)
+SELECT s.* REPLACE (greatest(coalesce(per.n_ops, 0), s.fallback_ops) AS fallback_ops)
+FROM s LEFT JOIN per USING (model_id, dtype)
 """
+
+# A query's dtype scope (`$dtype` null: every dtype of the run), and a fallback row's match to
+# its model's summary row (the fallback's dtype is null in parts from single-dtype runs).
+IN_DTYPE = "($dtype IS NULL OR dtype = $dtype)"
+
+
+def in_dtype(alias: str) -> str:
+    """`IN_DTYPE` for a table alias (`s` -> `($dtype IS NULL OR s.dtype = $dtype)`)."""
+    return f"($dtype IS NULL OR {alias}.dtype = $dtype)"
+
+
+def same_dtype(fallback: str, summary: str) -> str:
+    """A fallback row (alias `fallback`) belongs to the summary row (alias `summary`)."""
+    return f"{summary}.dtype = coalesce({fallback}.dtype, {summary}.dtype)"
+
 
 _MODEL_RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS model_runs (
@@ -378,7 +407,8 @@ class StoreQuery:
                 self._register(cur, {"results_all": Scan("results", parts)})
                 dedup = bool(
                     cur.execute(
-                        "SELECT count(*) > count(DISTINCT (model_id, stage)) FROM results_all"
+                        "SELECT count(*) > count(DISTINCT (model_id, dtype, stage)) "
+                        "FROM results_all"
                     ).fetchall()[0][0]
                 )
             sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
@@ -392,7 +422,7 @@ class StoreQuery:
                     if not replace_run:
                         cur.execute(
                             "DELETE FROM model_runs WHERE run_id = $run "
-                            "AND model_id IN (SELECT model_id FROM fresh)",
+                            "AND (model_id, dtype) IN (SELECT model_id, dtype FROM fresh)",
                             {"run": run_id},
                         )
                     cur.execute("INSERT INTO model_runs BY NAME SELECT * FROM fresh")
@@ -482,14 +512,35 @@ class StoreQuery:
         finally:
             cur.close()
 
-    def run_downloads(self, run_id: str) -> int:
-        """The downloads of every model of a run: the base of its download shares."""
+    def run_downloads(self, run_id: str, dtype: str | None = None) -> int:
+        """The downloads of every model of a run (at `dtype`, when given): the base of its
+        download shares."""
         return int(
             self.scalar(
-                "SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run",
-                {"run": run_id},
+                f"SELECT coalesce(sum(downloads), 0) FROM model_runs WHERE run_id = $run "
+                f"AND {IN_DTYPE}",
+                {"run": run_id, "dtype": dtype},
             )
         )
+
+    def run_dtypes(self, run_id: str) -> list[str]:
+        """The dtypes a run has rows of: in the order its run row lists them (the order asked),
+        then any other. One for every run made before a run could sweep several."""
+
+        def build() -> list[str]:
+            self.ensure_summaries([run_id])
+            seen = [
+                r["dtype"]
+                for r in self.fetch(
+                    "SELECT DISTINCT dtype FROM model_runs WHERE run_id = $run "
+                    "AND dtype IS NOT NULL ORDER BY dtype",
+                    {"run": run_id},
+                )
+            ]
+            asked = run_dtypes((self.run_info(run_id) or {}).get("dtype"))
+            return [d for d in asked if d in seen] + [d for d in seen if d not in asked]
+
+        return list(self.memo("run_dtypes", run_id, build))
 
     def memo(self, name: str, run_id: str | None, build: Callable[[], T], *extra: Any) -> T:
         """Cache `build()` under (name, run, extra) until that run's files (or, for run None,
@@ -524,11 +575,14 @@ def placeholders(values: Sequence[Any], prefix: str, params: dict[str, Any]) -> 
 
 __all__ = [
     "FAILED",
+    "IN_DTYPE",
     "OUTCOMES",
     "STAGES",
     "RunFiles",
     "Scan",
     "Status",
     "StoreQuery",
+    "in_dtype",
     "placeholders",
+    "same_dtype",
 ]

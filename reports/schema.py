@@ -219,6 +219,12 @@ class OpExecution(str, enum.Enum):
         return self.value
 
 
+def run_dtypes(value: str | None) -> list[str]:
+    """The dtypes a runs-table `dtype` cell names, in order (`"fp32,bf16"` -> `["fp32", "bf16"]`;
+    an old single-dtype row `"fp32"` -> `["fp32"]`; none -> `[]`)."""
+    return list(dict.fromkeys(d.strip() for d in (value or "").split(",") if d.strip()))
+
+
 # ---------------------------------------------------------------------------------------------
 # Tables. Column order is the order below; every column is nullable unless marked otherwise.
 
@@ -303,6 +309,8 @@ FALLBACKS_SCHEMA = pa.schema(
         pa.field("bytes_d2h", pa.int64()),
         pa.field("source", pa.string(), nullable=False),  # FallbackSource
         pa.field("downloads", pa.int64()),  # copied from the model row, for ranking ops
+        # the dtype of the model's rows; null in parts written when a run had one dtype
+        pa.field("dtype", pa.string()),
     ]
 )
 
@@ -351,6 +359,8 @@ RUNS_SCHEMA = pa.schema(
         pa.field("device_emulated", pa.bool_()),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        # the run's dtypes, comma-separated in the order asked (`run_dtypes`); a run row written
+        # before a run could sweep several dtypes holds one
         pa.field("dtype", pa.string()),
         pa.field("stages", pa.string()),  # comma-separated Stage values
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error

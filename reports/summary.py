@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, failures, fine_tune, op_sweep, ops
+from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops
 from reports.query import StoreQuery
 
 
@@ -14,32 +14,52 @@ def run_report(
 ) -> dict[str, Any]:
     """Denominators, funnel, headline, fine-tuning (the training stages), breakdowns, failure
     clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
-    the newest) joined to them."""
+    the newest) joined to them.
+
+    A run of several dtypes (`dtypes`) has every figure per dtype in `by_dtype` (the missing
+    ops joined to the op sweep's samples of the same dtype) and what differs between them in
+    `dtype_differences`; its top-level figures are its first dtype's (`dtype`). A run of one
+    dtype has them at the top level only (`by_dtype` empty, `dtype_differences` None)."""
     run_id = q.resolve_run(run_id)
     op_run = op_sweep.op_run_for_model_run(q, run_id, op_run_id)
+    run_dtypes = q.run_dtypes(run_id)
+    several = dtypes.several(run_dtypes)
+
+    def figures(dtype: str | None) -> dict[str, Any]:
+        return {
+            "denominators": coverage.denominators(q, run_id, dtype),
+            "funnel": coverage.funnel(q, run_id, dtype),
+            "band": coverage.band(q, run_id, dtype),
+            "headline": coverage.headline(q, run_id, dtype=dtype),
+            "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
+            "breakdowns": {
+                key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
+                for key in coverage.BREAKDOWN_KEYS
+            },
+            "failure_clusters": failures.failure_clusters(q, run_id, limit=top, dtype=dtype),
+            "failures_by_op": failures.failures_by_op(q, run_id, limit=top, dtype=dtype),
+            "skip_reasons": failures.skip_reasons(q, run_id, dtype),
+            "missing_ops": op_sweep.with_op_sweep(
+                q, run_id, ops.missing_ops(q, run_id, limit=top, dtype=dtype), op_run, dtype
+            ),
+        }
+
+    by_dtype = {d: figures(d) for d in run_dtypes} if several else {}
+    main = by_dtype[run_dtypes[0]] if several else figures(None)
     return {
         "run_id": run_id,
         "store": q.store.uri,
         "run": q.run_info(run_id) or {"run_id": run_id, "status": "unknown"},
-        "denominators": coverage.denominators(q, run_id),
+        "dtypes": run_dtypes,
+        "dtype": run_dtypes[0] if run_dtypes else None,
         "stages": coverage.run_stages(q, run_id),
-        "funnel": coverage.funnel(q, run_id),
-        "band": coverage.band(q, run_id),
-        "headline": coverage.headline(q, run_id),
-        "fine_tune": fine_tune.fine_tune(q, run_id),
-        "breakdowns": {
-            key: coverage.breakdown(q, run_id, key, limit=top) for key in coverage.BREAKDOWN_KEYS
-        },
-        "failure_clusters": failures.failure_clusters(q, run_id, limit=top),
-        "failures_by_op": failures.failures_by_op(q, run_id, limit=top),
-        "skip_reasons": failures.skip_reasons(q, run_id),
-        "missing_ops": op_sweep.with_op_sweep(
-            q, run_id, ops.missing_ops(q, run_id, limit=top), op_run
-        ),
+        **main,
         "coverage_over_runs": coverage.coverage_over_runs(q),
         "op_sweep": (
             op_sweep.op_sweep_report(q, op_sweep.op_query(q), op_run, model_run_id=run_id, top=top)
             if op_run
             else None
         ),
+        "by_dtype": by_dtype,
+        "dtype_differences": dtypes.dtype_differences(q, run_id, limit=top),
     }

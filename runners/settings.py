@@ -29,6 +29,20 @@ if TYPE_CHECKING:
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 
+
+def dtype_names(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`--dtype`: one dtype or several, comma-separated (`fp32,bf16`), each once, in the order
+    given; an unknown or empty one: UsageError."""
+    names = text.split(",") if isinstance(text, str) else list(text)
+    out = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not out:
+        raise UsageError(f"--dtype names no dtype; dtypes: {', '.join(DTYPE_NAMES)}")
+    unknown = [n for n in out if n not in DTYPE_NAMES]
+    if unknown:
+        raise UsageError(f"unknown dtype {unknown[0]!r}; dtypes: {', '.join(DTYPE_NAMES)}")
+    return out
+
+
 # How a marked field becomes columns of the runs table: (its value, what the run knows: the
 # built `device`, the `catalog` stream) -> a column's value, or a dict of columns.
 Encode = Callable[[Any, Mapping[str, Any]], Any]

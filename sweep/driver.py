@@ -73,6 +73,8 @@ class RunSummary:
     reused: int = 0  # models whose rows were copied from an earlier run (`--reuse`)
     reused_tasks: int = 0  # unique tiny models among them
     reuse_sources: list[str] = field(default_factory=list)  # the runs offered, newest first
+    # the run's dtypes; with several, every count above is of (model, dtype) pairs
+    dtypes: list[str] = field(default_factory=lambda: ["fp32"])
 
 
 # ---- task bodies (what runs on a worker) -----------------------------------------------------
@@ -149,29 +151,63 @@ def _selected(stream: CatalogStream, run: ModelRun) -> Iterator[CatalogEntry]:
     return entries if run.top is None else itertools.islice(entries, run.top)
 
 
-def _progress(
-    store: Store, run_id: str, stream: CatalogStream, run: ModelRun
-) -> tuple[pa.Array, int, int]:
-    """The model ids that already have rows in the run (one compact Arrow array), how many
-    models the run asks for and how many of those are done: two counting passes over the
-    catalog, nothing kept."""
-    done = store.read("results", run_id, columns=["model_id"]).column("model_id").unique()
-    done = done.combine_chunks() if isinstance(done, pa.ChunkedArray) else done
-    requested = sum(1 for _ in select_entries(stream, run))
-    already = requested - sum(1 for _ in _not_done(select_entries(stream, run), done))
-    return done, requested, already
+@dataclass
+class Progress:
+    """What a run already has: per dtype, the model ids with rows at it (one compact Arrow array
+    each); and, filled as the entries still to run stream past, the dtypes a model still needs
+    where that is not every dtype of the run (a model a kill left half done: a few)."""
+
+    done: dict[str, pa.Array]
+    requested: int = 0  # (model, dtype) pairs the run asks for
+    already: int = 0  # of those, pairs with rows
+    pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _not_done(entries: Iterator[CatalogEntry], done: pa.Array) -> Iterator[CatalogEntry]:
-    """Entries without rows in the run yet (`done`: model ids, as one compact Arrow array)."""
+def _progress(store: Store, run_id: str, stream: CatalogStream, run: ModelRun) -> Progress:
+    """Which (model, dtype) pairs already have rows in the run, how many pairs the run asks for
+    and how many of those are done: two counting passes over the catalog, nothing kept."""
     import pyarrow.compute as pc
 
+    table = store.read("results", run_id, columns=["model_id", "dtype"])
+    done = {}
+    for dtype in run.dtypes:
+        ids = table.filter(pc.equal(table["dtype"], dtype)) if table.num_rows else table
+        unique = ids.column("model_id").unique()
+        done[dtype] = unique.combine_chunks() if isinstance(unique, pa.ChunkedArray) else unique
+    progress = Progress(done)
+    models = sum(1 for _ in select_entries(stream, run))
+    progress.requested = models * len(run.dtypes)
+    left = sum(len(d) for _, d in _not_done(select_entries(stream, run), progress))
+    progress.pending.clear()
+    progress.already = progress.requested - left
+    return progress
+
+
+def _not_done(
+    entries: Iterator[CatalogEntry], progress: Progress
+) -> Iterator[tuple[CatalogEntry, tuple[str, ...]]]:
+    """Entries with a dtype that has no rows in the run yet, with those dtypes (a model that
+    needs only some is also noted in `progress.pending`)."""
+    import pyarrow.compute as pc
+
+    dtypes = tuple(progress.done)
     while chunk := list(itertools.islice(entries, 1024)):
-        if len(done) == 0:
-            yield from chunk
-            continue
-        have = pc.is_in(pa.array([e.model_id for e in chunk]), value_set=done).to_pylist()
-        yield from (e for e, seen in zip(chunk, have, strict=True) if not seen)
+        ids = pa.array([e.model_id for e in chunk])
+        seen = {
+            d: (pc.is_in(ids, value_set=done).to_pylist() if len(done) else [False] * len(chunk))
+            for d, done in progress.done.items()
+        }
+        for i, entry in enumerate(chunk):
+            left = tuple(d for d in dtypes if not seen[d][i])
+            if not left:
+                continue
+            if len(left) < len(dtypes):
+                progress.pending[entry.model_id] = left
+            yield entry, left
+
+
+def _entries(pairs: Iterator[tuple[CatalogEntry, tuple[str, ...]]]) -> Iterator[CatalogEntry]:
+    return (entry for entry, _ in pairs)
 
 
 def run_sweep(
@@ -210,7 +246,8 @@ def run_sweep(
     ) as opened:
         sources = source_runs(store, run.reuse, run_id)  # a run id not in the store: refused
         context = RunContext.of(run_id, device, run.task.dtype)
-        done, requested, already = _progress(store, run_id, stream, run)
+        progress = _progress(store, run_id, stream, run)
+        requested, already = progress.requested, progress.already
         row = {
             "run_id": run_id,
             "catalog_size": stream.size,
@@ -242,7 +279,7 @@ def run_sweep(
                     ledger.resume(store, run_id)  # groups that ran before the kill stay done
                 for earlier in reusable(store, sources):  # newest first: the first per key wins
                     ledger.offer(earlier)
-                todo = _not_done(select_entries(stream, run), done)
+                todo = _entries(_not_done(select_entries(stream, run), progress))
                 # nothing left to run: no Ray to start (a resume of a finished run is instant)
                 job = run.job if already < requested else replace(run.job, executor="local")
                 executor = make_executor(
@@ -261,6 +298,9 @@ def run_sweep(
                         context,
                         plan_batch=run.plan_batch,
                         on_model=lambda outcome, n: bar.advance(outcome, n=n),
+                        dtypes=run.dtypes,
+                        settings_at=run.at if len(run.dtypes) > 1 else None,
+                        pending=progress.pending,
                     )
                     loop.run_entries(todo)
                 finally:
@@ -283,6 +323,7 @@ def run_sweep(
         reused=loop.reused,
         reused_tasks=ledger.reused,
         reuse_sources=sources,
+        dtypes=list(run.dtypes),
     )
 
 

@@ -65,6 +65,13 @@ class Work(Protocol):
         ...
 
 
+def task_settings(task: Any, settings: Any) -> Any:
+    """What a task's body runs with: its own settings where it carries them (a model task at
+    one dtype of a run of several), else the executor's."""
+    own = getattr(task, "settings", None)
+    return settings if own is None else own
+
+
 @dataclass
 class PlanDone:
     key: int  # the batch's sequence number: the run loop admits plans in catalog order
@@ -253,7 +260,7 @@ class LocalExecutor:
         self._runs += 1
         while True:
             try:
-                outcome, seconds = self.run_fn(task.payload, self.settings)
+                outcome, seconds = self.run_fn(task.payload, task_settings(task, self.settings))
                 break
             except Exception as exc:  # not the model's (a body returns its failures as data)
                 if attempt > self.retries:
@@ -490,7 +497,8 @@ class RayExecutor:
         if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
             broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
             remote = self._run_base.options(runtime_env=broken)
-        ref = remote.remote(job.submitting(), job.task.payload, self.settings)
+        settings = task_settings(job.task, self.settings)
+        ref = remote.remote(job.submitting(), job.task.payload, settings)
         self._runs[ref] = job
 
     def running(self) -> int:

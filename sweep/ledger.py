@@ -39,6 +39,11 @@ class Finished:
     reused_from: str | None = None
 
 
+def group_key(key: str, dtype: str) -> str:
+    """A dedup group: a shrunk config's hash (or a model id) at one dtype."""
+    return f"{key}@{dtype}"
+
+
 class Ledger:
     """What the run loop knows about groups. `dedup=False` makes every model its own group."""
 
@@ -47,10 +52,10 @@ class Ledger:
         *,
         dedup: bool = True,
         folder: str | Path | None = None,
-        key_of: Callable[[TinySpec], str] | None = None,
+        key_of: Callable[[TinySpec, str], str] | None = None,
     ):
         self.dedup = dedup
-        self.key_of = key_of  # a task's content key (sweep.reuse), for outcomes offered
+        self.key_of = key_of  # a task's content key (sweep.reuse; its spec and dtype)
         self._dir = Path(tempfile.mkdtemp(prefix="hfsweep-ledger-", dir=folder))
         self._db = sqlite3.connect(self._dir / "ledger.sqlite", isolation_level=None)
         self._db.execute("PRAGMA journal_mode = OFF")
@@ -82,11 +87,14 @@ class Ledger:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def admit(self, planned: Planned) -> Task | Finished | None:
-        """A new Task to queue, the Finished group the model belongs to (write its rows now), or
-        None when it joined an open task (its rows come with the lead's)."""
+    def admit(
+        self, planned: Planned, dtype: str = "fp32", settings: Any = None
+    ) -> Task | Finished | None:
+        """A new Task to queue (at `dtype`, with its `settings`), the Finished group the model
+        belongs to (write its rows now), or None when it joined an open task (its rows come
+        with the lead's). A group is a shrunk config at one dtype."""
         assert planned.spec is not None
-        key = planned.spec.hash if self.dedup else planned.entry.model_id
+        key = group_key(planned.spec.hash if self.dedup else planned.entry.model_id, dtype)
         task = self.open.get(key)
         if task is not None:
             task.members.append(planned)
@@ -96,22 +104,22 @@ class Ledger:
         ).fetchone()
         if row is not None:
             return Finished(row[0], pickle.loads(zlib.decompress(row[2])), row[1], row[3])
-        copied = self._reuse(planned, key)
+        copied = self._reuse(planned, key, dtype)
         if copied is not None:
             return copied
-        task = Task(spec=planned.spec, members=[planned], key=key)
+        task = Task(spec=planned.spec, members=[planned], key=key, dtype=dtype, settings=settings)
         self.open[key] = task
         self.unique += 1
         return task
 
-    def _reuse(self, planned: Planned, key: str) -> Finished | None:
+    def _reuse(self, planned: Planned, key: str, dtype: str) -> Finished | None:
         """The group's outcome copied from an earlier run, with this model as its lead here."""
         if self.key_of is None or not self.offered:
             return None
         assert planned.spec is not None
         row = self._db.execute(
             "SELECT origin, attempt, outcome FROM reusable WHERE key = ?",
-            (self.key_of(planned.spec),),
+            (self.key_of(planned.spec, dtype),),
         ).fetchone()
         if row is None:
             return None
@@ -157,7 +165,7 @@ class Ledger:
         for model, rows, outcome in lead_outcomes(store, run_id):
             first = rows[0]
             self._finished(
-                first["shrunk_config_hash"],
+                group_key(first["shrunk_config_hash"], first["dtype"]),
                 model,
                 first["attempt"] or 1,
                 outcome,

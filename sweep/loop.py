@@ -12,13 +12,18 @@ One loop, one thread. Each turn it
 The loop holds the open tasks and their members, one batch of entries per plan in flight, and
 the writer's buffer: all bounded by the number of slots, not by the catalog. What the run must
 remember about every group lives in the `Ledger`, on disk.
+
+A run of several dtypes plans each model once and admits it once per dtype: a task (a group) is
+a shrunk config at one dtype, run with the run's settings at that dtype, its rows saying it. A
+resumed run admits a model only at the dtypes it has no rows for yet (`pending`).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from model_configs.spec import CatalogEntry
@@ -44,8 +49,18 @@ class RunLoop:
         *,
         plan_batch: int = PLAN_BATCH,
         on_model: Callable[[str, int], None] | None = None,
+        dtypes: Sequence[str] = (),
+        settings_at: Callable[[str], Any] | None = None,
+        pending: dict[str, tuple[str, ...]] | None = None,
     ):
         self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
+        # the run's dtypes (default: its context's one), each with its rows' context and its
+        # tasks' settings (None: the executor's); `pending`: the dtypes a model still needs
+        # where that is not every dtype (a resumed run), read as its plan is admitted
+        self.dtypes = tuple(dtypes) or (run.dtype,)
+        self.contexts = {d: replace(run, dtype=d) for d in self.dtypes}
+        self.settings_at = settings_at or (lambda dtype: None)
+        self.pending = pending if pending is not None else {}
         self.key_of = ledger.key_of  # each task's content key, in its rows
         self.plan_batch = plan_batch
         self.on_model = on_model or (lambda outcome, n: None)
@@ -126,27 +141,36 @@ class RunLoop:
 
     def _admit(self, planned: list[Planned]) -> None:
         for p in planned:
+            dtypes = self.pending.pop(p.entry.model_id, None) if self.pending else None
+            dtypes = dtypes or self.dtypes
             if p.outcome is not None:
-                results, fallbacks = model_rows(self.run, p, p.outcome)
-                self.writer.add({"results": results, "fallbacks": fallbacks})
-                self.skipped += 1
-                self.on_model(headline(p.outcome), 1)
+                for dtype in dtypes:
+                    results, fallbacks = model_rows(self.contexts[dtype], p, p.outcome)
+                    self.writer.add({"results": results, "fallbacks": fallbacks})
+                    self.skipped += 1
+                    self.on_model(headline(p.outcome), 1)
                 continue
             if self.ledger.first_pair(p):
                 row = config_row(self.run, p)
                 if row is not None:
                     self._configs[p.entry.model_id] = row
-            admitted = self.ledger.admit(p)
-            if isinstance(admitted, Task):
-                self.queue.append(admitted)
-            elif isinstance(admitted, Finished):  # its group already ran: share the outcome
-                lead = admitted.lead if admitted.lead != p.entry.model_id else None
-                self._write_member(
-                    p, admitted.outcome, admitted.attempt, lead, reused_from=admitted.reused_from
-                )
-                self.models_run += 1
-                self.reused += admitted.reused_from is not None
-                self.on_model(headline(admitted.outcome), 1)
+            for dtype in dtypes:
+                admitted = self.ledger.admit(p, dtype, self.settings_at(dtype))
+                if isinstance(admitted, Task):
+                    self.queue.append(admitted)
+                elif isinstance(admitted, Finished):  # its group already ran: share the outcome
+                    lead = admitted.lead if admitted.lead != p.entry.model_id else None
+                    self._write_member(
+                        p,
+                        dtype,
+                        admitted.outcome,
+                        admitted.attempt,
+                        lead,
+                        reused_from=admitted.reused_from,
+                    )
+                    self.models_run += 1
+                    self.reused += admitted.reused_from is not None
+                    self.on_model(headline(admitted.outcome), 1)
 
     # ---- outcomes ------------------------------------------------------------------------
 
@@ -155,8 +179,9 @@ class RunLoop:
         for name, value in (("task_s", done.elapsed_s), *outcome.timings.items()):
             self._add_time(name, value)
         lead = task.lead.entry.model_id
+        dtype = task.dtype or self.dtypes[0]
         for i, member in enumerate(task.members):
-            self._write_member(member, outcome, done.attempt, lead if i else None)
+            self._write_member(member, dtype, outcome, done.attempt, lead if i else None)
         self.ledger.finish(task, outcome, done.attempt)
         self.models_run += len(task.members)
         self.on_model(headline(outcome), len(task.members))
@@ -168,6 +193,7 @@ class RunLoop:
     def _write_member(
         self,
         member: Planned,
+        dtype: str,
         outcome: ModelOutcome,
         attempt: int,
         dedup_of: str | None,
@@ -176,12 +202,12 @@ class RunLoop:
     ) -> None:
         assert member.spec is not None
         results, fallbacks = model_rows(
-            self.run,
+            self.contexts[dtype],
             member,
             outcome,
             attempt=attempt,
             dedup_of=dedup_of,
-            task_key=self.key_of(member.spec) if self.key_of else None,
+            task_key=self.key_of(member.spec, dtype) if self.key_of else None,
             reused_from=reused_from,
         )
         pair = self._configs.pop(member.entry.model_id, None)

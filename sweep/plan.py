@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, is_environment_error, safe_text
@@ -56,6 +57,8 @@ class Task:
     spec: TinySpec
     members: list[Planned] = field(default_factory=list)
     key: str = ""  # the dedup key: the shrunk config's hash (or, without dedup, the model id)
+    dtype: str | None = None  # the dtype it runs at (a run of several: one task per dtype)
+    settings: Any = None  # its own ModelSettings (at `dtype`); None: the executor's
 
     def __post_init__(self) -> None:
         self.key = self.key or self.spec.hash

@@ -4,7 +4,8 @@ A task's key is everything that can change its rows (DESIGN.md, Contracts):
 - the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config);
 - the library's adapter package version, and torch, transformers, diffusers and the device
   package versions (the run's settings);
-- the device, real or emulated, its profile and the profile's hash; the dtype, the stages,
+- the task's dtype (a run of several dtypes has a task per dtype);
+- the device, real or emulated, its profile and the profile's hash; the stages,
   `--strict`, the compile backend and mode, the timeout and the memory limit (the run's
   settings, as a resume compares them, less the catalog: a model's content is its config);
 - a hash of the code that decides a row (`code_hash`: the packages that resolve, shrink, build
@@ -48,7 +49,8 @@ CODE = (
 CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
 # Run settings that are not part of a task's content: the catalog (a model's content is its
 # resolved config, in the shrunk config's hash) and where the run was made.
-NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version"})
+# The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
+NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version", "dtype"})
 NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
 MODES = ("latest", "all")
 
@@ -116,10 +118,10 @@ class KeyContext:
             versions=tuple(sorted(adapter_versions().items())),
         )
 
-    def key(self, spec: Any) -> str:
-        """The key of the task that runs `spec` (a TinySpec) in this run."""
+    def key(self, spec: Any, dtype: str) -> str:
+        """The key of the task that runs `spec` (a TinySpec) at `dtype` in this run."""
         package = dict(self.versions).get(spec.library)
-        text = f"{self.run_part}\0{spec.library}\0{package}\0{spec.hash}"
+        text = f"{self.run_part}\0{spec.library}\0{package}\0{spec.hash}\0{dtype}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -177,32 +179,37 @@ def lead_outcomes(
     store: Store, run_id: str, *, keyed: bool = False
 ) -> Iterator[tuple[str, list[dict[str, Any]], Any]]:
     """(model, its stage rows, its ModelOutcome) of every model of `run_id` whose task ran (or
-    was reused) for it, not a dedup member's copy; `keyed`: only those with a task key."""
+    was reused) for it, not a dedup member's copy, once per dtype of the run (its rows say
+    which); `keyed`: only those with a task key."""
     from runners.outcome import ModelOutcome, StageResult
 
     fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
     fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
     for part in store.part_files("results", run_id):
         rows = store.dataset("results", [part]).to_table().to_pylist()
-        leads: dict[str, list[dict[str, Any]]] = {}
+        # a lead per (model, dtype): a run of several dtypes ran a task for each
+        leads: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows:
             if r["dedup_of"] is None and r["shrunk_config_hash"] and (r["task_key"] or not keyed):
-                leads.setdefault(r["model_id"], []).append(r)
+                leads.setdefault((r["model_id"], r["dtype"]), []).append(r)
         if not leads:
             continue
-        ops: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        models = {model for model, _ in leads}
+        # a fallback row's dtype is null in parts written when a run had one dtype
+        ops: dict[tuple[str, str | None, str], list[dict[str, Any]]] = {}
         fb = fallback_parts.get(part.rsplit("/", 1)[-1])
         if fb:
             for f in store.dataset("fallbacks", [fb]).to_table().to_pylist():
-                if f["model_id"] in leads:
-                    ops.setdefault((f["model_id"], f["stage"]), []).append(
+                if f["model_id"] in models:
+                    ops.setdefault((f["model_id"], f.get("dtype"), f["stage"]), []).append(
                         {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
                     )
-        for model, stage_rows in leads.items():
+        for (model, dtype), stage_rows in leads.items():
             stages = [
                 StageResult(
                     **{k: v for k, v in r.items() if k in fields},
-                    fallbacks=ops.get((model, r["stage"]), []),
+                    fallbacks=ops.get((model, dtype, r["stage"]))
+                    or ops.get((model, None, r["stage"]), []),
                 )
                 for r in stage_rows
             ]

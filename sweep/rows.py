@@ -81,6 +81,7 @@ def model_rows(
                     "model_id": entry.model_id,
                     "stage": stage.stage,
                     "device": run.device,
+                    "dtype": run.dtype,
                     "downloads": entry.downloads,
                     **fb,
                 }

@@ -15,13 +15,21 @@ import platform
 import socket
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from reports import settings as env
 from reports.errors import UsageError
-from runners.settings import ModelSettings, OpSettings, file_hash, row, row_settings
+from reports.schema import run_dtypes
+from runners.settings import (
+    ModelSettings,
+    OpSettings,
+    dtype_names,
+    file_hash,
+    row,
+    row_settings,
+)
 
 PLAN_BATCH = 16  # catalog entries per plan task (about 0.3 s of resolve + shrink on one core)
 
@@ -68,6 +76,9 @@ class ModelRun:
     plan_batch: int = PLAN_BATCH  # catalog entries per plan task
     nightly: str | None = None  # the nightly series (`hfsweep nightly`), in the run's row
     reuse: str | None = None  # copy earlier runs' rows by task key: latest, a run id, all
+    # every dtype the run sweeps each model at, in order (`--dtype fp32,bf16`); empty: the
+    # task's one. `task` then holds the first; each model task runs with `at(dtype)`.
+    dtypes: tuple[str, ...] = ()
 
     # software whose version changes what a model's row says
     VERSIONS: ClassVar[tuple[str, ...]] = (
@@ -83,12 +94,22 @@ class ModelRun:
             raise UsageError("--top must be at least 1")
         if self.models is not None:
             object.__setattr__(self, "models", tuple(self.models))
+        names = dtype_names(self.dtypes) if self.dtypes else (self.task.dtype,)
+        object.__setattr__(self, "dtypes", names)
+        if self.task.dtype != names[0]:
+            object.__setattr__(self, "task", replace(self.task, dtype=names[0]))
+
+    def at(self, dtype: str) -> ModelSettings:
+        """The model task's settings at one of the run's dtypes."""
+        return self.task if dtype == self.task.dtype else replace(self.task, dtype=dtype)
 
     def row_settings(self, device: Any, catalog: Any) -> dict[str, Any]:
-        """Every setting of this run that changes what a row says (stored in the run row)."""
+        """Every setting of this run that changes what a row says (stored in the run row; its
+        `dtype` column names every dtype of the run, comma-separated)."""
         versions = software_versions(device)
         return {
             **row_settings(self, {"device": device, "catalog": catalog}),
+            "dtype": ",".join(self.dtypes),
             **{k: versions.get(k) for k in self.VERSIONS},
         }
 
@@ -130,6 +151,8 @@ def check_same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> N
         have = previous.get(key)
         if have is None or want is None:  # a run row from before the column existed
             continue
+        if key == "dtype" and set(run_dtypes(have)) == set(run_dtypes(want)):
+            continue  # the same dtypes (a run row of one dtype reads as a set of one)
         if have != want:
             differ.append(f"{key}={have} (now {want})")
     if differ:

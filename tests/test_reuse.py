@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -276,7 +277,6 @@ def test_the_key_covers_every_setting_and_not_the_catalog():
         ("device_emulated", False),
         ("device_profile_hash", "abd"),
         ("strict", True),
-        ("dtype", "bf16"),
         ("stages", "load"),
         ("compile_backend", "inductor"),
         ("compile_mode", "eager"),
@@ -289,6 +289,12 @@ def test_the_key_covers_every_setting_and_not_the_catalog():
     ]:
         assert KeyContext.of({**base, name: other}).run_part != key, name
     assert KeyContext.of({**base, "catalog": "b.csv", "catalog_hash": "2"}).run_part == key
+    # the dtype is each task's own (a run may sweep several): in the task's key, not the run's
+    both = KeyContext.of({**base, "dtype": "fp32,bf16"})
+    assert both.run_part == key
+    spec = SimpleNamespace(library="transformers", hash="cfg")
+    assert both.key(spec, "fp32") == KeyContext.of(base).key(spec, "fp32")
+    assert both.key(spec, "fp32") != both.key(spec, "bf16")
 
 
 def test_the_code_hash_changes_with_the_code(tmp_path, monkeypatch):

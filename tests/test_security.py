@@ -275,6 +275,8 @@ def _row(schema, run_id: str, **values: Any) -> dict[str, Any]:
             row[f.name] = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
         elif str(f.type) == "double":
             row[f.name] = 1.5
+        elif str(f.type).startswith("list"):
+            row[f.name] = [evil(f.name)]
         else:
             row[f.name] = 3
     row["run_id"] = run_id

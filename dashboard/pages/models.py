@@ -21,8 +21,10 @@ from reports.schema import Status
 router = APIRouter()
 API = {
     "/api/models?run=&search=&outcome=&stage=&status=&library=&task=&model_type="
-    "&sort=&order=&page=&per_page=": "one page of the models table",
-    "/api/models/{org}/{name}?run=": "one model (ids without an org: /api/models/{name})",
+    "&sort=&order=&page=&per_page=": "one page of the models table (a run of several dtypes: "
+    "a row per model and dtype; &dtype= one of them, &differs=true the models that differ)",
+    "/api/models/{org}/{name}?run=": "one model (ids without an org: /api/models/{name}; "
+    "&dtype= the top level at one dtype of a run of several)",
 }
 NAV = [("/models", "Models")]
 
@@ -38,6 +40,8 @@ def table_params(
     model_type: str | None = None,
     architecture: str | None = None,
     signature: str | None = None,
+    dtype: str | None = None,
+    differs: bool = False,
     sort: str = "downloads",
     order: str = "desc",
     page: int = Query(1),
@@ -55,6 +59,8 @@ def table_params(
         "model_type": model_type,
         "architecture": architecture,
         "signature": signature,
+        "dtype": dtype,
+        "differs": differs,
         "sort": sort,
         "order": order,
         "page": page,
@@ -76,6 +82,8 @@ def table_data(dash: Dashboard, params: dict[str, Any]) -> tuple[dict[str, Any],
         model_type=params["model_type"] or None,
         architecture=params["architecture"] or None,
         error_signature=params["signature"] or None,
+        dtype=params["dtype"] or None,
+        differs=bool(params["differs"]),
         sort=params["sort"],
         order=params["order"],
         page=params["page"],
@@ -100,7 +108,11 @@ def models(
     dash: Dashboard = Depends(dashboard),
 ) -> Response:
     data, flt = table_data(dash, params)
-    params = {**params, "per_page": params["per_page"] if params["per_page"] != 50 else None}
+    params = {
+        **params,
+        "per_page": params["per_page"] if params["per_page"] != 50 else None,
+        "differs": "true" if params["differs"] else None,
+    }
     sort, order = params["sort"], params["order"]
 
     def link(**changes: Any) -> str:
@@ -132,25 +144,34 @@ def models(
 # ---- one model -------------------------------------------------------------------------------
 
 
-def detail_data(dash: Dashboard, model_id: str, run: str | None) -> dict[str, Any]:
+def detail_data(
+    dash: Dashboard, model_id: str, run: str | None, dtype: str | None = None
+) -> dict[str, Any]:
     problem = unsafe_model_id(model_id)
     if problem:  # ids never name files here, but a climbing one is refused all the same
         raise UsageError(f"bad model id {model_id!r}: {problem}")
+    if dtype is not None and len(dtype) > 32:
+        raise UsageError("dtype is longer than 32 characters")
     run_id = dash.run_param(run) if run is not None else None
     if run_id is None and not dash.q.run_ids():
         raise NotFound(f"the store {dash.q.store.uri!r} has no results yet")
-    found = model_detail(dash.q, model_id, run_id)
+    found = model_detail(dash.q, model_id, run_id, dtype or None)
     if found is None:
         where = f"run {run_id}" if run_id else "any run"
-        raise NotFound(f"no results for model {model_id!r} in {where}")
+        at = f" at dtype {dtype}" if dtype else ""
+        raise NotFound(f"no results for model {model_id!r}{at} in {where}")
     return found
 
 
 def api_model(
-    name: str, org: str | None = None, run: str | None = None, dash: Dashboard = Depends(dashboard)
+    name: str,
+    org: str | None = None,
+    run: str | None = None,
+    dtype: str | None = None,
+    dash: Dashboard = Depends(dashboard),
 ) -> Any:
     model_id = f"{org}/{name}" if org is not None else name
-    return json_answer(detail_data(dash, model_id, run))
+    return json_answer(detail_data(dash, model_id, run, dtype))
 
 
 def model_page(
@@ -158,18 +179,20 @@ def model_page(
     name: str,
     org: str | None = None,
     run: str | None = None,
+    dtype: str | None = None,
     dash: Dashboard = Depends(dashboard),
 ) -> Response:
     model_id = f"{org}/{name}" if org is not None else name
-    m = detail_data(dash, model_id, run)
+    m = detail_data(dash, model_id, run, dtype)
     run_id = m["run_id"]
     links = SimpleNamespace(
         op=lambda op: op_url(op, run_id),
         run=lambda rid: "/?" + urlencode({"run": rid}),
         history=lambda rid: model_url(model_id, rid),
         cluster=lambda sig: "/models?" + urlencode({"run": run_id, "signature": sig}),
+        dtype=lambda d: model_url(model_id, run_id, d),
     )
-    api = model_url(model_id, run).replace("/models/", "/api/models/", 1)
+    api = model_url(model_id, run, dtype).replace("/models/", "/api/models/", 1)
     return dash.render(request, "model.html", m=m, links=links, api_url=api)
 
 

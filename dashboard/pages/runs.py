@@ -30,20 +30,24 @@ def runs_data(dash: Dashboard, a: str | None, b: str | None, limit: int) -> dict
     q = dash.q
     ids = q.run_ids()
     trend = coverage_over_runs(q) if ids else []
-    figures = {r["run_id"]: r for r in trend}
+    figures: dict[str, list[dict[str, Any]]] = {}  # a run of several dtypes: a line per dtype
+    for r in trend:
+        figures.setdefault(r["run_id"], []).append(r)
     # every run of the runs table, newest first: one interrupted before its first results part
     # is listed too (no models yet) and can be compared
     runs = []
     for info in q.runs():
-        row = {**info, **figures.get(info["run_id"], {})}
-        row["has_results"] = info["run_id"] in figures or info["run_id"] in ids
-        row.setdefault("models", 0)
-        row.setdefault(
-            "device_label", device_label(info.get("device"), info.get("device_emulated"))
-        )
-        for key in ("passed_share", "passed_downloads_share", "on_device_downloads_share"):
-            row.setdefault(key, None)
-        runs.append(row)
+        for per_dtype in figures.get(info["run_id"]) or [{}]:
+            row = {**info, **per_dtype}
+            row["has_results"] = info["run_id"] in figures or info["run_id"] in ids
+            row.setdefault("models", 0)
+            row.setdefault("dtypes", 1)  # no results yet: one line, its dtypes as asked
+            row.setdefault(
+                "device_label", device_label(info.get("device"), info.get("device_emulated"))
+            )
+            for key in ("passed_share", "passed_downloads_share", "on_device_downloads_share"):
+                row.setdefault(key, None)
+            runs.append(row)
     if (a is None) != (b is None):
         raise UsageError("give both a and b to compare two runs")
     result = None

@@ -130,9 +130,43 @@ def funnel_chart(funnel: list[dict[str, Any]]) -> Markup:
     )
 
 
+def funnel_by_dtype_chart(funnels: dict[str, list[dict[str, Any]]]) -> Markup:
+    """The funnel of each dtype side by side: per line, a bar per dtype (share of downloads)."""
+    dtypes = list(funnels)
+    first = funnels[dtypes[0]]
+    share = {d: {f["line"]: f["passed_downloads_share"] for f in funnels[d]} for d in dtypes}
+    return hbars(
+        [(f["line"], tuple(share[d].get(f["line"]) for d in dtypes)) for f in first],
+        series=[f"{d}: share of downloads" for d in dtypes],
+        title="Funnel per dtype: models that passed each stage",
+    )
+
+
+def by_dtype_chart(
+    per: dict[str, list[dict[str, Any]]], *, label: str, title: str, limit: int = 12
+) -> Markup:
+    """Models per label (a reason, a stage, a signature), a bar per dtype; the labels with the
+    most models at any dtype first."""
+    dtypes = list(per)
+    counts: dict[str, dict[str, float]] = {}
+    for d in dtypes:
+        for r in per[d]:
+            counts.setdefault(str(r[label]), {})[d] = float(r["models"])
+    top = sorted(counts, key=lambda k: (-max(counts[k].values()), k))[:limit]
+    return hbars(
+        [(k, tuple(counts[k].get(d, 0.0) for d in dtypes)) for k in top],
+        series=dtypes,
+        title=title,
+        as_percent=False,
+    )
+
+
 def trend_chart(trend: list[dict[str, Any]]) -> Markup:
     return lines(
-        [str(r["run_id"])[:15] for r in trend],
+        [
+            str(r["run_id"])[:15] + (f" {r.get('dtype')}" if (r.get("dtypes") or 1) > 1 else "")
+            for r in trend
+        ],
         [
             ("passed, by downloads", [r["passed_downloads_share"] for r in trend]),
             ("no CPU fallback, by downloads", [r["on_device_downloads_share"] for r in trend]),

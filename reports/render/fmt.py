@@ -49,6 +49,13 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def op_sweep_cell(s: dict[str, Any] | None) -> str:
+    """An op's own results in the op sweep: `97.0% (correct not native)`, or `-`."""
+    if not s:
+        return "-"
+    return f"{pct(s.get('pass_rate'))} ({s['verdict'].replace('_', ' ')})"
+
+
 def first_line(text: str | None) -> str:
     """The first non-empty line of `text`, its whitespace collapsed ("" for none)."""
     for line in (text or "").splitlines():

@@ -4,7 +4,7 @@
 client-side search), one page per model (`models/<id>.html`: its stages, errors, fallbacks, the
 command that reproduces it, a link to it on the Hub) and per ATen op its models fell back on or
 failed at (`ops/<op>.html`: the models, and the op sweep's samples when one ran on the device),
-linked both ways, `models.csv` (every model) and `report.json`; with an op sweep on the same
+linked both ways, `models.csv` (every model; a row per model and dtype in a run of several) and `report.json`; with an op sweep on the same
 device also `op-sweep.html`. Inline CSS and SVG; nothing is fetched (each page's
 Content-Security-Policy says so), and the one script is the search of `models.html`, allowed by
 its hash."""
@@ -48,6 +48,8 @@ def script_hash(script: str) -> str:
 
 
 def report_charts(report: dict[str, Any]) -> dict[str, Any]:
+    if len(report.get("dtypes") or []) > 1 and report.get("by_dtype"):
+        return dtype_charts(report)
     d = report["denominators"]
     return {
         "funnel": charts.funnel_chart(report["funnel"]),
@@ -62,6 +64,31 @@ def report_charts(report: dict[str, Any]) -> dict[str, Any]:
         ),
         "failing_ops": charts.reasons_chart(
             report.get("failures_by_op") or [],
+            label="key",
+            title="Failures by the op they name (models)",
+            limit=8,
+        ),
+    }
+
+
+def dtype_charts(report: dict[str, Any]) -> dict[str, Any]:
+    """The charts of a run of several dtypes: each a bar per dtype, side by side."""
+    per = report["by_dtype"]
+    return {
+        "funnel": charts.funnel_by_dtype_chart({d: v["funnel"] for d, v in per.items()}),
+        "trend": charts.trend_chart(report["coverage_over_runs"]),
+        "skips": charts.by_dtype_chart(
+            {d: v["skip_reasons"] for d, v in per.items()},
+            label="reason",
+            title="Skips by reason (models)",
+        ),
+        "failures": charts.by_dtype_chart(
+            {d: failures_by_stage(v["denominators"]["failed_by_stage"]) for d, v in per.items()},
+            label="key",
+            title="Failures by stage (models)",
+        ),
+        "failing_ops": charts.by_dtype_chart(
+            {d: v.get("failures_by_op") or [] for d, v in per.items()},
             label="key",
             title="Failures by the op they name (models)",
             limit=8,
@@ -121,6 +148,7 @@ def write_site(
         run=lambda rid: "../index.html" if rid == run_id else None,
         history=lambda rid: None,
         cluster=lambda sig: None,
+        dtype=lambda d: None,  # one page per model: every dtype of the run side by side on it
     )
     template = env.get_template("site_model.html")
     for model_id, m in model_details(q, run_id, list(model_files)).items():
@@ -139,14 +167,17 @@ def _up(path: str | None) -> str | None:
 
 
 def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
+    dtypes = q.run_dtypes(run_id)
+    dtype = "dtype, " if len(dtypes) > 1 else ""  # a run of several: a row per model and dtype
     rows = q.fetch(
         f"""
-        SELECT model_id, rank, downloads, library, pipeline_tag, model_type, architecture,
+        SELECT model_id, {dtype}rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
           error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
-        FROM model_runs WHERE run_id = $run ORDER BY downloads DESC, model_id
+        FROM model_runs WHERE run_id = $run
+        ORDER BY downloads DESC, model_id, list_position($dtypes, dtype)
         """,
-        {"run": run_id},
+        {"run": run_id, "dtypes": dtypes},
     )
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="", encoding="utf-8") as fh:

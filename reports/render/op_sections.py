@@ -128,10 +128,13 @@ def joined_section(data: dict[str, Any]) -> Section | None:
     j = data.get("joined")
     if not j:
         return None
-    c = j["by_verdict"]
+    # a model run of several dtypes is joined dtype by dtype: a dtype column, a note each
+    joins = data.get("joined_by_dtype") or {None: j}
+    several = len(joins) > 1
     rows = [
         [
             i["op"],
+            *([dtype] if several else []),
             fmt.count(i["models"]),
             fmt.downloads(i["downloads"]),
             fmt.pct(i.get("downloads_share")),
@@ -139,22 +142,37 @@ def joined_section(data: dict[str, Any]) -> Section | None:
             _rate(i["op_sweep"]),
             fmt.count(i["op_sweep"]["fallback"]),
         ]
-        for i in j["correct_not_native"]
+        for dtype, joined in joins.items()
+        for i in joined["correct_not_native"]
     ]
-    return Section(
-        "op_cheapest",
-        "Op sweep x model sweep: fallbacks the op sweep finds correct but not native",
-        ["op", "models", "downloads", "% dl", "samples", "pass rate", "fell back"],
-        rows,
-        [
-            f"Of the {fmt.count(j['named_ops'])} ATen ops the model sweep's fallbacks name (run "
-            f"{j['model_run_id']}), the op sweep (run {j['op_run_id']}) finds "
+    notes = []
+    for dtype, joined in joins.items():
+        c = joined["by_verdict"]
+        notes.append(
+            (f"{dtype}: " if several else "")
+            + f"Of the {fmt.count(joined['named_ops'])} ATen ops the model sweep's fallbacks name "
+            f"(run {joined['model_run_id']}), the op sweep (run {joined['op_run_id']}) finds "
             f"{fmt.count(c['correct_not_native'])} correct but not native (listed: the cheapest "
             f"lowering wins), {fmt.count(c['native'])} correct and native, "
             f"{fmt.count(c['fails'])} failing, {fmt.count(c['wrong'])} wrong, "
             f"{fmt.count(c['skipped'])} skipped, and {fmt.count(c['not_swept'])} are not "
-            "dispatched by any OpInfo sample.",
+            "dispatched by any OpInfo sample" + (f" of {dtype}." if several else ".")
+        )
+    return Section(
+        "op_cheapest",
+        "Op sweep x model sweep: fallbacks the op sweep finds correct but not native",
+        [
+            "op",
+            *(["dtype"] if several else []),
+            "models",
+            "downloads",
+            "% dl",
+            "samples",
+            "pass rate",
+            "fell back",
         ],
+        rows,
+        notes,
     )
 
 

@@ -3,6 +3,8 @@ markdown and html renderers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from reports.render import fmt
@@ -14,9 +16,10 @@ STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
 def title_line(report: dict[str, Any]) -> str:
     d = report["denominators"]
+    dtypes = report.get("dtypes") or []
     return (
         f"hfsweep report: run {report['run_id']} ({d['run_status']}), device {d['device_label']}, "
-        f"dtype {d.get('dtype') or '-'}"
+        + (f"dtypes {', '.join(dtypes)}" if len(dtypes) > 1 else f"dtype {d.get('dtype') or '-'}")
     )
 
 
@@ -493,7 +496,7 @@ def ops_section(report: dict[str, Any]) -> Section:
             fmt.text(r["sources"]),
             fmt.count(r["sole_models"]),
             fmt.downloads(r["sole_downloads"]),
-            op_sweep_cell(r.get("op_sweep")),
+            fmt.op_sweep_cell(r.get("op_sweep")),
         ]
         for r in report["missing_ops"]
     ]
@@ -528,16 +531,14 @@ def ops_section(report: dict[str, Any]) -> Section:
     )
 
 
-def op_sweep_cell(s: dict[str, Any] | None) -> str:
-    if not s:
-        return "-"
-    return f"{fmt.pct(s.get('pass_rate'))} ({s['verdict'].replace('_', ' ')})"
-
-
 def trend_section(report: dict[str, Any]) -> Section:
+    trend = report["coverage_over_runs"]
+    # a line per run, or per run and dtype where some run swept several dtypes
+    by_dtype = any((r.get("dtypes") or 1) > 1 for r in trend)
     rows = [
         [
             r["run_id"],
+            *([r.get("dtype") or "-"] if by_dtype else []),
             r["status"],
             r["device_label"],
             fmt.count(r["models"]),
@@ -545,33 +546,59 @@ def trend_section(report: dict[str, Any]) -> Section:
             fmt.pct(r["passed_downloads_share"]),
             fmt.pct(r["on_device_downloads_share"]),
         ]
-        for r in report["coverage_over_runs"]
+        for r in trend
     ]
     return Section(
         "runs",
         "Coverage over runs",
-        ["run", "status", "device", "models", "% passed", "% dl passed", "% dl no fallback"],
+        [
+            "run",
+            *(["dtype"] if by_dtype else []),
+            "status",
+            "device",
+            "models",
+            "% passed",
+            "% dl passed",
+            "% dl no fallback",
+        ],
         rows,
     )
 
 
+def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], Section]]:
+    """The report's sections, in order, each a function of the report (or of one dtype's view of
+    it: a run of several dtypes builds each once per dtype and puts them side by side)."""
+    fine_tune_ran = any(
+        (view.get("fine_tune") or {}).get("ran")
+        for view in [report, *(report.get("by_dtype") or {}).values()]
+    )
+    return [
+        lambda r: denominators_section(r["denominators"]),
+        quantized_section,
+        funnel_section,
+        band_section,
+        headline_section,
+        *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
+        failures_section,
+        skips_section,
+        ops_section,
+        *(partial(_breakdown_of, key) for key in report["breakdowns"]),
+        trend_section,
+    ]
+
+
+def _breakdown_of(key: str, report: dict[str, Any]) -> Section:
+    return breakdown_section(key, report["breakdowns"][key])
+
+
 def report_sections(report: dict[str, Any]) -> list[Section]:
-    out = [
-        denominators_section(report["denominators"]),
-        quantized_section(report),
-        funnel_section(report),
-        band_section(report),
-        headline_section(report),
-    ]
-    if (report.get("fine_tune") or {}).get("ran"):
-        out += [fine_tune_section(report), optimizer_ops_section(report)]
-    out += [
-        failures_section(report),
-        skips_section(report),
-        ops_section(report),
-    ]
-    out += [breakdown_section(k, v) for k, v in report["breakdowns"].items()]
-    out.append(trend_section(report))
+    builders = section_builders(report)
+    if len(report.get("dtypes") or []) > 1 and report.get("by_dtype"):
+        from reports.render.dtype_sections import sections_by_dtype
+
+        out = sections_by_dtype(report, builders)
+    else:
+        out = [build(report) for build in builders]
     from reports.render.op_sections import op_sweep_sections
 
     out += op_sweep_sections(report.get("op_sweep"))

@@ -115,62 +115,137 @@ def run(args: argparse.Namespace) -> int:
 
     with StageProgress() as progress:
         progress.phase("loading torch and the device")
-        found = _check(args, progress)
-    planned, rows, fallbacks, device, outcome = found
-    ok = verdict.passed(rows)
-    facts = _facts(args, rows, fallbacks, outcome)
+        planned, device, per_dtype = _check(args, progress)
+    if len(per_dtype) == 1:
+        ((dtype, (rows, fallbacks, outcome)),) = per_dtype.items()
+        ok = verdict.passed(rows)
+        facts = _facts(args, rows, fallbacks, outcome)
+        if args.format == "json":
+            print(
+                _json(
+                    {
+                        "model_id": args.model,
+                        "ok": ok,
+                        **facts,
+                        "stages": rows,
+                        "fallbacks": fallbacks,
+                        "config": _config(planned, device, dtype),
+                    }
+                )
+            )
+        else:
+            _print_text(planned, rows, fallbacks, device)
+            _print_facts(facts)
+        return 0 if ok else 1
+    # several dtypes: each one's stages and verdict, then what differs between them
+    ok_at = {d: verdict.passed(rows) for d, (rows, _, _) in per_dtype.items()}
     if args.format == "json":
-        from sweep.rows import RunContext, config_row
-
-        ctx = RunContext.of("check", device, args.dtype)
+        by_dtype = {
+            d: {
+                "ok": ok_at[d],
+                **_facts(args, rows, fallbacks, outcome),
+                "stages": rows,
+                "fallbacks": fallbacks,
+            }
+            for d, (rows, fallbacks, outcome) in per_dtype.items()
+        }
+        first = next(iter(per_dtype))
         print(
-            json.dumps(
+            _json(
                 {
                     "model_id": args.model,
-                    "ok": ok,
-                    **facts,
-                    "stages": rows,
-                    "fallbacks": fallbacks,
-                    "config": config_row(ctx, planned),
-                },
-                default=str,
-                indent=2,
+                    "ok": all(ok_at.values()),
+                    "dtypes": list(per_dtype),
+                    "differences": _differences(per_dtype),
+                    "by_dtype": by_dtype,
+                    "config": _config(planned, device, first),
+                }
             )
         )
     else:
-        _print_text(planned, rows, fallbacks, device)
-        _print_facts(facts)
-    return 0 if ok else 1
+        for i, (dtype, (rows, fallbacks, outcome)) in enumerate(per_dtype.items()):
+            if i:
+                print()
+            print(f"== at {dtype} ==")
+            _print_text(planned, rows, fallbacks, device)
+            _print_facts(_facts(args, rows, fallbacks, outcome))
+        print()
+        print(f"dtypes:  {_differences(per_dtype)}")
+    return 0 if all(ok_at.values()) else 1
 
 
-def _check(args: argparse.Namespace, progress: Any) -> tuple[Any, list, list, Any, Any]:
-    """Plan the model, run it in its own process with progress; its rows and fallbacks."""
+def _json(doc: dict) -> str:
+    return json.dumps(doc, default=str, indent=2)
+
+
+def _config(planned: Any, device: Any, dtype: str) -> Any:
+    from sweep.rows import RunContext, config_row
+
+    return config_row(RunContext.of("check", device, dtype), planned)
+
+
+def _differences(per_dtype: dict[str, tuple[list, list, Any]]) -> str:
+    """One line: each dtype's verdict, and the first stage whose status differs with why."""
+    statuses = {d: {r["stage"]: r for r in rows} for d, (rows, _, _) in per_dtype.items()}
+    verdicts = ", ".join(
+        f"{d} {'passes' if verdict.passed(rows) else 'fails'}"
+        for d, (rows, _, _) in per_dtype.items()
+    )
+    stages = list(next(iter(statuses.values())))
+    for stage in stages:
+        at = {d: s.get(stage) for d, s in statuses.items()}
+        if len({r["status"] if r else None for r in at.values()}) > 1:
+            why = "; ".join(
+                f"{d} {r['status'] if r else '-'}"
+                + (f" ({_why(r)})" if r and r["status"] not in ("pass", "skip", "not_run") else "")
+                for d, r in at.items()
+            )
+            return f"{verdicts}; they differ first at {stage}: {why}"
+    ops = {d: sorted({f["op"] for f in fb}) for d, (_, fb, _) in per_dtype.items()}
+    if len({tuple(v) for v in ops.values()}) > 1:
+        fell = "; ".join(f"{d}: {', '.join(v) or 'none'}" for d, v in ops.items())
+        return f"{verdicts}; the same stages, other CPU fallbacks ({fell})"
+    return f"{verdicts}; the same result at every dtype"
+
+
+def _check(
+    args: argparse.Namespace, progress: Any
+) -> tuple[Any, Any, dict[str, tuple[list, list, Any]]]:
+    """Plan the model once, run it in its own process at each dtype `--dtype` names, with
+    progress; per dtype its rows, fallbacks and outcome."""
+    from dataclasses import replace
+
     from sweep.rows import RunContext, model_rows
 
     task = options.model_settings(args)
+    dtypes = options.dtypes(args)
     stages = list(task.stages)
     device = task.device.build()  # unknown device: exit 2 before any work
     progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
     planned = _plan(args, stages)
-    outcome = planned.outcome
-    if outcome is None:
-        from runners.isolation import run_isolated, warm_parent
+    out: dict[str, tuple[list, list, Any]] = {}
+    for dtype in dtypes:
+        at = replace(task, dtype=dtype)
+        outcome = planned.outcome
+        if outcome is None:
+            from runners.isolation import run_isolated, warm_parent
 
-        progress.phase("loading the compile stack")
-        warm_parent()
-        names = [s.value for s in stages]
-        progress.phase(f"setting up {args.device} and running {names[0]}")
+            progress.phase("loading the compile stack")
+            warm_parent()
+            names = [s.value for s in stages]
+            label = f" at {dtype}" if len(dtypes) > 1 else ""
+            progress.phase(f"setting up {args.device} and running {names[0]}{label}")
 
-        def on_stage(result: Any) -> None:
-            at = names.index(result.stage) if result.stage in names else len(names)
-            progress.stage_done(result, names[at + 1] if at + 1 < len(names) else None)
-            if at + 1 >= len(names):
-                progress.phase("ending the model's process")
+            def on_stage(result: Any, names: list[str] = names) -> None:
+                at = names.index(result.stage) if result.stage in names else len(names)
+                progress.stage_done(result, names[at + 1] if at + 1 < len(names) else None)
+                if at + 1 >= len(names):
+                    progress.phase("ending the model's process")
 
-        outcome = run_isolated(planned.spec, task, on_stage=on_stage)
-    ctx = RunContext.of("check", device, task.dtype)
-    rows, fallbacks = model_rows(ctx, planned, outcome)
-    return planned, rows, fallbacks, device, outcome
+            outcome = run_isolated(planned.spec, at, on_stage=on_stage)
+        rows, fallbacks = model_rows(RunContext.of("check", device, dtype), planned, outcome)
+        out[dtype] = (rows, fallbacks, outcome)
+    return planned, device, out
 
 
 def _facts(args: argparse.Namespace, rows: list, fallbacks: list, outcome: Any) -> dict:
@@ -305,3 +380,8 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
         print("CPU fallbacks (op, calls, stage):", file=out)
         for fb in sorted(fallbacks, key=lambda f: (-f["count"], f["op"]))[:30]:
             print(f"  {fb['op']:<50} {fb['count']:>6}  {fb['stage']} ({fb['source']})", file=out)
+
+
+def _why(row: dict) -> str:
+    """A failed stage in a few words: the op it names, else its error's first line."""
+    return f"op {row['failing_op']}" if row.get("failing_op") else verdict.error_line(row, 120)

@@ -20,7 +20,7 @@ from pathlib import Path
 from reports import settings
 from reports.errors import UsageError
 from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
-from runners.settings import DTYPE_NAMES, DeviceChoice, ModelSettings
+from runners.settings import DTYPE_NAMES, DeviceChoice, ModelSettings, dtype_names
 from sweep.settings import JobSettings
 
 PROFILE_HELP = (
@@ -160,7 +160,12 @@ def memory_limit(args: argparse.Namespace) -> int | None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("the model's stages")
-    group.add_argument("--dtype", default="fp32", choices=list(DTYPE_NAMES))
+    group.add_argument(
+        "--dtype",
+        default="fp32",
+        help=f"{', '.join(DTYPE_NAMES)}, or several comma-separated (fp32,bf16): each model at "
+        "each dtype in one run, side by side (default fp32)",
+    )
     group.add_argument("--stages", help=STAGES_HELP)
     group.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
     group.add_argument(
@@ -169,10 +174,17 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def dtypes(args: argparse.Namespace) -> tuple[str, ...]:
+    """The dtypes `--dtype` names (one or several, comma-separated), in the order given."""
+    return dtype_names(args.dtype)
+
+
 def model_settings(args: argparse.Namespace) -> ModelSettings:
+    """The model task's settings at the first dtype `--dtype` names (a run of several carries
+    the others in `ModelRun.dtypes`)."""
     return ModelSettings(
         device=device_choice(args),
-        dtype=args.dtype,
+        dtype=dtypes(args)[0],
         stages=tuple(stage_list(args.stages)),
         timeout_s=args.timeout,
         memory_limit=memory_limit(args),

@@ -45,6 +45,7 @@ def settings_from(args: argparse.Namespace) -> ModelRun:
     return ModelRun(
         job=options.job_settings(args),
         task=options.model_settings(args),
+        dtypes=options.dtypes(args),
         catalog=args.catalog,
         top=args.top,
         models=options.names(args.models),
@@ -75,8 +76,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_line(summary: RunSummary, store: str) -> str:
     """What a run did, in one line (stderr)."""
+    several = len(summary.dtypes) > 1  # then every count is of (model, dtype) pairs
+    asked = (
+        f"{summary.requested} models x dtypes ({summary.requested // len(summary.dtypes)} "
+        f"models at {', '.join(summary.dtypes)}) asked for"
+        if several
+        else f"{summary.requested} models asked for"
+    )
     return (
-        f"run {summary.run_id}: {summary.requested} models asked for, "
+        f"run {summary.run_id}: {asked}, "
         f"{summary.already_done} already done, {summary.skipped} skipped before running, "
         f"{summary.models_run - summary.reused} run as {summary.tasks} unique tiny models, "
         + (

@@ -1,0 +1,212 @@
+"""Several dtypes in one run end to end (issue 20) on real tiny models: the emulated neuron
+device through the Ray driver and through the CLI with --local, a SIGKILL mid-run resumed per
+(model, dtype, stage), then report, lookup and check of the run's dtypes side by side; check
+on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from reports.query import StoreQuery
+from reports.store import Store
+from reports.summary import run_report
+from sweep.commands.options import stage_list
+from sweep.driver import run_sweep
+from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.test_driver_faults import config
+
+pytestmark = pytest.mark.slow
+
+STAGES = "load,forward"
+DTYPES = ("fp32", "bf16")
+MODELS = [
+    {
+        "model_id": "org/llama",
+        "library_name": "transformers",
+        "model_type_hint": "llama",
+        "architectures_hint": "LlamaForCausalLM",
+        "pipeline_tag": "text-generation",
+    },
+    {"model_id": "org/bert", "library_name": "transformers", "model_type_hint": "bert"},
+]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def triples(store, run_id: str) -> Counter:
+    rows = Store(store).read("results", run_id).to_pylist()
+    return Counter((r["model_id"], r["dtype"], r["stage"]) for r in rows)
+
+
+def test_neuron_through_ray_at_two_dtypes(tmp_path, ray_session):
+    catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
+    store = tmp_path / "store"
+    summary = run_sweep(
+        config(
+            store,
+            catalog,
+            device="neuron",
+            stages=stage_list(STAGES),
+            dtypes=DTYPES,
+            run_id="n1",
+            executor="ray",
+            timeout_s=300,
+        )
+    )
+    assert summary.tasks == 4 and summary.requested == 4
+    assert triples(store, "n1") == Counter(
+        {(m["model_id"], d, s): 1 for m in MODELS for d in DTYPES for s in STAGES.split(",")}
+    )
+    rows = Store(store).read("results", "n1").to_pylist()
+    assert all(r["device"] == "neuron" and r["device_emulated"] for r in rows)
+    assert Store(store).run("n1")["dtype"] == "fp32,bf16"
+    report = run_report(StoreQuery(str(store)), "n1")
+    assert report["dtypes"] == ["fp32", "bf16"] and set(report["by_dtype"]) == set(DTYPES)
+    for d in DTYPES:
+        assert report["by_dtype"][d]["denominators"]["models"] == 2
+
+
+def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
+    """`hfsweep run --dtype fp32,bf16 --local` on the emulated device, SIGKILLed after its first
+    part: the same command finishes it with every (model, dtype, stage) once; report and lookup
+    show both dtypes; check runs one model at both."""
+    many = [
+        {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
+        for i, t in enumerate(["llama", "gpt2", "bert", "opt", "qwen2", "roberta"])
+    ]
+    catalog = write_catalog(tmp_path / "catalog.csv", many)
+    store = tmp_path / "store"
+    cmd = [
+        *HFSWEEP,
+        "run",
+        "--catalog",
+        str(catalog),
+        "--top",
+        "6",
+        "--device",
+        "neuron",
+        "--dtype",
+        "fp32,bf16",
+        "--stages",
+        STAGES,
+        "--store",
+        str(store),
+        "--run-id",
+        "k",
+        "--local",
+        "--no-report",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while (
+        not list((store / "results").rglob("part-*.parquet"))
+        and time.monotonic() < deadline
+        and proc.poll() is None
+    ):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = triples(store, "k")
+    assert 0 < sum(partial.values()) < 6 * 2 * 2
+    done = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "12 models x dtypes (6 models at fp32, bf16) asked for" in done.stderr
+    want = {(m["model_id"], d, s) for m in many for d in DTYPES for s in STAGES.split(",")}
+    have = triples(store, "k")
+    assert set(have) == want and set(have.values()) == {1}
+
+    report = subprocess.run(
+        [*HFSWEEP, "report", "--store", str(store), "--run", "k", "--format", "json"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    doc = json.loads(report.stdout)
+    assert doc["dtypes"] == ["fp32", "bf16"]
+    assert {d: doc["by_dtype"][d]["denominators"]["models"] for d in DTYPES} == {
+        "fp32": 6,
+        "bf16": 6,
+    }
+
+    lookup = subprocess.run(
+        [*HFSWEEP, "lookup", "org/m0", "--store", str(store)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert "at fp32:" in lookup.stdout and "at bf16:" in lookup.stdout
+    assert "--dtype fp32,bf16" in lookup.stdout  # reproduce: check at the run's dtypes
+
+    check = subprocess.run(
+        [
+            *HFSWEEP,
+            "check",
+            "org/m0",
+            "--catalog",
+            str(catalog),
+            "--device",
+            "neuron",
+            "--dtype",
+            "fp32,bf16",
+            "--stages",
+            STAGES,
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert check.returncode in (0, 1), check.stderr[-2000:]
+    doc = json.loads(check.stdout)
+    assert doc["dtypes"] == ["fp32", "bf16"]
+    for d in DTYPES:
+        assert {r["dtype"] for r in doc["by_dtype"][d]["stages"]} == {d}
+        assert [r["stage"] for r in doc["by_dtype"][d]["stages"]] == STAGES.split(",")
+    assert doc["ok"] == all(doc["by_dtype"][d]["ok"] for d in DTYPES)
+    assert check.returncode == (0 if doc["ok"] else 1)
+
+
+def test_check_on_cpu_at_two_dtypes_prints_each_and_what_differs(tmp_path):
+    catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
+    done = subprocess.run(
+        [
+            *HFSWEEP,
+            "check",
+            "org/llama",
+            "--catalog",
+            str(catalog),
+            "--dtype",
+            "fp32,bf16",
+            "--stages",
+            STAGES,
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    out = done.stdout
+    assert out.index("== at fp32 ==") < out.index("== at bf16 ==")
+    assert "dtype fp32" in out and "dtype bf16" in out
+    assert "dtypes:  fp32 passes, bf16 passes; the same result at every dtype" in out
