@@ -360,7 +360,11 @@ def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
         "0 run as 0 unique tiny models, 3 reused from earlier runs "
         "(2 unique tiny models not run again)" in second.stderr
     )
-    for line in ("swept, rows reused from an earlier run", "from run one", "swept, run by this run"):
+    for line in (
+        "swept, rows reused from an earlier run",
+        "from run one",
+        "swept, run by this run",
+    ):
         assert line in second.stdout
     a = {
         (r["model_id"], r["stage"]): r
