@@ -93,7 +93,7 @@ def instrument(timers: Timers) -> None:
     import torch._dynamo.convert_frame as convert_frame
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-    from runners import neuron_compile as nc
+    from runners.devices.neuron import compiler as nc
 
     convert_frame._compile = timers.wrap("dynamo", convert_frame._compile)
     nc._graph_compiler = timers.wrap("lowering check", nc._graph_compiler)
@@ -167,17 +167,19 @@ def main() -> int:
     from reports.schema import Stage
     from runners.devices import get_device
     from runners.run_model import run_model
+    from runners.settings import ModelSettings
     from sweep.plan import group_tasks, plan_entries
 
     torch.set_num_threads(1)  # as each sweep child runs
     tasks = group_tasks(plan_entries(load_catalog("bundled").top(args.top), list(Stage)))
     stages = [Stage.LOAD, Stage.FORWARD, Stage.BACKWARD, Stage.COMPILE]
+    settings = ModelSettings(device=args.device, stages=tuple(stages))
     in_child: dict[str, float] = {}
     if args.children:  # before this process sets the device up: forks must not inherit it
         from runners.isolation import run_isolated
 
         for task in tasks:
-            outcome = run_isolated(task.spec, device=args.device, stages=stages)
+            outcome = run_isolated(task.spec, settings)
             row = next(r.row() for r in outcome.stages if r.stage == Stage.COMPILE.value)
             if row["status"] not in ("not_run", "skip") and row["duration_s"] is not None:
                 in_child[task.key] = row["duration_s"]
@@ -191,7 +193,7 @@ def main() -> int:
     start = time.perf_counter()
     for task in tasks:
         timers.reset()
-        outcome = run_model(task.spec, device=device, stages=stages, release_memory=False)
+        outcome = run_model(task.spec, settings, device=device, release_memory=False)
         row = next(r.row() for r in outcome.stages if r.stage == Stage.COMPILE.value)
         statuses[row["status"]] += 1
         if row["status"] in ("not_run", "skip") or row["duration_s"] is None:
