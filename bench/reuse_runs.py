@@ -13,6 +13,8 @@ store:
                 whose default config has a layer-norm epsilon) has a config file of its own,
                 its default config with that epsilon changed, `--reuse <run 1>`: only its task
                 may run
+  5, 6 no change again  run 2 again (`--reuse <run 1>`), through Ray and then with `--local`
+                back to back: Ray's share of a night with nothing to run
 For each run: wall time, models, unique tiny models run, models reused (and from which run).
 
     python bench/reuse_runs.py --top 100 --profile-top 30
@@ -127,41 +129,62 @@ def main() -> int:
     parser.add_argument("--stages", default="default")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", default="/tmp/hfsweep-reuse-runs")
+    parser.add_argument(
+        "--store",
+        help="an earlier run's store: the runs it has finished are not run again (their wall "
+        "time is not known: '-')",
+    )
     args = parser.parse_args()
     from sweep_throughput import machine_efficiency
 
+    from reports.store import Store
+
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    store = work / f"store-{int(time.time())}"
+    store = Path(args.store) if args.store else work / f"store-{int(time.time())}"
     common = ["--device", "neuron", "--stages", args.stages, "--num-cpus", str(args.workers)]
     print(
         f"bundled top {args.top}, stages {args.stages}, emulated neuron, {args.workers} workers; "
         f"two CPU-bound processes got {100 * machine_efficiency(2):.0f}% of 2 cores at the start",
         flush=True,
     )
+    walls: dict[str, float | None] = {}
+    ids: dict[str, str] = {}  # run -> its run id in the store
+    stamp = int(time.time())
+
+    def step(name: str, *run_args: str, always: bool = False) -> None:
+        ids[name] = f"{name}-{stamp}" if always else name
+        done = store.exists() and (Store(store).run(ids[name]) or {}).get("status") == "finished"
+        walls[name] = None if done else hfsweep(store, ids[name], *run_args)
+
     bundled = ["--catalog", "bundled", "--top", str(args.top), *common]
-    walls = {"full": hfsweep(store, "full", *bundled)}
-    walls["no-change"] = hfsweep(store, "no-change", *bundled, "--reuse", "latest")
+    step("full", *bundled)
+    step("no-change", *bundled, "--reuse", "latest")
     profile = ["--catalog", "bundled", "--top", str(args.profile_top), *common]
-    walls["profile"] = hfsweep(
-        store, "profile", *profile, "--profile", "torch-mlir", "--reuse", "all"
-    )
+    step("profile", *profile, "--profile", "torch-mlir", "--reuse", "all")
     catalog, changed = changed_catalog(args.top, work)
     one = ["--catalog", str(catalog), "--top", str(args.top), *common]
-    walls["one-config"] = hfsweep(store, "one-config", *one, "--reuse", "full")
+    step("one-config", *one, "--reuse", "full")
+    # the no-change night again through Ray and then without it (tasks in children of the
+    # driver), back to back: Ray's share of it
+    step("no-change-ray", *bundled, "--reuse", "full", always=True)
+    step("no-change-local", *bundled, "--local", "--reuse", "full", always=True)
 
-    runs = {name: what_ran(store, name) for name in walls}
-    print(f"\n{'run':<12}{'wall s':>9}{'models':>8}{'unique run':>12}{'reused':>8}  reused from")
+    runs = {name: what_ran(store, ids[name]) for name in walls}
+    print(f"\n{'run':<16}{'wall s':>9}{'models':>8}{'unique run':>12}{'reused':>8}  reused from")
     for name, wall in walls.items():
         r = runs[name]
         print(
-            f"{name:<12}{wall:>9.1f}{r['models']:>8}{r['ran']:>12}{r['reused']:>8}  "
-            f"{r['reused_from'] or '-'}"
+            f"{name:<16}{'-' if wall is None else f'{wall:.1f}':>9}{r['models']:>8}"
+            f"{r['ran']:>12}{r['reused']:>8}  {r['reused_from'] or '-'}"
         )
-    print(
-        f"no-change / full wall time: {100 * walls['no-change'] / walls['full']:.1f}% "
-        f"({walls['no-change']:.1f} s / {walls['full']:.1f} s)"
-    )
+    full = walls["full"]
+    for name in ("no-change", "no-change-ray", "no-change-local"):
+        wall = walls[name]
+        if full and wall:
+            print(
+                f"{name} / full wall time: {100 * wall / full:.1f}% ({wall:.1f} s / {full:.1f} s)"
+            )
     n, bad, cols = compare(runs["full"]["rows"], runs["no-change"]["rows"])
     print(
         f"no-change rows vs full: {n} compared, {bad} differ beyond {sorted(COPY_CHANGES)} {dict(cols)}"
