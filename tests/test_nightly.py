@@ -132,6 +132,16 @@ def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
     assert [m["model_id"] for m in night2["regressions"]] == ["org/b"]
     runs = {r["run_id"]: r for r in Store(tmp_path / "store").runs()}
     assert runs[night2["run_id"]]["nightly"] == "neuron"
+    # by default a night reuses the previous night's rows: org/a's task is the same, so its
+    # rows are copied (a fault at planning acts before a task, it is not in the key)
+    assert runs[night["run_id"]]["reuse"] is None  # the first night has nothing to reuse
+    assert runs[night2["run_id"]]["reuse"] == night["run_id"]
+    reused = {
+        r["model_id"]: r["reused_from"]
+        for r in Store(tmp_path / "store").read("results", night2["run_id"]).to_pylist()
+    }
+    assert reused == {"org/a": night["run_id"], "org/b": None}
+    assert "1 reused from earlier runs" in second.stderr
 
     # org/b passes again and org/a times out: two flakes, no alert (the row says timeout)
     hang_a = json.dumps([{"at": "stage:load", "match": "llama", "fault": "hang"}])

@@ -174,6 +174,8 @@ def test_a_setting_in_the_key_reruns_everything(tmp_path, cat):
     assert sorted(RAN) == ["org/a", "org/b", "org/c"]
     sweep(tmp_path, "four", "all", timeout_s=123.0)  # `all`: run two has these keys
     assert RAN == []
+    five = sweep(tmp_path, "five", "one")  # a run id: that run's rows, whatever ran since
+    assert RAN == [] and five.reuse_sources == ["one"] and five.reused == 4
 
 
 def test_a_profile_change_reruns_everything(tmp_path, cat):
@@ -297,6 +299,20 @@ def test_the_key_covers_every_setting_and_not_the_catalog():
     assert both.key(spec, "fp32") != both.key(spec, "bf16")
 
 
+def test_the_task_part_of_the_key(monkeypatch):
+    """The shrunk config's hash, the library, its adapter's package version and Python."""
+    monkeypatch.setattr(reuse, "adapter_versions", lambda: {"transformers": "5.0", "timm": "1.0"})
+    context = KeyContext.of({"device": "cpu"})
+    spec = SimpleNamespace(library="transformers", hash="h1")
+    key = context.key(spec)
+    assert context.key(SimpleNamespace(library="transformers", hash="h2")) != key
+    assert context.key(SimpleNamespace(library="timm", hash="h1")) != key
+    monkeypatch.setattr(reuse, "adapter_versions", lambda: {"transformers": "5.1", "timm": "1.0"})
+    assert KeyContext.of({"device": "cpu"}).key(spec) != key
+    monkeypatch.setattr(reuse.platform, "python_version", lambda: "3.99.0")
+    assert KeyContext.of({"device": "cpu"}).run_part != context.run_part
+
+
 def test_the_code_hash_changes_with_the_code(tmp_path, monkeypatch):
     for name in ("model_configs", "runners"):
         (tmp_path / name).mkdir()
@@ -345,9 +361,16 @@ def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     second = cli(*common, "--run-id", "two", "--reuse", "latest")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "0 run as 0 unique tiny models, 3 reused from earlier runs" in second.stderr
-    assert "swept, rows reused from an earlier run" in second.stdout
-    assert "from run one" in second.stdout
+    assert (
+        "0 run as 0 unique tiny models, 3 reused from earlier runs "
+        "(2 unique tiny models not run again)" in second.stderr
+    )
+    for line in (
+        "swept, rows reused from an earlier run",
+        "from run one",
+        "swept, run by this run",
+    ):
+        assert line in second.stdout
     a = {
         (r["model_id"], r["stage"]): r
         for r in Store(tmp_path / "store").read("results", "one").to_pylist()

@@ -28,11 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--reuse",
-        metavar="latest|RUN_ID|all",
+        metavar="latest|RUN_ID|all|none",
         help="copy the rows of every task whose content key (its tiny config, the software, "
         "the settings and the code that decide its rows) an earlier run has: the newest other "
-        "run (latest), that run, or every run of the store; only the new keys run (a timeout, "
-        "crash or oom always runs again); the rows say reused_from",
+        "run (latest), that run, every run of the store, or none (the default); only the new "
+        "keys run (a timeout, crash or oom always runs again); the rows say reused_from",
     )
     options.add_device_arguments(p)
     options.add_model_arguments(p)
