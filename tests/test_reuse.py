@@ -300,15 +300,18 @@ def test_the_key_covers_every_setting_and_not_the_catalog():
 
 
 def test_the_task_part_of_the_key(monkeypatch):
-    """The shrunk config's hash, the library, its adapter's package version and Python."""
+    """The shrunk config's hash, the library, its adapter's package version, the task's dtype
+    and Python."""
     monkeypatch.setattr(reuse, "adapter_versions", lambda: {"transformers": "5.0", "timm": "1.0"})
     context = KeyContext.of({"device": "cpu"})
     spec = SimpleNamespace(library="transformers", hash="h1")
-    key = context.key(spec)
-    assert context.key(SimpleNamespace(library="transformers", hash="h2")) != key
-    assert context.key(SimpleNamespace(library="timm", hash="h1")) != key
+    key = context.key(spec, "fp32")
+    assert context.key(SimpleNamespace(library="transformers", hash="h2"), "fp32") != key
+    assert context.key(SimpleNamespace(library="timm", hash="h1"), "fp32") != key
+    assert context.key(spec, "bf16") != key
+    assert context.key(spec, "fp32") == key
     monkeypatch.setattr(reuse, "adapter_versions", lambda: {"transformers": "5.1", "timm": "1.0"})
-    assert KeyContext.of({"device": "cpu"}).key(spec) != key
+    assert KeyContext.of({"device": "cpu"}).key(spec, "fp32") != key
     monkeypatch.setattr(reuse.platform, "python_version", lambda: "3.99.0")
     assert KeyContext.of({"device": "cpu"}).run_part != context.run_part
 
