@@ -182,10 +182,9 @@ def wait_all_dead(pids: list[int], seconds: float = 5.0) -> list[int]:
     return left
 
 
-def hfsweep_run(
-    catalog: Path, store: Path, run_id: str, *extra: str, env: dict[str, str], timeout: float
-) -> subprocess.CompletedProcess:
-    cmd = [
+def run_command(catalog: Path, store: Path, run_id: str, *extra: str) -> list[str]:
+    """`hfsweep run` over the whole trial catalog at the bench's stages, without the report."""
+    return [
         *HFSWEEP,
         "run",
         "--catalog",
@@ -201,6 +200,12 @@ def hfsweep_run(
         "--no-report",
         *extra,
     ]
+
+
+def hfsweep_run(
+    catalog: Path, store: Path, run_id: str, *extra: str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    cmd = run_command(catalog, store, run_id, *extra)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -630,23 +635,7 @@ def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     catalog, ids = write_trial_catalog(work / "kill", max(90, 25 * kills), "kk")
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")
-    cmd = [
-        *HFSWEEP,
-        "run",
-        "--catalog",
-        str(catalog),
-        "--top",
-        "100000",
-        "--store",
-        str(store),
-        "--run-id",
-        "kill",
-        "--stages",
-        ",".join(STAGES),
-        "--num-cpus",
-        "2",
-        "--no-report",
-    ]
+    cmd = run_command(catalog, store, "kill", "--num-cpus", "2")
     kill_and_resume(line, cmd, lambda: pair_counts(read_rows(store, "kill")), kills, rng, work)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
