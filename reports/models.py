@@ -212,10 +212,19 @@ def model_history(
         """,
         {"model": model_id, "ids": ids},
     )
+    return _history_rows(q, rows, ids)
+
+
+def _history_rows(
+    q: StoreQuery, rows: list[dict[str, Any]], ids: list[str]
+) -> list[dict[str, Any]]:
+    """History rows by model, then in the order of `ids` (newest run first), then each run's
+    dtypes in the order the run asked for them; with their device label and stages."""
     order = {run: i for i, run in enumerate(ids)}
     asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
     rows.sort(
         key=lambda r: (
+            r.get("model_id", ""),  # one model's history does not select it
             order.get(r["run_id"], len(order)),
             _position(asked.get(r["run_id"]) or [], r["dtype"]),
         )
@@ -398,19 +407,7 @@ def model_histories(q: StoreQuery, model_ids: list[str]) -> list[dict[str, Any]]
         """,
         {"models": model_ids, "ids": ids},
     )
-    order = {run: i for i, run in enumerate(ids)}
-    asked = {run: run_dtypes((q.run_info(run) or {}).get("dtype")) for run in order}
-    rows.sort(
-        key=lambda r: (
-            r["model_id"],
-            order.get(r["run_id"], len(order)),
-            _position(asked.get(r["run_id"]) or [], r["dtype"]),
-        )
-    )
-    for r in rows:
-        r["device_label"] = device_label(r["device"], r["device_emulated"])
-        r["stages"] = {s: r.pop(f"s_{s}") for s in STAGES}
-    return rows
+    return _history_rows(q, rows, ids)
 
 
 def _detail(
