@@ -15,6 +15,7 @@ each and the median of `--requests`) and the machine's share of 2 cores during t
 
     python bench/nightly_scale.py --catalogs bundled,synthetic:100000 --stages load --passes 2
     python bench/nightly_scale.py --catalogs synthetic:2000 --top 300 --stages load   # a try
+    python bench/nightly_scale.py --catalogs synthetic:100000 --stand-in   # the pipeline alone
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ def store_bytes(root: Path) -> int:
 # ---- one pass (run in a subprocess: its peak memory is its own) ---------------------------------
 
 
+def stand_in(spec: Any, settings: Any) -> Any:
+    """`--stand-in`: a model task that builds nothing: every stage asked for passes at once."""
+    from runners.outcome import ModelOutcome, StageResult
+
+    stages = [StageResult(stage=s.value, status="pass", duration_s=0.0) for s in settings.stages]
+    return ModelOutcome(stages, worker="stand-in", timings={"child_s": 0.0})
+
+
 def one_pass(args: argparse.Namespace) -> dict[str, Any]:
     from reports.store import Store
     from runners.settings import ModelSettings
@@ -79,7 +88,8 @@ def one_pass(args: argparse.Namespace) -> dict[str, Any]:
             catalog=args.catalog,
             top=args.top,
             reuse=args.pass_reuse or None,
-        )
+        ),
+        run_fn=stand_in if args.stand_in else None,
     )
     results = Store(args.store).read(
         "results", summary.run_id, columns=["model_id", "dedup_of", "shrunk_config_hash"]
@@ -92,7 +102,9 @@ def one_pass(args: argparse.Namespace) -> dict[str, Any]:
         "skipped": summary.skipped,
         "models_run": summary.models_run,
         "unique": summary.tasks,
-        "reused": getattr(summary, "reused", 0),
+        "reused": summary.reused,
+        "plans_reused": summary.plans_reused,
+        "ray_started": summary.started_executor,
         "plan_s": summary.timings.get("plan_s", 0.0),
         "worker_s": summary.timings.get("worker_s", 0.0),
         "result_rows": results.num_rows,
@@ -123,6 +135,8 @@ def run_pass(args: argparse.Namespace, catalog: str, store: Path, n: int) -> dic
         cmd += ["--top", str(args.top)]
     if n > 1 and args.reuse:
         cmd += ["--pass-reuse", args.reuse]
+    if args.stand_in:
+        cmd += ["--stand-in"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=24 * 3600)
     if proc.returncode != 0:
         raise SystemExit(f"pass {n} failed:\n{proc.stderr[-4000:]}")
@@ -191,7 +205,7 @@ def dashboard_latency(store: Path, runs: list[str], requests: int) -> dict[str, 
         cases["diff of the last two nights"] = [
             base + f"/runs?a={runs[-2]}&b={runs[-1]}"
         ] * requests
-    out = {}
+    out: dict[str, tuple[float, float | None]] = {}
     try:
         start = time.perf_counter()
         with httpx.Client(timeout=1800) as client:
@@ -231,6 +245,13 @@ def main() -> int:
     parser.add_argument("--reuse", default="latest", help="--reuse of the passes after the first")
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--work", default="/tmp/hfsweep-nightly-scale")
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="model tasks build nothing and pass (planning, dedup, reuse, the store, the report "
+        "and the dashboard stay real): the pipeline's own cost at a size whose tiny models "
+        "this machine could not run in a session",
+    )
     parser.add_argument("--one-pass", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--catalog", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -244,7 +265,8 @@ def main() -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"stages {args.stages} on {args.device}, {args.workers} workers, {args.passes} passes "
+        ("model tasks: a stand-in that builds nothing (--stand-in); " if args.stand_in else "")
+        + f"stages {args.stages} on {args.device}, {args.workers} workers, {args.passes} passes "
         f"(after the first: --reuse {args.reuse}); two CPU-bound processes got "
         f"{100 * machine_share():.0f}% of 2 cores at the start",
         flush=True,
@@ -256,7 +278,8 @@ def main() -> int:
         print(f"\n[{spec}] {passes[0]['requested']:,} entries", flush=True)
         print(
             f"{'pass':<6}{'wall s':>9}{'entries/s':>11}{'/plan core-s':>13}{'run':>8}"
-            f"{'unique':>8}{'dedup':>7}{'reused':>8}{'store MB+':>10}{'driver MB':>10}"
+            f"{'unique':>8}{'dedup':>7}{'reused':>8}{'plans re.':>10}{'Ray':>5}"
+            f"{'store MB+':>10}{'driver MB':>10}"
         )
         for n, p in enumerate(passes, start=1):
             planned = p["requested"]
@@ -264,7 +287,8 @@ def main() -> int:
                 f"{n:<6}{p['wall_s']:>9.1f}{planned / p['wall_s']:>11.1f}"
                 f"{planned / max(p['plan_s'], 1e-9):>13.1f}{p['models_run']:>8,}"
                 f"{p['unique']:>8,}{p['unique'] / max(1, p['models_run']):>7.2f}"
-                f"{p['reused']:>8,}{p['store_bytes_added'] / 1e6:>10.1f}"
+                f"{p['reused']:>8,}{p['plans_reused']:>10,}{'yes' if p['ray_started'] else 'no':>5}"
+                f"{p['store_bytes_added'] / 1e6:>10.1f}"
                 f"{p['driver_peak_rss_mb']:>10.0f}",
                 flush=True,
             )

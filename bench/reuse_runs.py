@@ -15,7 +15,8 @@ store:
                 may run
   5, 6 no change again  run 2 again (`--reuse <run 1>`), through Ray and then with `--local`
                 back to back: Ray's share of a night with nothing to run
-For each run: wall time, models, unique tiny models run, models reused (and from which run).
+For each run: wall time, models, unique tiny models run, models reused (and from which run),
+entries whose plan was taken from an earlier run, and whether Ray was started.
 
     python bench/reuse_runs.py --top 100 --profile-top 30
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -41,6 +43,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 COPY_CHANGES = {"run_id", "finished_at", "reused_from"}
 
 
+LINES: dict[str, str] = {}  # run id -> the last line `hfsweep run` printed (what it did)
+
+
 def hfsweep(store: Path, run_id: str, *args: str) -> float:
     """Run `hfsweep run` to the end; its wall time as seen from outside (start-up included)."""
     cmd = [sys.executable, "-m", "sweep", "run", "--store", str(store), "--run-id", run_id]
@@ -51,7 +56,8 @@ def hfsweep(store: Path, run_id: str, *args: str) -> float:
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise SystemExit(f"run {run_id} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    print(f"  {run_id}: {proc.stderr.strip().splitlines()[-1][:200]}", flush=True)
+    LINES[run_id] = proc.stderr.strip().splitlines()[-1]
+    print(f"  {run_id}: {LINES[run_id][:400]}", flush=True)
     return wall
 
 
@@ -171,12 +177,19 @@ def main() -> int:
     step("no-change-local", *bundled, "--local", "--reuse", "full", always=True)
 
     runs = {name: what_ran(store, ids[name]) for name in walls}
-    print(f"\n{'run':<16}{'wall s':>9}{'models':>8}{'unique run':>12}{'reused':>8}  reused from")
+    print(
+        f"\n{'run':<16}{'wall s':>9}{'models':>8}{'unique run':>12}{'reused':>8}"
+        f"{'plans reused':>14}{'Ray':>6}  reused from"
+    )
     for name, wall in walls.items():
         r = runs[name]
+        line = LINES.get(ids[name], "")
+        plans = re.search(r"(\d+) plans reused", line)
+        ray = "-" if not line else ("no" if "no Ray started" in line else "yes")
         print(
             f"{name:<16}{'-' if wall is None else f'{wall:.1f}':>9}{r['models']:>8}"
-            f"{r['ran']:>12}{r['reused']:>8}  {r['reused_from'] or '-'}"
+            f"{r['ran']:>12}{r['reused']:>8}{plans.group(1) if plans else '-':>14}{ray:>6}"
+            f"  {r['reused_from'] or '-'}"
         )
     full = walls["full"]
     for name in ("no-change", "no-change-ray", "no-change-local"):

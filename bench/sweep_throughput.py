@@ -126,7 +126,7 @@ def one_sweep(args: argparse.Namespace) -> dict[str, Any]:
 
 def store_bytes(root: str) -> dict[str, int]:
     out = {}
-    for table in ("results", "fallbacks", "configs", "runs"):
+    for table in ("results", "fallbacks", "configs", "plans", "runs"):
         folder = Path(root) / table
         out[table] = (
             sum(p.stat().st_size for p in folder.rglob("*.parquet")) if folder.exists() else 0

@@ -328,6 +328,17 @@ CONFIGS_SCHEMA = pa.schema(
     ]
 )
 
+# What planning each model gave (`sweep.plans`): a run with --reuse takes an earlier run's plan of
+# an entry whose inputs have not changed instead of planning it again.
+PLANS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("plan_key", pa.string(), nullable=False),  # the hash of what it planned from
+        pa.field("plan", pa.string(), nullable=False),  # JSON: the spec or decided outcome
+    ]
+)
+
 # Where and how a run (model sweep or op sweep) was made: the tail of both runs tables.
 _PROVENANCE_FIELDS = [
     pa.field("ray_version", pa.string()),
@@ -485,6 +496,7 @@ TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
     "configs": CONFIGS_SCHEMA,
+    "plans": PLANS_SCHEMA,
     "runs": RUNS_SCHEMA,
     "ops": OPS_SCHEMA,
     "op_summary": OP_SUMMARY_SCHEMA,
@@ -503,6 +515,8 @@ FREE_TEXT_COLUMNS = frozenset(
         "command",
         "worker",
         "task_key",
+        "plan_key",
+        "plan",
     }
 )
 

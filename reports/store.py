@@ -42,9 +42,9 @@ from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
-COMMITTED_BY_RESULTS = ("fallbacks", "configs")
+COMMITTED_BY_RESULTS = ("fallbacks", "configs", "plans")
 # What each sweep writes into a run (what a resume checks for damaged parts).
-MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "runs")
+MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "plans", "runs")
 OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
 
 

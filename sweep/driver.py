@@ -28,10 +28,11 @@ Guarantees:
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -44,10 +45,19 @@ from reports.store import MODEL_SWEEP_TABLES, Store, check_run_id, new_run_id
 from runners import containment, faults
 from runners.outcome import ModelOutcome, failed_before
 from runners.settings import ModelSettings
-from sweep.executors import OomFn, PlanFn, Planner, RunFn, gave_up_error, make_executor
+from sweep.executors import (
+    Deferred,
+    OomFn,
+    PlanFn,
+    Planner,
+    RunFn,
+    gave_up_error,
+    make_executor,
+)
 from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned
+from sweep.plans import PlanCache, PlanKeys
 from sweep.progress import SweepProgress
 from sweep.reuse import KeyContext, reusable, source_runs
 from sweep.rows import RunContext
@@ -72,6 +82,8 @@ class RunSummary:
     damaged_parts: int = 0  # part files found damaged at the start and put aside
     reused: int = 0  # models whose rows were copied from an earlier run (`--reuse`)
     reused_tasks: int = 0  # unique tiny models among them
+    plans_reused: int = 0  # entries whose plan was taken from an earlier run (`sweep.plans`)
+    started_executor: bool = True  # False: nothing to plan or run, no Ray was started
     reuse_sources: list[str] = field(default_factory=list)  # the runs offered, newest first
     # the run's dtypes; with several, every count above is of (model, dtype) pairs
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])
@@ -280,14 +292,20 @@ def run_sweep(
                 for earlier in reusable(store, sources):  # newest first: the first per key wins
                     ledger.offer(earlier)
                 todo = _entries(_not_done(select_entries(stream, run), progress))
-                # nothing left to run: no Ray to start (a resume of a finished run is instant)
-                job = run.job if already < requested else replace(run.job, executor="local")
-                executor = make_executor(
-                    job,
-                    run.task,
-                    run_fn=run_fn or model_task,
-                    planner=planner,
-                    on_oom=model_oom(run.task.stages),
+                plans = PlanCache.load(store, sources, PlanKeys.of(stages, planner.config_dir))
+                # Ray starts with the first task: a night whose every plan and outcome is reused
+                # starts none (nor does the resume of a finished run)
+                executor = Deferred(
+                    lambda: make_executor(
+                        run.job,
+                        run.task,
+                        run_fn=run_fn or model_task,
+                        planner=planner,
+                        on_oom=model_oom(run.task.stages),
+                    ),
+                    slots=(run.job.num_cpus or os.cpu_count() or 1)
+                    if run.job.executor == "ray"
+                    else 1,
                 )
                 ready = time.monotonic()
                 try:
@@ -301,6 +319,7 @@ def run_sweep(
                         dtypes=run.dtypes,
                         settings_at=run.at if len(run.dtypes) > 1 else None,
                         pending=progress.pending,
+                        plans=plans,
                     )
                     loop.run_entries(todo)
                 finally:
@@ -316,12 +335,14 @@ def run_sweep(
         models_run=loop.models_run,
         seconds=time.monotonic() - start,
         timings=loop.timings,
-        startup_s=ready - start,
+        startup_s=ready - start + executor.start_s,
         abandoned=loop.abandoned,
         causes=loop.causes,
         damaged_parts=opened.damaged,
         reused=loop.reused,
         reused_tasks=ledger.reused,
+        plans_reused=plans.hits,
+        started_executor=executor.started,
         reuse_sources=sources,
         dtypes=list(run.dtypes),
     )

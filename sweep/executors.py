@@ -172,9 +172,16 @@ class Planner:
 
 
 class Executor(Protocol):
-    slots: int  # tasks that may run at once (cores)
-    capacity: int  # tasks to keep submitted: more than slots queues the next ones on the
-    # cluster, so a worker starts its next task without waiting for the driver
+    @property
+    def slots(self) -> int:
+        """Tasks that may run at once (cores)."""
+        ...
+
+    @property
+    def capacity(self) -> int:
+        """Tasks to keep submitted: more than slots queues the next ones on the cluster, so a
+        worker starts its next task without waiting for the driver."""
+        ...
 
     def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None: ...
 
@@ -700,6 +707,56 @@ class RayExecutor:
         self._runs.clear()
         self._plans.clear()
         self._later.clear()
+
+
+class Deferred:
+    """An executor started by its first task: a run that has nothing to plan or run (every
+    entry's plan and outcome reused) starts no Ray. Until then it has nothing in flight and
+    says how many slots it expects (`slots`)."""
+
+    def __init__(self, start: Callable[[], Executor], slots: int):
+        self._start = start
+        self._executor: Executor | None = None
+        self._slots = max(1, slots)
+        self.start_s = 0.0  # how long starting it took (Ray's start-up)
+
+    @property
+    def started(self) -> bool:
+        return self._executor is not None
+
+    def _get(self) -> Executor:
+        if self._executor is None:
+            began = time.monotonic()
+            self._executor = self._start()
+            self.start_s = time.monotonic() - began
+        return self._executor
+
+    @property
+    def slots(self) -> int:
+        return self._executor.slots if self._executor is not None else self._slots
+
+    @property
+    def capacity(self) -> int:
+        return self._executor.capacity if self._executor is not None else self._slots
+
+    def submit_plan(self, key: int, entries: Sequence[CatalogEntry]) -> None:
+        self._get().submit_plan(key, entries)
+
+    def submit_run(self, task: Any, attempt: int = 1) -> None:
+        self._get().submit_run(task, attempt)
+
+    def running(self) -> int:
+        return self._executor.running() if self._executor is not None else 0
+
+    def planning(self) -> int:
+        return self._executor.planning() if self._executor is not None else 0
+
+    def wait(self, timeout_s: float) -> list[Event]:
+        return self._executor.wait(timeout_s) if self._executor is not None else []
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
 
 
 def make_executor(

@@ -32,6 +32,7 @@ from runners.outcome import ModelOutcome
 from sweep.executors import Abandoned, Executor, GiveUp, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
+from sweep.plans import PlanCache, plan_row
 from sweep.rows import RunContext, config_row, model_rows
 from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
@@ -52,6 +53,7 @@ class RunLoop:
         dtypes: Sequence[str] = (),
         settings_at: Callable[[str], Any] | None = None,
         pending: dict[str, tuple[str, ...]] | None = None,
+        plans: PlanCache | None = None,
     ):
         self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
         # the run's dtypes (default: its context's one), each with its rows' context and its
@@ -66,6 +68,13 @@ class RunLoop:
         self.on_model = on_model or (lambda outcome, n: None)
         self.queue: deque[Task] = deque()
         self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
+        # earlier plans by content (None: plan everything, keep no plans), the batches whose
+        # entries are partly planned from them (key -> each entry's plan, None: being planned)
+        # and each model's plans row until its first rows are written
+        self.plans = plans
+        self._partial: dict[int, tuple[list[CatalogEntry], list[Planned | None]]] = {}
+        self._plan_keys: dict[str, str] = {}  # model id -> the key of its plan being made
+        self._plan_rows: dict[str, dict[str, Any]] = {}
         self.skipped = 0  # decided at planning (skip, shrink failure)
         self.models_run = 0  # models whose rows came from a model task (dedup members too)
         self.reused = 0  # of those, models whose rows were copied from an earlier run
@@ -90,8 +99,11 @@ class RunLoop:
                 if batch is None:
                     exhausted = True
                     break
-                ex.submit_plan(next_key, batch)
+                self._plan(next_key, batch, arrived)
                 next_key += 1
+            while admit_key in arrived:  # batches planned from earlier plans alone
+                self._admit(arrived.pop(admit_key).planned)
+                admit_key += 1
             while self.queue and ex.running() < ex.capacity:
                 ex.submit_run(self.queue.popleft())
             if exhausted and not self.queue and not ex.running() and not ex.planning():
@@ -99,7 +111,7 @@ class RunLoop:
             for event in ex.wait(WAIT_S):
                 if isinstance(event, PlanDone):
                     self._add_time("plan_s", event.seconds)
-                    arrived[event.key] = event
+                    arrived[event.key] = self._merged(event)
                     while admit_key in arrived:
                         self._admit(arrived.pop(admit_key).planned)
                         admit_key += 1
@@ -139,14 +151,49 @@ class RunLoop:
 
     # ---- plans ---------------------------------------------------------------------------
 
+    def _plan(self, key: int, batch: list[CatalogEntry], arrived: dict[int, PlanDone]) -> None:
+        """Plan a batch: what an earlier run planned from the same content is taken from it,
+        the rest goes to a plan task; a batch wholly taken is ready at once."""
+        if self.plans is None:
+            self.executor.submit_plan(key, batch)
+            return
+        keys = [self.plans.keys.key(e) for e in batch]
+        taken = [self.plans.take(e, k) for e, k in zip(batch, keys, strict=True)]
+        for entry, k, planned in zip(batch, keys, taken, strict=True):
+            if planned is None and k is not None:
+                self._plan_keys[entry.model_id] = k
+        misses = [e for e, p in zip(batch, taken, strict=True) if p is None]
+        if not misses:
+            arrived[key] = PlanDone(key, batch, [p for p in taken if p is not None], 0.0)
+            return
+        if len(misses) < len(batch):
+            self._partial[key] = (batch, taken)
+        self.executor.submit_plan(key, misses)
+
+    def _merged(self, done: PlanDone) -> PlanDone:
+        """A plan task's batch with its keys, and the batch's plans taken from earlier runs in
+        catalog order (an entry the environment kept from planning is left out)."""
+        for p in done.planned:
+            p.plan_key = self._plan_keys.pop(p.entry.model_id, None)
+        if done.key not in self._partial:
+            return done
+        batch, taken = self._partial.pop(done.key)
+        fresh = {p.entry.model_id: p for p in done.planned}
+        merged = [
+            t if t is not None else fresh.get(e.model_id) for e, t in zip(batch, taken, strict=True)
+        ]
+        return PlanDone(done.key, batch, [p for p in merged if p is not None], done.seconds)
+
     def _admit(self, planned: list[Planned]) -> None:
         for p in planned:
             dtypes = self.pending.pop(p.entry.model_id, None) if self.pending else None
             dtypes = dtypes or self.dtypes
+            plan = plan_row(self.run.run_id, p) if self.plans is not None else None
             if p.outcome is not None:
                 for dtype in dtypes:
                     results, fallbacks = model_rows(self.contexts[dtype], p, p.outcome)
-                    self.writer.add({"results": results, "fallbacks": fallbacks})
+                    plans, plan = [plan] if plan else None, None
+                    self.writer.add({"results": results, "fallbacks": fallbacks, "plans": plans})
                     self.skipped += 1
                     self.on_model(headline(p.outcome), 1)
                 continue
@@ -154,6 +201,8 @@ class RunLoop:
                 row = config_row(self.run, p)
                 if row is not None:
                     self._configs[p.entry.model_id] = row
+            if plan is not None:
+                self._plan_rows[p.entry.model_id] = plan
             for dtype in dtypes:
                 admitted = self.ledger.admit(p, dtype, self.settings_at(dtype))
                 if isinstance(admitted, Task):
@@ -211,8 +260,14 @@ class RunLoop:
             reused_from=reused_from,
         )
         pair = self._configs.pop(member.entry.model_id, None)
+        plan = self._plan_rows.pop(member.entry.model_id, None)
         self.writer.add(
-            {"results": results, "fallbacks": fallbacks, "configs": [pair] if pair else None}
+            {
+                "results": results,
+                "fallbacks": fallbacks,
+                "configs": [pair] if pair else None,
+                "plans": [plan] if plan else None,
+            }
         )
 
 

@@ -41,6 +41,7 @@ class Planned:
     library: str | None = None
     model_type: str | None = None
     quantization: str | None = None  # the method a quantized checkpoint needs (its rows say it)
+    plan_key: str | None = None  # the key of what it was planned from (`sweep.plans`)
 
     def slim(self) -> Planned:
         return replace(self, resolved=None)

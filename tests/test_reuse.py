@@ -366,7 +366,8 @@ def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert (
         "0 run as 0 unique tiny models, 3 reused from earlier runs "
-        "(2 unique tiny models not run again)" in second.stderr
+        "(2 unique tiny models not run again), 3 plans reused (nothing to run: no Ray started)"
+        in second.stderr
     )
     for line in (
         "swept, rows reused from an earlier run",
@@ -414,6 +415,8 @@ def test_reuse_through_ray_on_the_s3_store(tmp_path, ray_session):
         a = Store(store).read("results", "one").to_pylist()
         b = Store(store).read("results", "two").to_pylist()
     assert first.tasks == 2 and second.tasks == 0 and second.reused == 3
+    # nothing changed: no entry planned again, no task submitted to Ray
+    assert second.plans_reused == 3 and not second.started_executor
     assert {r["reused_from"] for r in b} == {"one"}
     assert sorted(map(comparable, a)) == sorted(map(comparable, b))
 

@@ -32,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="copy the rows of every task whose content key (its tiny config, the software, "
         "the settings and the code that decide its rows) an earlier run has: the newest other "
         "run (latest), that run, every run of the store, or none (the default); only the new "
-        "keys run (a timeout, crash or oom always runs again); the rows say reused_from",
+        "keys run (a timeout, crash or oom always runs again); the rows say reused_from. An "
+        "entry whose inputs (catalog fields, cached config files, software, stages) have not "
+        "changed is not planned again either",
     )
     options.add_device_arguments(p)
     options.add_model_arguments(p)
@@ -90,6 +92,9 @@ def run_line(summary: RunSummary, store: str) -> str:
         + (
             f"{summary.reused} reused from earlier runs "
             f"({summary.reused_tasks} unique tiny models not run again), "
+            f"{summary.plans_reused} plans reused"
+            + ("" if summary.started_executor else " (nothing to run: no Ray started)")
+            + ", "
             if summary.reuse_sources
             else ""
         )
