@@ -35,6 +35,7 @@ from sweep.plan import Planned
 NOT_PLANNED_FROM = frozenset({"rank", "downloads", "likes"})
 # Planned's own fields kept in a plan record (the entry is the catalog's, the config is dropped)
 META = ("config_source", "config_hash", "library", "model_type", "quantization")
+RECORD_VERSION = 1  # of a plan record's layout: part of every key (a new layout, new keys)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class PlanKeys:
                 versions[package] = None
         offline = settings.hub_offline()
         shared = {
+            "record": RECORD_VERSION,
             "code_hash": code_hash(),
             "python": platform.python_version(),
             "versions": versions,
@@ -112,15 +114,20 @@ def plan_record(planned: Planned) -> str:
 def planned_from(record: str, entry: CatalogEntry) -> Planned | None:
     """The plan a record holds, for `entry` (today's catalog fields: rank, downloads); None
     when the record cannot give back the very plan it was made from."""
-    data = json.loads(record)
-    spec = TinySpec.from_dict(data["spec"]) if data.get("spec") else None
+    try:
+        data = json.loads(record)
+        spec = TinySpec.from_dict(data["spec"]) if data.get("spec") else None
+        outcome = None
+        if data.get("outcome"):
+            raw = dict(data["outcome"])
+            stages = [StageResult(**s) for s in raw.pop("stages")]
+            outcome = ModelOutcome(stages=stages, **raw)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None  # not a record this code reads (damaged, or another layout): plan again
     if spec is not None and spec.hash != data.get("shrunk_config_hash"):
         return None  # not the plan it was made from: plan it again
-    outcome = None
-    if data.get("outcome"):
-        raw = dict(data["outcome"])
-        stages = [StageResult(**s) for s in raw.pop("stages")]
-        outcome = ModelOutcome(stages=stages, **raw)
+    if spec is None and outcome is None:
+        return None
     return Planned(entry=entry, spec=spec, outcome=outcome, **{k: data.get(k) for k in META})
 
 

@@ -109,6 +109,8 @@ def test_a_config_that_does_not_survive_json_is_planned_again(tmp_path, cat):
     record = json.loads(plan_record(planned))
     record["shrunk_config_hash"] = "0" * 16
     assert planned_from(json.dumps(record), entry) is None
+    for damaged in ("{", "[]", json.dumps({"spec": {"nope": 1}}), json.dumps({"outcome": 3})):
+        assert planned_from(damaged, entry) is None, damaged
     cache = PlanCache(keys_for(tmp_path), {"k": json.dumps(record)})
     assert cache.take(entry, "k") is None and (cache.hits, cache.planned) == (0, 1)
 
