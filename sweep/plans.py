@@ -35,7 +35,7 @@ from sweep.plan import Planned
 NOT_PLANNED_FROM = frozenset({"rank", "downloads", "likes"})
 # Planned's own fields kept in a plan record (the entry is the catalog's, the config is dropped)
 META = ("config_source", "config_hash", "library", "model_type", "quantization")
-RECORD_VERSION = 1  # of a plan record's layout: part of every key (a new layout, new keys)
+RECORD_VERSION = 2  # of a plan record's layout: part of every key (a new layout, new keys)
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,40 @@ class PlanKeys:
         ]
 
 
+ITEMS, TUPLE = "__hfsweep_items__", "__hfsweep_tuple__"
+
+
+def _encode(value: Any) -> Any:
+    """`value` as plain JSON that `_decode` gives back exactly: a dict whose keys are not all
+    strings (`id2label`'s integers) as its items, a tuple tagged as one."""
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and not {ITEMS, TUPLE} & set(value):
+            return {k: _encode(v) for k, v in value.items()}
+        return {ITEMS: [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {TUPLE: [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {ITEMS}:
+            return {_decode(k): _decode(v) for k, v in value[ITEMS]}
+        if set(value) == {TUPLE}:
+            return tuple(_decode(v) for v in value[TUPLE])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
 def plan_record(planned: Planned) -> str:
     """A plan as JSON: its spec, or the outcome planning decided, and what it says of the
     config (not the full-size config itself, nor the catalog entry)."""
     record: dict[str, Any] = {k: getattr(planned, k) for k in META}
-    record["spec"] = planned.spec.to_dict() if planned.spec is not None else None
+    record["spec"] = _encode(planned.spec.to_dict()) if planned.spec is not None else None
     record["shrunk_config_hash"] = planned.shrunk_hash
     record["outcome"] = asdict(planned.outcome) if planned.outcome is not None else None
     return json.dumps(record, sort_keys=True, default=str)
@@ -116,7 +145,7 @@ def planned_from(record: str, entry: CatalogEntry) -> Planned | None:
     when the record cannot give back the very plan it was made from."""
     try:
         data = json.loads(record)
-        spec = TinySpec.from_dict(data["spec"]) if data.get("spec") else None
+        spec = TinySpec.from_dict(_decode(data["spec"])) if data.get("spec") else None
         outcome = None
         if data.get("outcome"):
             raw = dict(data["outcome"])
@@ -170,11 +199,22 @@ def plan_row(run_id: str, planned: Planned) -> dict[str, Any] | None:
     if not planned.plan_key:
         return None
     record = plan_record(planned)
-    if planned.spec is not None and json.loads(record)["spec"] != planned.spec.to_dict():
-        return None  # its config is not plain JSON (int keys, tuples): planned every night
+    if planned.spec is not None:
+        back = _decode(json.loads(record)["spec"])
+        if back != planned.spec.to_dict() or _types(back) != _types(planned.spec.to_dict()):
+            return None  # a value JSON cannot hold as it is (an object): planned every night
     return {
         "run_id": run_id,
         "model_id": planned.entry.model_id,
         "plan_key": planned.plan_key,
         "plan": record,
     }
+
+
+def _types(value: Any) -> Any:
+    """The shape of `value` with the type of every leaf (1 == 1.0 == True in Python)."""
+    if isinstance(value, dict):
+        return {repr(k): _types(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [_types(v) for v in value])
+    return type(value).__name__

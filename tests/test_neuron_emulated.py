@@ -196,6 +196,36 @@ def test_tied_weights_stay_tied_through_training(neuron: NeuronEmulatedDevice) -
     assert max_diff(grad, reference.transformer.wte.weight.grad) < 1e-6
 
 
+@forked
+def test_a_tie_inside_a_wrapper_without_tie_weights_survives_the_move(
+    neuron: NeuronEmulatedDevice,
+) -> None:
+    """A module sharing a parameter inside a wrapper that cannot re-tie it (sentence-
+    transformers around T5: `shared` and `encoder.embed_tokens`): the move to a PrivateUse1
+    device would untie it, and the gradient would miss one of the two names."""
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared = torch.nn.Embedding(10, 4)
+            self.embed = torch.nn.Embedding(10, 4)
+            self.embed.weight = self.shared.weight
+
+        def forward(self, ids):
+            return self.embed(ids).sum()
+
+    wrapper = torch.nn.Sequential(Inner())
+    assert not hasattr(wrapper, "tie_weights")
+    model = neuron.prepare_model(copy.deepcopy(wrapper))
+    inner = model[0]
+    assert inner.embed.weight is inner.shared.weight and inner.shared.weight.device.type == "neuron"
+    inner(torch.tensor([1, 2]).to("neuron")).backward()
+    assert inner.shared.weight.grad is not None
+    # what PyTorch's move alone does on this device (the break the repair undoes)
+    plain = copy.deepcopy(wrapper).to("neuron")
+    assert plain[0].embed.weight is not plain[0].shared.weight
+
+
 # Ops whose call reaches the fallback under a base name (checked against an empty profile).
 OPS = {
     "aten::sin": lambda x, y: torch.sin(x),

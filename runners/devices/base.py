@@ -185,8 +185,17 @@ class Device(ABC):
         return torch.device(self.name)
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Move a model to the device, repairing what the move breaks (tied weights)."""
+        """Move a model to the device, repairing what the move breaks: tied weights. Moving to a
+        backend whose tensors PyTorch cannot shallow-copy into CPU ones (PrivateUse1: neuron,
+        the emulator) gives every module a Parameter of its own, so a parameter shared by
+        several modules (a T5 inside a sentence-transformers wrapper, which has no
+        `tie_weights` of its own) would be untied; each is shared again as it was on the CPU."""
+        shared = shared_parameters(model)
         model = model.to(self.torch_device)
+        for places in shared:
+            owner, name = places[0]
+            for module, other in places[1:]:
+                module._parameters[other] = owner._parameters[name]
         tie = getattr(model, "tie_weights", None)
         if callable(tie):
             tie()
@@ -240,3 +249,13 @@ class Device(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, emulated={self.emulated})"
+
+
+def shared_parameters(model: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str]]]:
+    """The (module, name) places of each parameter that several places hold."""
+    places: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                places.setdefault(id(param), []).append((module, name))
+    return [p for p in places.values() if len(p) > 1]
