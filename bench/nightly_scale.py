@@ -283,9 +283,10 @@ def main() -> int:
         )
         for n, p in enumerate(passes, start=1):
             planned = p["requested"]
+            per_core = f"{planned / p['plan_s']:.1f}" if p["plan_s"] else "-"  # no plan task
             print(
                 f"{n:<6}{p['wall_s']:>9.1f}{planned / p['wall_s']:>11.1f}"
-                f"{planned / max(p['plan_s'], 1e-9):>13.1f}{p['models_run']:>8,}"
+                f"{per_core:>13}{p['models_run']:>8,}"
                 f"{p['unique']:>8,}{p['unique'] / max(1, p['models_run']):>7.2f}"
                 f"{p['reused']:>8,}{p['plans_reused']:>10,}{'yes' if p['ray_started'] else 'no':>5}"
                 f"{p['store_bytes_added'] / 1e6:>10.1f}"

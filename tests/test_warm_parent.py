@@ -1,0 +1,49 @@
+"""The warm parent (`runners.isolation.warm_parent`) imports what a forked child's first compile
+would otherwise import for itself (each sweep child compiles once: that import time was a fifth
+to a third of its compile stage, `bench/compile_breakdown.py --children`). With the pinned torch,
+a child's first training-step compile (AOTAutograd, as the neuron backend and aot_eager run it)
+imports almost nothing new."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import ROOT
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    from runners.isolation import warm_parent
+    warm_parent()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        torch.set_num_threads(1)
+        before = set(sys.modules)
+        def step(x, w):
+            return torch.tanh(x @ w).mean() * 2
+        x = torch.randn(4, 8, requires_grad=True)
+        w = torch.randn(8, 8, requires_grad=True)
+        torch.compile(step, backend="aot_eager", dynamic=False)(x, w).backward()
+        os.write(write, json.dumps(sorted(set(sys.modules) - before)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    print(os.read(read, 1 << 20).decode())
+    """
+)
+
+
+def test_a_forked_childs_first_compile_imports_almost_nothing():
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    new = json.loads(done.stdout.strip().splitlines()[-1])
+    # before the warm parent imported AOTAutograd's and Inductor's modules: 174 of them
+    assert len(new) <= 5, new
+    assert not [m for m in new if m.startswith(("torch._inductor", "torch._dynamo", "sympy"))]
