@@ -174,12 +174,17 @@ class PlanCache:
     def load(cls, store: Store, runs: Iterable[str], keys: PlanKeys) -> PlanCache:
         cache = cls(keys)
         for run_id in runs:  # newest first: the first record per key wins
-            table = store.read("plans", run_id, columns=["plan_key", "plan"])
-            for key, record in zip(
-                table.column("plan_key").to_pylist(), table.column("plan").to_pylist(), strict=True
-            ):
-                if key:
-                    cache.records.setdefault(key, record)
+            # a part at a time: the whole table in Arrow beside its Python strings would hold
+            # every record twice (and Arrow's pool keeps what it freed)
+            for part in store.part_files("plans", run_id):
+                table = store.dataset("plans", [part]).to_table(columns=["plan_key", "plan"])
+                for key, record in zip(
+                    table.column("plan_key").to_pylist(),
+                    table.column("plan").to_pylist(),
+                    strict=True,
+                ):
+                    if key:
+                        cache.records.setdefault(key, record)
         return cache
 
     def take(self, entry: CatalogEntry, key: str | None) -> Planned | None:
