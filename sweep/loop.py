@@ -188,7 +188,11 @@ class RunLoop:
         for p in planned:
             dtypes = self.pending.pop(p.entry.model_id, None) if self.pending else None
             dtypes = dtypes or self.dtypes
-            plan = plan_row(self.run.run_id, p) if self.plans is not None else None
+            plan = (
+                plan_row(self.run.run_id, p, self.plans.records.get(p.plan_key or ""))
+                if self.plans is not None
+                else None
+            )
             if p.outcome is not None:
                 for dtype in dtypes:
                     results, fallbacks = model_rows(self.contexts[dtype], p, p.outcome)

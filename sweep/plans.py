@@ -48,18 +48,14 @@ class PlanKeys:
 
     @classmethod
     def of(cls, stages: Iterable[str], config_dir: str | Path | None) -> PlanKeys:
-        from importlib import metadata
-
         from reports import settings
         from runners import faults
         from sweep.reuse import adapter_versions, code_hash
+        from sweep.settings import package_version
 
-        versions: dict[str, str | None] = dict(adapter_versions())
+        versions = dict(adapter_versions())
         for package in ("torch", "transformers", "diffusers", "huggingface_hub"):
-            try:
-                versions[package] = metadata.version(package)
-            except metadata.PackageNotFoundError:
-                versions[package] = None
+            versions[package] = package_version(package)
         offline = settings.hub_offline()
         shared = {
             "record": RECORD_VERSION,
@@ -192,6 +188,8 @@ class PlanCache:
         record = self.records.get(key) if key else None
         planned = planned_from(record, entry) if record is not None else None
         if planned is None:
+            if key:  # a record that does not give its plan back is not offered again
+                self.records.pop(key, None)
             self.planned += 1
             return None
         self.hits += 1
@@ -199,14 +197,16 @@ class PlanCache:
         return planned
 
 
-def plan_row(run_id: str, planned: Planned) -> dict[str, Any] | None:
-    """The plans row of a model (None: its plan has no key, it cannot be reused)."""
+def plan_row(run_id: str, planned: Planned, taken: str | None = None) -> dict[str, Any] | None:
+    """The plans row of a model (None: its plan has no key, it cannot be reused). `taken`: the
+    record the plan was taken from (written again as it is: it gave this very plan back)."""
     if not planned.plan_key:
         return None
-    record = plan_record(planned)
-    if planned.spec is not None:
+    record = taken or plan_record(planned)
+    if taken is None and planned.spec is not None:
+        spec = planned.spec.to_dict()
         back = _decode(json.loads(record)["spec"])
-        if back != planned.spec.to_dict() or _types(back) != _types(planned.spec.to_dict()):
+        if back != spec or _types(back) != _types(spec):
             return None  # a value JSON cannot hold as it is (an object): planned every night
     return {
         "run_id": run_id,

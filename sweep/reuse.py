@@ -75,17 +75,13 @@ def code_hash() -> str:
 
 def adapter_versions() -> dict[str, str | None]:
     """The installed version of each library adapter's package (None: not installed)."""
-    from importlib import metadata
-
     from model_configs.adapters import ADAPTERS, get_adapter
+    from sweep.settings import package_version
 
     out: dict[str, str | None] = {}
     for library in ADAPTERS:
         package = getattr(get_adapter(library), "package", None)
-        try:
-            out[library] = metadata.version(package) if package else None
-        except metadata.PackageNotFoundError:
-            out[library] = None
+        out[library] = package_version(package) if package else None
     return out
 
 

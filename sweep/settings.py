@@ -162,16 +162,19 @@ def check_same_settings(previous: dict[str, Any], settings: dict[str, Any]) -> N
         )
 
 
-def software_versions(device: Any = None) -> dict[str, str | None]:
-    """The versions of what a run ran on (its row records them)."""
+def package_version(name: str) -> str | None:
+    """The installed version of a distribution (None: not installed)."""
     from importlib import metadata
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
+
+def software_versions(device: Any = None) -> dict[str, str | None]:
+    """The versions of what a run ran on (its row records them)."""
+    version = package_version
     versions = {
         "torch_version": version("torch"),
         "transformers_version": version("transformers"),

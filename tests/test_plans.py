@@ -119,6 +119,7 @@ def test_a_config_json_cannot_hold_is_planned_again(tmp_path, cat):
         assert planned_from(damaged, entry) is None, damaged
     cache = PlanCache(keys_for(tmp_path), {"k": json.dumps(record)})
     assert cache.take(entry, "k") is None and (cache.hits, cache.planned) == (0, 1)
+    assert "k" not in cache.records  # not offered again, nor written again as a taken record
 
 
 def test_a_night_with_nothing_new_plans_nothing_and_starts_nothing(tmp_path, cat, counted):
@@ -134,8 +135,11 @@ def test_a_night_with_nothing_new_plans_nothing_and_starts_nothing(tmp_path, cat
     # the rows are the first run's, but for what a copy changes
     a, b = store.read("results", "one").to_pylist(), store.read("results", "two").to_pylist()
     assert sorted(map(comparable, a)) == sorted(map(comparable, b))
-    # and the plans it took are its own: a third night takes them from the second
-    assert len(store.read("plans", "two")) == 4
+    # and the plans it took are its own, the very records it took: a third night takes them
+    # from the second
+    taken = {r["plan_key"]: r["plan"] for r in store.read("plans", "one").to_pylist()}
+    again = {r["plan_key"]: r["plan"] for r in store.read("plans", "two").to_pylist()}
+    assert again == taken and len(again) == 4
     counted.clear()
     third = sweep(tmp_path, "three", "latest")
     assert counted == [] and third.plans_reused == 4 and third.reuse_sources == ["two"]
