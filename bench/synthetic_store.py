@@ -476,7 +476,7 @@ def generate(
     """Write `runs` nightly runs of `models` models each; returns row counts."""
     store = Store(out)
     table = make_models(models, seed)
-    start = dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.UTC)
     totals = {"results": 0, "fallbacks": 0, "runs": runs}
     for r in range(runs):
         t0 = time.perf_counter()

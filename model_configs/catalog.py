@@ -236,7 +236,7 @@ def refresh_catalog(
     config_dir = out.with_suffix("")
     meta_path = out.with_suffix(".json")
     resume = _refresh_interrupted(meta_path)
-    started = dt.datetime.now(dt.timezone.utc).isoformat()
+    started = dt.datetime.now(dt.UTC).isoformat()
     infos = client.list_models(top)
     meta: dict[str, Any] = {
         "source": "huggingface_hub list_models(sort='downloads')",
@@ -263,7 +263,7 @@ def refresh_catalog(
     write_catalog(entries, out, license_of=lambda e: _license(e.tags))
     meta.update(
         status="finished",
-        fetched_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        fetched_at=dt.datetime.now(dt.UTC).isoformat(),
         models=len(entries),
         configs=dict(sorted(fetched.items())),
     )

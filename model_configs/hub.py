@@ -168,8 +168,8 @@ def _retry_after(response: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
 
 
 def classify(exc: BaseException) -> Failure:
@@ -266,7 +266,7 @@ class ConfigFetch:
             "message": self.message,
             "files": list(self.files),
             "revision": self.revision,
-            "fetched_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "fetched_at": dt.datetime.now(dt.UTC).isoformat(),
         }
 
 

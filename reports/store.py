@@ -59,12 +59,12 @@ def check_run_id(run_id: str) -> str:
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     return now.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def is_uri(root: str) -> bool:

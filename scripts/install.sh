@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Creates .venv and installs hfsweep into it (torch pinned: a bare `torch` requirement would pull
-# whatever build the index serves). Usage: scripts/install.sh [extras]  (e.g. dev or all,dev);
-# default `all`: every library adapter's package except ultralytics (AGPL-3.0, opt in with
-# `scripts/install.sh all,ultralytics`).
+# Creates .venv and installs hfsweep into it at the versions of requirements/lock.txt (pip
+# constraints resolved by scripts/lock.sh), so the same commit installs the same stack on any
+# day. Usage: scripts/install.sh [extras]  (e.g. dev or all,dev); default `all`: every library
+# adapter's package except ultralytics (AGPL-3.0, opt in with `scripts/install.sh all,ultralytics`).
+# LOCK=path/to/constraints.txt installs against another lock (scripts/upgrade_check.sh uses it);
+# LOCK=none installs the newest versions pyproject.toml allows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+VENV=${VENV:-.venv}
+LOCK=${LOCK:-requirements/lock.txt}
+PIP_VERSION=26.3
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q "pip==$PIP_VERSION"
 # torch 2.14.1 with its torchvision 0.29.1 (TorchNeuron's beta targets PyTorch 2.14). On a GPU
-# machine install the build you want into .venv first: an installed torch is kept.
-.venv/bin/python -c "import torch, torchvision" 2>/dev/null || \
-  .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
+# machine install the build you want into the venv first: an installed torch is kept.
+"$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null || \
+  "$VENV/bin/python" -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
 extra=${1:-all}
-# the adapters' packages must not move torch off the pin
 constraints=$(mktemp)
-.venv/bin/python -c "import torch, torchvision; print(f'torch=={torch.__version__.split(\"+\")[0]}\ntorchvision=={torchvision.__version__.split(\"+\")[0]}')" > "$constraints"
-.venv/bin/python -m pip install -q -c "$constraints" -e ".[$extra]"
-rm -f "$constraints"
+trap 'rm -f "$constraints"' EXIT
+# the adapters' packages must not move torch off the installed build
+"$VENV/bin/python" -c "import torch, torchvision; print(f'torch=={torch.__version__.split(\"+\")[0]}\ntorchvision=={torchvision.__version__.split(\"+\")[0]}')" > "$constraints"
+if [ "$LOCK" != none ]; then
+  grep -v -E '^(torch|torchvision)==' "$LOCK" >> "$constraints"
+  # the build backend at its locked version too (no build isolation: nothing unlocked is fetched)
+  "$VENV/bin/python" -m pip install -q -c "$constraints" setuptools
+  "$VENV/bin/python" -m pip install -q --no-build-isolation -c "$constraints" -e ".[$extra]"
+else
+  "$VENV/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -c "$constraints" -e ".[$extra]"
+fi

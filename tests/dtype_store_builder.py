@@ -40,7 +40,7 @@ OLD_RUN = "s0"
 OP_RUN = "od"
 DTYPES = ("fp32", "bf16")
 STAGES = ["load", "forward", "backward", "compile", "generate"]
-T0 = dt.datetime(2026, 11, 5, 2, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 5, 2, 0, tzinfo=dt.UTC)
 
 MODELS: dict[str, dict[str, Any]] = {
     "org/llama-same": dict(

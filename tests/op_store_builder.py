@@ -32,7 +32,7 @@ from reports.store import Store
 
 OP_RUN = "o1"
 EVIL_SAMPLE = "<script>alert('op')</script>"
-T0 = dt.datetime(2026, 11, 2, 2, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 2, 2, 0, tzinfo=dt.UTC)
 
 
 def _d(op: str, execution: str, fallbacks: list[str] | None = None, lowering: bool | None = True):

@@ -29,7 +29,7 @@ from reports.store import Store
 STAGES = ["load", "forward", "backward", "compile", "generate"]
 EVIL_ID = "evil/<script>alert(1)</script>"
 EVIL_MESSAGE = "<script>alert('pwned')</script> & <b>bold</b>"
-T0 = dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.UTC)
 
 MODELS: dict[str, dict[str, Any]] = {
     "org/a-pass-clean": dict(

@@ -204,7 +204,7 @@ def test_diff_against_an_interrupted_run(tmp_path: Path) -> None:
 
     root = tmp_path / "s"
     build_hand_store(root)
-    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.UTC)
     Store(root).write(
         "runs", "r3", [{"run_id": "r3", "status": "interrupted", "started_at": t, "updated_at": t}]
     )

@@ -291,7 +291,7 @@ def test_an_interrupted_run_is_listed_and_diffable(tmp_path) -> None:
 
     root = tmp_path / "s"
     build_hand_store(root)
-    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2026, 11, 3, 2, 0, tzinfo=dt.UTC)
     Store(root).write(
         "runs",
         "r3",

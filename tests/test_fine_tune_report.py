@@ -27,7 +27,7 @@ from reports.store import Store
 from reports.summary import run_report
 
 STAGES = ["load", "forward", "backward", "optimizer", "optimizer_fused", "amp", "lora"]
-T0 = dt.datetime(2026, 11, 2, 2, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 2, 2, 0, tzinfo=dt.UTC)
 DOWNLOADS = {
     "org/clean": 1000,
     "org/lerp": 500,

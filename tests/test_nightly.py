@@ -61,7 +61,7 @@ def test_alert_rules(a, b, status, alert, flake):
 
 
 def test_the_previous_night_is_the_newest_earlier_finished_run_of_the_series():
-    t = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
     def run(run_id: str, hours: int, status: str = "finished", series: str | None = "neuron"):
         return {

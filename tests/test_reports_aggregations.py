@@ -179,7 +179,7 @@ def test_diff_categories_and_versions(q: StoreQuery) -> None:
 
 def test_diff_flaky_when_nothing_changed(tmp_path) -> None:
     store = Store(tmp_path / "s")
-    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     for i, (run, status) in enumerate((("n1", "pass"), ("n2", "fail"))):
         res, fb = rows_for(run, "org/a-pass-clean", ["pass", status, "pass", "pass", "pass"])
         store.write_model_rows(run, res, fb)

@@ -77,7 +77,7 @@ def band_store(tmp_path_factory) -> Store:
         [
             _run(
                 "r3",
-                dt.datetime(2026, 11, 2, tzinfo=dt.timezone.utc),
+                dt.datetime(2026, 11, 2, tzinfo=dt.UTC),
                 "finished",
                 torch="2.14.1",
                 requested=4,

@@ -272,7 +272,7 @@ def _row(schema, run_id: str, **values: Any) -> dict[str, Any]:
         elif str(f.type) == "bool":
             row[f.name] = True
         elif str(f.type).startswith("timestamp"):
-            row[f.name] = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+            row[f.name] = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
         elif str(f.type) == "double":
             row[f.name] = 1.5
         elif str(f.type).startswith("list"):

@@ -55,7 +55,7 @@ def page_context(report: dict[str, Any]) -> dict[str, Any]:
     return {
         "report": report,
         "css": jinja2.utils.markupsafe.Markup(STYLE.read_text()),
-        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
