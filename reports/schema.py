@@ -29,6 +29,12 @@ class Stage(str, enum.Enum):
     OPTIMIZER_FUSED = "optimizer_fused"
     AMP = "amp"
     LORA = "lora"
+    # Sharding as users shard, on a group of ranks of the device (`--world-size`, one process
+    # each): a DistributedDataParallel training step, two FSDP2 steps (`fully_shard` per
+    # block), the model's own tensor-parallel plan; each against a single process.
+    DDP = "ddp"
+    FSDP = "fsdp"
+    TP = "tp"
 
     def __str__(self) -> str:
         return self.value
@@ -46,12 +52,15 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     Stage.GENERATE,
 )
 TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
+# Asked for by name (`--stages distributed` or `all`): each starts a group of processes.
+DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)
 # The stages each one builds on (among those a run asks for): one of them not passing makes it
 # `not_run`. The first five build on every stage before them; a training stage on a model that
 # loads, runs forward and backward, so a compile or generate failure does not hide it.
 STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
     **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
     **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
+    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES},
 }
 
 
@@ -93,6 +102,7 @@ class SkipReason(str, enum.Enum):
     GATED = "gated"  # the repo needs an accepted licence to read
     DEVICE_UNSUPPORTED_FEATURE = "device_unsupported_feature"  # e.g. a dtype the device lacks
     NOT_APPLICABLE = "not_applicable"  # the stage does not apply (generate on an encoder)
+    NO_TP_PLAN = "no_tp_plan"  # tp: the library has no tensor-parallel plan for the model
 
     def __str__(self) -> str:
         return self.value
@@ -228,6 +238,16 @@ def run_dtypes(value: str | None) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Tables. Column order is the order below; every column is nullable unless marked otherwise.
 
+# One collective a distributed stage ran (`c10d::allreduce`).
+COLLECTIVE_TYPE = pa.struct(
+    [
+        pa.field("op", pa.string()),
+        pa.field("calls", pa.int64()),  # per rank (the most any rank made)
+        pa.field("bytes", pa.int64()),  # input bytes, summed over the ranks
+        pa.field("evidence", pa.string()),  # CompileEvidence; null: the device declares nothing
+    ]
+)
+
 RESULTS_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -285,6 +305,18 @@ RESULTS_SCHEMA = pa.schema(
         # Null in stores written before the column existed (read as "not recorded").
         pa.field("compile_evidence", pa.string()),
         pa.field("unverified_ops", pa.list_(pa.string())),  # graph ops with no evidence either way
+        # The distributed stages (null elsewhere): the group's ranks; the collectives it ran
+        # (per rank calls, input bytes summed over ranks, what a verdict on it rests on:
+        # CompileEvidence, null where the device declares nothing); each rank's peak device
+        # memory and the same single-process step's; the rank whose failure decided the
+        # status; and what the stage's verdict rests on (its failing collective or DTensor op,
+        # else the weakest evidence of the collectives it ran).
+        pa.field("world_size", pa.int32()),
+        pa.field("collectives", pa.list_(COLLECTIVE_TYPE)),
+        pa.field("rank_peak_memory_bytes", pa.list_(pa.int64())),
+        pa.field("unsharded_peak_memory_bytes", pa.int64()),
+        pa.field("failed_rank", pa.int32()),
+        pa.field("sharding_evidence", pa.string()),
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         # The task's content key: everything that can change its rows (sweep/reuse.py). Equal
         # keys give equal rows, so a later run may copy them (`hfsweep run --reuse`).
@@ -374,6 +406,7 @@ RUNS_SCHEMA = pa.schema(
         # before a run could sweep several dtypes holds one
         pa.field("dtype", pa.string()),
         pa.field("stages", pa.string()),  # comma-separated Stage values
+        pa.field("world_size", pa.int32()),  # ranks of the distributed stages (null: none asked)
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("compile_backend", pa.string()),  # torch.compile backend the compile stage used
         pa.field("compile_mode", pa.string()),  # what an unlowerable graph op does: raise / eager

@@ -22,11 +22,13 @@ import importlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from model_configs.spec import TinySpec
 from reports.errors import EnvironmentFault
-from reports.schema import Stage, Status
+from reports.schema import DISTRIBUTED_STAGES, Stage, Status
 from runners import containment, faults
+from runners.distributed.group import group_stage_results
 from runners.outcome import ModelOutcome, StageResult, failed_before
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Send, forks, fresh_interpreter, peak_rss_bytes
@@ -147,14 +149,14 @@ def run_isolated(
     if Stage.LORA in order:
         warm_peft()
     spawn = fresh_interpreter(settings.device.name, settings.device.options())
+    # the distributed stages run afterwards, each on a group of rank processes of this one
+    own = replace(settings, stages=tuple(s for s in order if s not in DISTRIBUTED_STAGES))
     results: list[StageResult] = []
     param_count: int | None = None
     setup_s: float | None = None
     finished = False
     child_error: tuple[str, str] | None = None
-    with Child(
-        _model_child, (spec, settings), spawn=spawn, memory_limit=settings.memory_limit
-    ) as child:
+    with Child(_model_child, (spec, own), spawn=spawn, memory_limit=settings.memory_limit) as child:
         child.deadline(settings.timeout_s)
         while (message := child.receive()) is not None:
             kind, payload = message
@@ -168,7 +170,7 @@ def run_isolated(
                 param_count, finished = payload, True
                 break
             elif kind == "env":
-                rest = order[len(results) :]
+                rest = list(own.stages)[len(results) :]
                 doing = rest[0].value if rest else "its set-up"
                 raise EnvironmentFault(
                     f"the model's process could not run {doing}: {payload[0]}: {payload[1]}",
@@ -183,11 +185,12 @@ def run_isolated(
     if setup_s is not None:
         timings["setup_s"] = setup_s
     peak = child.peak_rss
-    if finished and len(results) == len(order):
+    if finished and len(results) == len(own.stages):
+        results += group_stage_results(spec, settings, results, spawn=spawn, on_stage=on_stage)
         return ModelOutcome(
             stages=results, param_count=param_count, timings=timings, peak_host_memory_bytes=peak
         )
-    rest = order[len(results) :]
+    rest = [s for s in order if s.value not in {r.stage for r in results}]
     ending = child.ending
     if child_error is not None:
         tail = failed_before(rest, Status.FAIL, child_error[0], child_error[1], duration_s=elapsed)

@@ -41,6 +41,13 @@ class StageResult:
     step_s: float | None = None
     step_op_calls: int | None = None  # optimizer stages: native calls of the optimizer's part
     peak_memory_bytes: int | None = None
+    # the distributed stages (`reports.schema.RESULTS_SCHEMA` says what each holds)
+    world_size: int | None = None
+    collectives: list[dict[str, Any]] | None = None
+    rank_peak_memory_bytes: list[int | None] | None = None
+    unsharded_peak_memory_bytes: int | None = None
+    failed_rank: int | None = None
+    sharding_evidence: str | None = None
     fallbacks: list[dict[str, Any]] = field(default_factory=list)  # op, count, bytes, source
 
     def row(self) -> dict[str, Any]:

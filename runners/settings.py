@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.errors import UsageError
-from reports.schema import DEFAULT_STAGES, STAGE_ORDER, Stage
+from reports.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_ORDER, Stage
 from runners.containment import DEFAULT_MEMORY_LIMIT
 
 if TYPE_CHECKING:
     from runners.devices.base import Device
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+DEFAULT_WORLD_SIZE = 2  # ranks of the distributed stages (`--world-size`)
 
 
 def dtype_names(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -178,6 +179,10 @@ def _seconds(value: float, known: Mapping[str, Any]) -> float:
     return float(value)
 
 
+def _world_size(value: int | None, known: Mapping[str, Any]) -> int | None:
+    return value
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """What every model task runs with, from the driver to the stage."""
@@ -190,8 +195,11 @@ class ModelSettings:
         default=DEFAULT_MEMORY_LIMIT, metadata=row("memory_limit_bytes", encode=_bytes)
     )  # bytes per model beyond what its child starts with (None: no cap)
     compile_backend: str | None = field(default=None, metadata=row(encode=_compile_columns))
+    # ranks of the distributed stages, one process each; None where the run asks for none of
+    # them (a run without them does not depend on it: its rows, keys and runs row say none)
+    world_size: int | None = field(default=DEFAULT_WORLD_SIZE, metadata=row(encode=_world_size))
     seed: int = 0
-    threads: int = 1  # torch threads in the model's process
+    threads: int = 1  # torch threads in the model's process (each rank's too)
 
     def __post_init__(self) -> None:
         _set(self, "device", _device_choice(self.device))
@@ -201,6 +209,12 @@ class ModelSettings:
             names = ", ".join(s.value for s in Stage)
             raise UsageError(f"unknown stage in {list(self.stages)}; stages: {names}") from None
         _set(self, "stages", tuple(s for s in STAGE_ORDER if s in wanted))
+        if not wanted & set(DISTRIBUTED_STAGES):
+            _set(self, "world_size", None)
+        elif self.world_size is None:
+            _set(self, "world_size", DEFAULT_WORLD_SIZE)
+        elif self.world_size < 1:
+            raise UsageError(f"--world-size must be at least 1, not {self.world_size}")
         if self.dtype not in DTYPE_NAMES:
             raise UsageError(f"unknown dtype {self.dtype!r}; dtypes: {', '.join(DTYPE_NAMES)}")
         _positive("--timeout", self.timeout_s)

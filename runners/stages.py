@@ -106,12 +106,19 @@ class StageRunner(ABC):
         its fallback recording starts (its time counts in the stage's); raises like `run`."""
         return None
 
+    def own_result(self, ctx: StageContext) -> StageResult | None:
+        """The whole result of a stage that runs elsewhere (the distributed stages: a group of
+        rank processes); None: it runs here, `prepare` then `run`."""
+        return None
+
     @abstractmethod
     def run(self, ctx: StageContext) -> None:
         """Do the stage; raise on failure. Metrics go to `ctx.extra`."""
 
 
-def _cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+def cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """Floating-point inputs in the run's dtype (also inside mappings and sequences)."""
+
     def cast(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value.to(dtype)
@@ -124,6 +131,27 @@ def _cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
     return {k: cast(v) for k, v in inputs.items()}
 
 
+def load_on_host(ctx: StageContext) -> Any:
+    """The model as users load it, on the CPU: built from the shrunk config through its
+    library's adapter from the run's seed, saved and loaded back the library's way, in the
+    run's dtype, in eval mode (a package it needs missing: a skip)."""
+    torch.manual_seed(ctx.seed)
+    try:
+        built = build.build_model(ctx.spec)
+    except ImportError as exc:
+        package = build.missing_package(exc)
+        if package is None:
+            raise
+        raise StageSkipped(
+            SkipReason.MISSING_PACKAGE,
+            f"{ctx.spec.architecture} needs the {package} package, which is not installed",
+        ) from exc
+    with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
+        loaded = build.save_and_load(ctx.spec, built, Path(tmp))
+    del built
+    return build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
+
+
 class LoadStage(StageRunner):
     """Build from the shrunk config through the spec's library adapter, save and load back the
     way that library does (safetensors), move to the device."""
@@ -131,28 +159,14 @@ class LoadStage(StageRunner):
     name = Stage.LOAD
 
     def run(self, ctx: StageContext) -> None:
-        torch.manual_seed(ctx.seed)
-        try:
-            built = build.build_model(ctx.spec)
-        except ImportError as exc:
-            package = build.missing_package(exc)
-            if package is None:
-                raise
-            raise StageSkipped(
-                SkipReason.MISSING_PACKAGE,
-                f"{ctx.spec.architecture} needs the {package} package, which is not installed",
-            ) from exc
-        with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
-            loaded = build.save_and_load(ctx.spec, built, Path(tmp))
-        del built
-        loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
+        loaded = load_on_host(ctx)
         if ctx.keep_pristine:
             try:
                 ctx.pristine = copy.deepcopy(loaded)
             except Exception as exc:  # the training stages say so; loading did not fail
                 ctx.pristine = exc
         ctx.param_count = sum(p.numel() for p in loaded.parameters())
-        ctx.cpu_inputs = _cast_inputs(
+        ctx.cpu_inputs = cast_inputs(
             build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
         )
         if ctx.compare:
@@ -305,7 +319,7 @@ class GenerateStage(StageRunner):
         # inputs are built on the host: some recipes run the model (image token counts), so
         # they get the CPU copy when there is one
         host_model = ctx.reference if ctx.reference is not None else ctx.model
-        cpu_inputs = _cast_inputs(
+        cpu_inputs = cast_inputs(
             build.make_inputs(ctx.spec, host_model, seed=ctx.seed, purpose="generate"), ctx.dtype
         )
         inputs = ctx.device.to_device(cpu_inputs)
@@ -331,6 +345,9 @@ STAGES: dict[Stage, str] = {
     Stage.OPTIMIZER_FUSED: "runners.training:FusedOptimizerStage",
     Stage.AMP: "runners.training:AmpStage",
     Stage.LORA: "runners.training:LoraStage",
+    Stage.DDP: "runners.distributed.stages:DdpStage",
+    Stage.FSDP: "runners.distributed.stages:FsdpStage",
+    Stage.TP: "runners.distributed.stages:TpStage",
 }
 
 
@@ -491,7 +508,7 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             )
             yield results[-1]
             continue
-        results.append(_run_one(runner, ctx))
+        results.append(runner.own_result(ctx) or run_stage(runner, ctx))
         yield results[-1]
         if results[-1].status == Status.SKIP.value and stage is Stage.LOAD:
             skipped = results[-1]
@@ -508,7 +525,9 @@ def _skip_result(runner: StageRunner, exc: StageSkipped) -> StageResult:
     )
 
 
-def _run_one(runner: StageRunner, ctx: StageContext) -> StageResult:
+def run_stage(runner: StageRunner, ctx: StageContext) -> StageResult:
+    """Run one stage here (`prepare`, then `run` under the device's fallback recording) and
+    turn its outcome into a result in the closed status vocabulary."""
     ctx.extra = {}
     ctx.step_log = None
     error: BaseException | None = None
@@ -572,6 +591,10 @@ _EXTRA_COLUMNS = {
     "compile_s",
     "step_s",
     "step_op_calls",
+    "world_size",
+    "collectives",
+    "unsharded_peak_memory_bytes",
+    "sharding_evidence",
 }
 
 

@@ -218,21 +218,35 @@ class Child:
     def receive(self) -> tuple[str, Any] | None:
         """The child's next message; None once it has none left and ended (`ending`)."""
         while self.ending is None:
-            message = self._next()
-            if message is not None:
+            message = self.poll()
+            if message is not None or self.ending is not None:
                 return message
-            if not self.proc.is_alive():
-                message = self._next()  # sent just before it died
-                if message is not None:
-                    return message
-                self._end(timed_out=False)
-                return None
             left = self._budget - self.clock.elapsed_s()
-            if left <= 0:
-                self._end(timed_out=True)
-                return None
-            wait([self._conn, self.proc.sentinel], timeout=min(left, POLL_S))
+            wait(self.waitables, timeout=min(left, POLL_S))
         return None
+
+    def poll(self) -> tuple[str, Any] | None:
+        """The child's next message if one is there, else None, without waiting; past its
+        deadline or dead with nothing left to read, the child has ended (`ending`). For a
+        supervisor of several children (`wait` on all their `waitables`)."""
+        if self.ending is not None:
+            return None
+        message = self._next()
+        if message is not None:
+            return message
+        if not self.proc.is_alive():
+            message = self._next()  # sent just before it died
+            if message is None:
+                self._end(timed_out=False)
+            return message
+        if self._budget - self.clock.elapsed_s() <= 0:
+            self._end(timed_out=True)
+        return None
+
+    @property
+    def waitables(self) -> list[Any]:
+        """What `multiprocessing.connection.wait` wakes on: a message, or the child's death."""
+        return [self._conn, self.proc.sentinel]
 
     def _next(self) -> tuple[str, Any] | None:
         try:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -179,12 +179,19 @@ def adamw_expected(
     """The parameters AdamW's formula gives from `before` (the parameters before the step) and
     the moments the step left, computed on the CPU in float64: decoupled weight
     decay, then `lr / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq / (1 - beta2^t)) + eps)`."""
-    group = optimizer.param_groups[0]
+    states = {name: optimizer.state.get(p, {}) for name, p in named}
+    return adamw_formula(before, states, optimizer.param_groups[0])
+
+
+def adamw_formula(
+    before: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], group: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    """`adamw_expected` from each parameter's AdamW state by name (`step`, `exp_avg`,
+    `exp_avg_sq`, whole tensors) and the optimizer's parameter group."""
     lr, decay, eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
     beta1, beta2 = (float(b) for b in group["betas"])
     out = {}
-    for name, p in named:
-        state = optimizer.state.get(p, {})
+    for name, state in states.items():
         if name not in before or "exp_avg" not in state:
             continue
         t = float(state["step"])
@@ -231,22 +238,25 @@ def follow(
     ref_optimizer: torch.optim.Optimizer,
     named: list[tuple[str, torch.nn.Parameter]],
     optimizer: torch.optim.Optimizer,
+    *,
+    whole: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
 ) -> None:
     """Put the CPU reference where the device stands (its parameters and AdamW's moments), so
     that the next step starts from the same point on both: each step is then compared on its
     own, and what one step's rounding did is not amplified by the next (measured: dinov2's
-    layer-norm moments 1.2e-3 apart after two free-running steps)."""
+    layer-norm moments 1.2e-3 apart after two free-running steps). `whole`: a sharded
+    tensor's whole value (a group's parameters)."""
     device = dict(named)
     with torch.no_grad():
         for name, ref in reference:
             p = device.get(name)
             if p is None:
                 continue
-            ref.copy_(p.detach().cpu())
+            ref.copy_(whole(p.detach()).cpu())
             state, ref_state = optimizer.state.get(p, {}), ref_optimizer.state.get(ref, {})
             for key in ("exp_avg", "exp_avg_sq"):
                 if key in state and key in ref_state:
-                    ref_state[key].copy_(state[key].detach().cpu())
+                    ref_state[key].copy_(whole(state[key].detach()).cpu())
 
 
 def snapshot(named: list[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:

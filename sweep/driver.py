@@ -43,6 +43,7 @@ from reports.errors import SystemFaultError, UsageError
 from reports.schema import Stage, Status
 from reports.store import MODEL_SWEEP_TABLES, Store, check_run_id, new_run_id
 from runners import containment, faults
+from runners.distributed import check_world_size
 from runners.outcome import ModelOutcome, failed_before
 from runners.settings import ModelSettings
 from sweep.executors import (
@@ -239,6 +240,7 @@ def run_sweep(
     start = time.monotonic()
     stream = open_catalog(run.catalog)
     device = run.task.device.build()  # unknown name: UsageError
+    check_world_size(run.task)  # more ranks than the machine holds: UsageError
     # The device checks that must pass before any model runs (one clear error, no rows); a
     # `run_fn` stand-in runs no model on the device, so it has nothing to check.
     if run_fn is None:

@@ -500,13 +500,40 @@ class RayExecutor:
         self._submit_run(_RunJob(attempt=attempt, task=task))
 
     def _submit_run(self, job: _RunJob) -> None:
+        from runners.distributed import task_resources
+
         remote = self._run_remote
-        if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
-            broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
-            remote = self._run_base.options(runtime_env=broken)
         settings = task_settings(job.task, self.settings)
+        runtime_env = self._runtime_env
+        if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
+            runtime_env = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
+        resources = task_resources(settings)  # a task of several ranks asks for each one
+        self._check_feasible(resources)
+        if runtime_env is not self._runtime_env or resources:
+            env = {"runtime_env": runtime_env} if runtime_env else {}
+            remote = self._run_base.options(**env, **resources)
         ref = remote.remote(job.submitting(), job.task.payload, settings)
         self._runs[ref] = job
+
+    def _check_feasible(self, resources: dict[str, Any]) -> None:
+        """A task asking for more than the whole cluster has would wait forever: refuse it."""
+        if not resources:
+            return
+        have = self.ray.cluster_resources()
+        wanted = {
+            "CPU": resources.get("num_cpus", 0),
+            "GPU": resources.get("num_gpus", 0),
+            **resources.get("resources", {}),
+        }
+        short = {k: v for k, v in wanted.items() if v and have.get(k, 0) < v}
+        if short:
+            name, need = next(iter(short.items()))
+            raise UsageError(
+                f"a task of the distributed stages asks for {need:g} {name} (one per rank); "
+                f"the Ray cluster has {have.get(name, 0):g}",
+                hint="lower --world-size, or give the cluster more (--num-cpus for the "
+                "embedded Ray)",
+            )
 
     def running(self) -> int:
         return len(self._runs) + sum(isinstance(j, _RunJob) for _, j in self._later)

@@ -125,6 +125,35 @@ class Adapter(ABC):
         """The loaded model in the run's dtype (its floating-point tensors cast)."""
         return model.to(dtype)
 
+    # ----- sharding (the distributed stages) -----
+    def no_split_modules(self, model: Any) -> list[str]:
+        """The class names of the blocks the model can be split at (FSDP shards each one):
+        the `_no_split_modules` of the first module that declares them (transformers and
+        diffusers models do, also inside another library's wrapper); none: no block."""
+        for module in model.modules():
+            names = getattr(module, "_no_split_modules", None)
+            if names:
+                return [str(n) for n in names]
+        return []
+
+    def tensor_parallel_plan(self, model: Any) -> dict[str, str] | None:
+        """The library's tensor-parallel plan for the model (module pattern -> style), None
+        where the library has none for it."""
+        return None
+
+    def save_for_tensor_parallel(self, spec: TinySpec, model: Any, folder: Path) -> None:
+        """Save `model` into `folder` for `load_tensor_parallel` (before the process group
+        exists: libraries save only on its rank 0)."""
+        raise NotImplementedError(f"{self.library} offers no tensor-parallel loading")
+
+    def load_tensor_parallel(
+        self, spec: TinySpec, model: Any, folder: Path, world_size: int
+    ) -> Any:
+        """The model saved in `folder`, loaded sharded by its tensor-parallel plan over the
+        `world_size` ranks of this process's group, the way the library offers it (`model`:
+        the same model, unsharded, for its class and dtype)."""
+        raise NotImplementedError(f"{self.library} offers no tensor-parallel loading")
+
     # ----- helpers the adapters share -----
     def library_default(self, model_id: str, config: dict[str, Any], detail: str = "") -> Any:
         """A config from the library's own bundled defaults, labelled so."""

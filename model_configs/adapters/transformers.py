@@ -98,6 +98,30 @@ class TransformersAdapter(Adapter):
             return quantized_build.to_dtype(model, dtype)
         return model.to(dtype)
 
+    def tensor_parallel_plan(self, model: Any) -> dict[str, str] | None:
+        """transformers' own plan: the model's `tp_plan` (its class's `_tp_plan` merged with the
+        config's `base_model_tp_plan`, as `post_init` builds it)."""
+        plan = dict(getattr(model, "tp_plan", None) or {})
+        if not plan:
+            plan = dict(getattr(model.config, "base_model_tp_plan", None) or {})
+        return plan or None
+
+    def save_for_tensor_parallel(self, spec: TinySpec, model: Any, folder: Path) -> None:
+        model.save_pretrained(folder)
+
+    def load_tensor_parallel(
+        self, spec: TinySpec, model: Any, folder: Path, world_size: int
+    ) -> Any:
+        """`from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))`, as
+        transformers documents tensor parallelism: its plan applied over a mesh of the
+        process group's ranks on the accelerator, each rank loading its own shards."""
+        from transformers import DistributedConfig
+
+        loaded = type(model).from_pretrained(
+            folder, dtype=model.dtype, distributed_config=DistributedConfig(tp_size=world_size)
+        )
+        return loaded.eval()
+
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         from model_configs import transformers_models
 

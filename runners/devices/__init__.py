@@ -90,3 +90,13 @@ def get_device(name: str, **options: Any) -> Device:
 def available_devices() -> list[str]:
     """Registered devices usable on this machine (imports each device module)."""
     return [name for name in sorted(DEVICES) if device_class(name).is_available()]
+
+
+def process_group_backend(name: str) -> str | None:
+    """The torch.distributed backend a group of device `name`'s ranks uses (None: none)."""
+    return device_class(name).process_group_backend
+
+
+def ranks_available(name: str) -> int:
+    """How many ranks of device `name` this machine holds, one process each."""
+    return device_class(name).ranks_available()

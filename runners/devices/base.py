@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from reports.errors import DeviceError
+from runners.devices import collective_log
+from runners.devices.collective_log import CollectiveLog
 
 if TYPE_CHECKING:
     import torch
@@ -132,6 +134,11 @@ class Device(ABC):
     # Modules a model process imports for this device on first use: a parent that forks its
     # model processes imports them once, before forking (`runners.isolation.warm_parent`).
     preload_modules: ClassVar[tuple[str, ...]] = ()
+    # The torch.distributed backend a group of this device's ranks uses (None: no group).
+    process_group_backend: ClassVar[str | None] = None
+    # Its process group says which collective a rank is inside until it returns (a group's
+    # launcher then tells a rank waiting in one from a rank still computing).
+    collective_waits: ClassVar[bool] = False
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):
         self.strict = strict  # a CPU fallback raises instead of running (where supported)
@@ -241,6 +248,55 @@ class Device(ABC):
 
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return True
+
+    # ---- a rank of a process group (the distributed stages) -------------------------------
+
+    @classmethod
+    def ranks_available(cls) -> int:
+        """How many ranks of this device one machine holds, one process each (0: none)."""
+        return 0
+
+    @classmethod
+    def rank_resources(cls, world_size: int) -> dict[str, Any]:
+        """What a task whose stages run `world_size` ranks asks Ray for (`.options(...)`), so
+        that two such tasks never oversubscribe a node: a CPU per rank, by default."""
+        return {"num_cpus": world_size}
+
+    def setup_rank(self, rank: int, world_size: int) -> None:
+        """Make this process rank `rank` of `world_size` (after `setup`): its device, and
+        whatever its process group needs registered."""
+        return None
+
+    @contextlib.contextmanager
+    def record_collectives(self) -> Iterator[CollectiveLog]:
+        """Count this process's collectives while the block runs: torch's own process groups
+        call c10d's hooks, which this registers on the default group (a device whose group
+        reports its collectives itself overrides it)."""
+        import torch.distributed as dist
+
+        log = CollectiveLog()
+        group = dist.group.WORLD if dist.is_initialized() else None
+        if group is None:
+            yield log
+            return
+        hook_id = id(log)
+
+        def started(args: Any) -> None:
+            name = str(args.name).rsplit(".", 1)[-1].lower()
+            nbytes = sum(t.numel() * t.element_size() for t in args.input_tensors)
+            collective_log.record(f"{collective_log.PREFIX}{name}", nbytes)
+
+        group.register_pre_hook(hook_id, started)
+        try:
+            with collective_log.collecting(log):
+                yield log
+        finally:
+            group.unregister_pre_hook(hook_id)
+
+    def collective_evidence(self, op: str) -> str | None:
+        """What a verdict about collective or DTensor op `op` on this device rests on
+        (`reports.schema.CompileEvidence`), or None where the device declares nothing."""
+        return None
 
     def fallback_error(self, log: FallbackLog) -> Exception | None:
         """In strict mode, the failure a stage's recorded fallbacks make (for devices that only

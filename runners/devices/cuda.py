@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runners.devices.base import Device
 
@@ -14,6 +14,22 @@ class CudaDevice(Device):
     name = "cuda"
     compile_backend = "inductor"
     availability_hint = "No CUDA GPU is visible to torch (torch.cuda.is_available() is False); try --device cpu or neuron."
+    process_group_backend = "nccl"
+
+    @classmethod
+    def ranks_available(cls) -> int:
+        import torch
+
+        return int(torch.cuda.device_count())
+
+    @classmethod
+    def rank_resources(cls, world_size: int) -> dict[str, Any]:
+        return {"num_cpus": 1, "num_gpus": world_size}
+
+    def setup_rank(self, rank: int, world_size: int) -> None:
+        import torch
+
+        torch.cuda.set_device(rank % torch.cuda.device_count())
 
     @classmethod
     def is_available(cls) -> bool:

@@ -221,6 +221,9 @@ def _check(
     dtypes = options.dtypes(args)
     stages = list(task.stages)
     device = task.device.build()  # unknown device: exit 2 before any work
+    from runners.distributed import check_world_size
+
+    check_world_size(task)  # more ranks than this machine holds: exit 2
     progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
     planned = _plan(args, stages)
     out: dict[str, tuple[list, list, Any]] = {}

@@ -19,8 +19,20 @@ from pathlib import Path
 
 from reports import settings
 from reports.errors import UsageError
-from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
-from runners.settings import DTYPE_NAMES, DeviceChoice, ModelSettings, dtype_names
+from reports.schema import (
+    DEFAULT_STAGES,
+    DISTRIBUTED_STAGES,
+    STAGE_NEEDS,
+    TRAINING_STAGES,
+    Stage,
+)
+from runners.settings import (
+    DEFAULT_WORLD_SIZE,
+    DTYPE_NAMES,
+    DeviceChoice,
+    ModelSettings,
+    dtype_names,
+)
 from sweep.settings import JobSettings
 
 PROFILE_HELP = (
@@ -167,6 +179,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "each dtype in one run, side by side (default fp32)",
     )
     group.add_argument("--stages", help=STAGES_HELP)
+    group.add_argument(
+        "--world-size",
+        type=int,
+        default=DEFAULT_WORLD_SIZE,
+        metavar="N",
+        help="ranks of the distributed stages (ddp, fsdp, tp), one process each on the device "
+        f"(default {DEFAULT_WORLD_SIZE})",
+    )
     group.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
     group.add_argument(
         "--compile-backend",
@@ -189,6 +209,7 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
         timeout_s=args.timeout,
         memory_limit=memory_limit(args),
         compile_backend=args.compile_backend,
+        world_size=args.world_size,
     )
 
 
@@ -196,19 +217,21 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
 STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
     "default": DEFAULT_STAGES,
     "training": TRAINING_STAGES,
+    "distributed": DISTRIBUTED_STAGES,
     "all": tuple(Stage),
 }
 STAGES_HELP = (
     "comma-separated stages: load,forward,backward,compile,generate (the default), "
-    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward); or the "
-    "groups default, training, all"
+    "optimizer,optimizer_fused,amp,lora (training), ddp,fsdp,tp (distributed: on "
+    "--world-size ranks); a training or distributed stage brings load,forward,backward; or "
+    "the groups default, training, distributed, all"
 )
 
 
 def stage_list(text: str | None) -> list[Stage]:
-    """`--stages`: stage names and groups (`default`, `training`, `all`), comma-separated;
-    none: the default stages. A training stage brings the stages it builds on (load, forward,
-    backward). Returned once each, in stage order."""
+    """`--stages`: stage names and groups (`default`, `training`, `distributed`, `all`),
+    comma-separated; none: the default stages. A training or distributed stage brings the
+    stages it builds on (load, forward, backward). Returned once each, in stage order."""
     if not text:
         return list(DEFAULT_STAGES)
     wanted: set[Stage] = set()
@@ -224,7 +247,7 @@ def stage_list(text: str | None) -> list[Stage]:
                 f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
                 f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
-    for stage in wanted & set(TRAINING_STAGES):
+    for stage in wanted & {*TRAINING_STAGES, *DISTRIBUTED_STAGES}:
         wanted.update(STAGE_NEEDS[stage])
     return [s for s in Stage if s in wanted]
 

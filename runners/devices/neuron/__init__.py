@@ -29,14 +29,26 @@ class Neuron(NeuronDevice):
     emulated one."""
 
     @classmethod
-    def create(cls, **options: Any) -> Device:
+    def chosen(cls) -> type[Device]:
         if real_neuron_installed():
             from runners.devices.neuron.real import RealNeuronDevice
 
-            return RealNeuronDevice(**options)
+            return RealNeuronDevice
         from runners.devices.neuron.emulated import NeuronEmulatedDevice
 
-        return NeuronEmulatedDevice(**options)
+        return NeuronEmulatedDevice
+
+    @classmethod
+    def create(cls, **options: Any) -> Device:
+        return cls.chosen()(**options)
+
+    @classmethod
+    def ranks_available(cls) -> int:
+        return cls.chosen().ranks_available()
+
+    @classmethod
+    def rank_resources(cls, world_size: int) -> dict[str, Any]:
+        return cls.chosen().rank_resources(world_size)
 
 
 class NeuronEmulated(NeuronDevice):
@@ -49,3 +61,9 @@ class NeuronEmulated(NeuronDevice):
         from runners.devices.neuron.emulated import NeuronEmulatedDevice
 
         return NeuronEmulatedDevice(**options)
+
+    @classmethod
+    def ranks_available(cls) -> int:
+        from runners.devices.neuron.emulated import NeuronEmulatedDevice
+
+        return NeuronEmulatedDevice.ranks_available()

@@ -23,6 +23,7 @@ class NeuronDevice(Device):
 
     name = "neuron"
     compile_backend = "neuron"
+    process_group_backend = "neuron"  # ProcessGroupNeuron: TorchNeuron's, or the emulator's
     compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
     preload_modules = ("runners.devices.neuron.compiler",)
 
@@ -30,6 +31,12 @@ class NeuronDevice(Device):
         from runners.devices.neuron.autocast import POLICY_FILE
 
         return POLICY_FILE
+
+    def collective_evidence(self, op: str) -> str | None:
+        """What TorchNeuron's distributed package says of a collective or DTensor op."""
+        from runners.devices.neuron.collectives import evidence
+
+        return evidence(op)
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[dict[str, Any]]:

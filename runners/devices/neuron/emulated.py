@@ -20,11 +20,14 @@ so (`sdpa`). Tested on torch 2.14 (TorchNeuron's torch).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
 
+from runners.devices import collective_log
 from runners.devices.base import FallbackLog, collecting
+from runners.devices.collective_log import CollectiveLog
 from runners.devices.neuron.device import NeuronDevice
 from runners.devices.neuron.hooks import install_backend, register_profile_kernels
 from runners.devices.neuron.profiles import DeviceProfile, load_profile
@@ -36,6 +39,7 @@ class NeuronEmulatedDevice(NeuronDevice):
     """`neuron` emulated on the host: native ops from a profile, every other op a logged fallback."""
 
     emulated = True
+    collective_waits = True  # its process group reports each collective (`process_group.py`)
     availability_hint = (
         "Another PrivateUse1 backend owns this process; run the emulated device in a fresh process."
     )
@@ -98,6 +102,22 @@ class NeuronEmulatedDevice(NeuronDevice):
         finally:
             self.strict = before
             self.activate()
+
+    @classmethod
+    def ranks_available(cls) -> int:
+        return os.cpu_count() or 1  # a rank is a host process
+
+    def setup_rank(self, rank: int, world_size: int) -> None:
+        """The process group, its DTensor rules, streams, events and storage resizing
+        (`distributed.py`); one device per process, `neuron:0`."""
+        from runners.devices.neuron import distributed
+
+        distributed.enable()
+
+    @contextlib.contextmanager
+    def record_collectives(self) -> Iterator[CollectiveLog]:
+        with collective_log.collecting(CollectiveLog()) as log:  # the group reports each one
+            yield log
 
     def peak_memory_bytes(self) -> int | None:
         return Memory.peak

@@ -182,6 +182,21 @@ class RealNeuronDevice(NeuronDevice):
             compiler.set_profile(self.op_profile, mode=self.compile_mode)
         compiler.register_backend()  # keeps TorchNeuron's own `neuron` backend
 
+    @classmethod
+    def ranks_available(cls) -> int:
+        """NeuronCores this machine shows TorchNeuron (one rank each)."""
+        module = importlib.import_module(PACKAGE)
+        return int(module.device_count()) if callable(getattr(module, "device_count", None)) else 0
+
+    @classmethod
+    def rank_resources(cls, world_size: int) -> dict[str, Any]:
+        return {"num_cpus": 1, "resources": {"neuron_cores": world_size}}
+
+    def setup_rank(self, rank: int, world_size: int) -> None:
+        """TorchNeuron's own process group: importing its distributed package registers it
+        (backend `neuron`); its runtime binds the rank's NeuronCore at the group's creation."""
+        importlib.import_module(f"{PACKAGE}.distributed")
+
     @contextlib.contextmanager
     def record_fallbacks(self) -> Iterator[FallbackLog]:
         from torch.profiler import ProfilerActivity, profile

@@ -32,6 +32,8 @@ class BackendState:
     native_cache_profile: DeviceProfile | None = None
     kernel_registered: set[str] = set()  # ops given a kernel by register_profile_kernels
     kernels_for: set[DeviceProfile] = set()  # profiles whose kernels are registered
+    distributed = False  # what a rank of a process group needs is installed (`distributed.py`)
+    process_group_registered = False  # the emulated process group is backend `neuron`
 
 
 STATE = BackendState()

@@ -105,3 +105,28 @@ def storage_span(size: Any, stride: Any, itemsize: int) -> int:
     if any(s == 0 for s in size):
         return 0
     return (1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))) * itemsize
+
+
+def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
+    """Resize a device storage in place, as FSDP2 frees (to 0 bytes) and re-allocates the
+    storage of its unsharded parameters: every tensor over the storage sees the new memory.
+
+    `UntypedStorage._swap_data_ptr_` trades two storages' memory (pointer and size) when one
+    of them is empty: the storage gives its memory to an empty one (freed with it), then takes
+    a fresh buffer's, the bytes both sizes share copied over."""
+    old = storage.nbytes()
+    if nbytes == old:
+        return
+    previous = host_of(storage)
+    if old:
+        storage._swap_data_ptr_(new_storage(0))  # type: ignore[attr-defined]
+    if not nbytes:
+        storage._host = torch.UntypedStorage(0)  # type: ignore[attr-defined]  # frees `previous`
+        return
+    fresh = new_storage(nbytes)
+    kept = min(old, nbytes)
+    if kept:
+        target = torch.empty(0, dtype=torch.uint8).set_(fresh._host)  # type: ignore[attr-defined]
+        target[:kept].copy_(torch.empty(0, dtype=torch.uint8).set_(previous)[:kept])
+    storage._swap_data_ptr_(fresh)  # type: ignore[attr-defined]
+    storage._host = fresh._host  # type: ignore[attr-defined]

@@ -1,0 +1,122 @@
+"""What TorchNeuron's process group does with each c10d collective, as data (no torch).
+
+Read from `distributed.json` (runners/data/profiles/torchneuron-2026-04-21/, written by
+scripts/extract_torchneuron_distributed.py from the snapshot; its `source` names the commit):
+which collectives `ProcessGroupNeuron` implements, which raise NotImplementedError always or for
+some arguments, which it does not define, the reductions and all-to-all group sizes its kernels
+accept, its functional-collective and DTensor registrations, and its own tests of each.
+
+The emulated process group (`process_group.py`) follows it; a verdict about a collective says
+what it rests on in the compile evidence vocabulary (`reports.schema.CompileEvidence`):
+`registered` (ProcessGroupNeuron defines it; a DTensor rule it registers), `tested` (its own
+tests call it), `raises` (its code raises on it, or it defines no method: c10d's base cannot run
+it on the device), `none` (the data says nothing).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reports.schema import CompileEvidence
+
+DATA_FILE = (
+    Path(__file__).resolve().parents[2]
+    / "data"
+    / "profiles"
+    / "torchneuron-2026-04-21"
+    / "distributed.json"
+)
+OP_PREFIX = "c10d::"  # how a collective is named in rows (`c10d::allreduce`)
+IMPLEMENTED, RAISES, LIMITED, ABSENT = "implemented", "raises", "limited", "absent"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One c10d collective as ProcessGroupNeuron treats it."""
+
+    name: str  # the ProcessGroup method (`allreduce`, `_allgather_base`)
+    status: str  # implemented | raises | limited | absent
+    where: str
+    messages: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()
+
+    @property
+    def runs(self) -> bool:
+        """It runs on the device (for some arguments, where it is limited)."""
+        return self.status in (IMPLEMENTED, LIMITED)
+
+    @property
+    def evidence(self) -> str:
+        if not self.runs:
+            return CompileEvidence.RAISES.value
+        return CompileEvidence.REGISTERED.value
+
+
+@functools.cache
+def facts() -> dict[str, Any]:
+    """The whole data file."""
+    data: dict[str, Any] = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+@functools.cache
+def collectives() -> dict[str, Collective]:
+    """Every c10d collective, by ProcessGroup method name."""
+    return {
+        name: Collective(
+            name=name,
+            status=entry["status"],
+            where=entry["where"],
+            messages=tuple(entry.get("messages", ())),
+            tests=tuple(entry.get("tests", ())),
+        )
+        for name, entry in facts()["collectives"].items()
+    }
+
+
+def collective(name: str) -> Collective | None:
+    """`name` with or without the `c10d::` prefix."""
+    return collectives().get(name.removeprefix(OP_PREFIX))
+
+
+def reduce_ops() -> frozenset[str]:
+    """The reductions (ReduceOp names) its collective kernels accept."""
+    return frozenset(facts()["reduce_ops"]["supported"])
+
+
+def all_to_all_accepts(group_size: int) -> bool:
+    """Whether its all-to-all kernel takes a group of `group_size` ranks."""
+    sizes = facts()["all_to_all_world_sizes"]
+    return group_size in sizes["sizes"] or group_size % int(sizes["multiple_of"]) == 0
+
+
+def sharding_ops() -> tuple[str, ...]:
+    """The ATen ops it registers DTensor sharding strategies for."""
+    return tuple(entry["op"] for entry in facts()["sharding"])
+
+
+def functional_collectives() -> tuple[str, ...]:
+    """The `_c10d_functional` ops it registers for the device (`ns::name`)."""
+    return tuple(entry["op"] for entry in facts()["functional_collectives"])
+
+
+def evidence(op: str) -> str | None:
+    """The evidence a verdict about `op` rests on: a collective (`c10d::x`) or a DTensor op with
+    a sharding rule of its own (`aten::x`); None where the data says nothing of it."""
+    found = collective(op) if op.startswith(OP_PREFIX) or "::" not in op else None
+    if found is not None:
+        return found.evidence
+    if op in sharding_ops():
+        return CompileEvidence.REGISTERED.value
+    return None
+
+
+def suite_evidence(api: str) -> dict[str, Any]:
+    """What the snapshot's own tests say of a distributed API (`ddp`, `fsdp`, `tp`): its test
+    files and counts, and the upstream suites it runs with their skips and xfails."""
+    found: dict[str, Any] = facts()["suites"].get(api, {"tests": [], "specs": []})
+    return found

@@ -1,0 +1,299 @@
+"""A distributed stage's group: one supervised child process per rank, ended as one.
+
+- **Start.** Each rank is a `runners.supervisor.Child` (forked from a process that never set up
+  a device, else spawned), with the model's deadline on its own time and its memory budget,
+  leading its own process group. The ranks rendezvous on loopback through a TCP store this
+  launcher serves on a port the kernel picks for it (held until the group ends), so concurrent
+  groups never share a store or a port.
+- **Supervise.** The launcher reads every rank's messages as they come (`rank.py` sends its
+  result, or its failure) and watches for deaths and deadlines. Once a rank fails, the others
+  get up to `GRACE_S` to end or to be seen waiting in a collective (where their device says
+  so: `status.py`), then the whole group is killed: no rank outlives its stage.
+- **One result.** The stage's status is the first failure's (`fail`, `fail_accuracy`, `oom`,
+  `timeout`, `crash`), with the rank that failed (`failed_rank`) and, in the message, what every
+  other rank did; a rank killed from outside (SIGKILL that was not the OOM killer) is the
+  environment's (`EnvironmentFault`: the task is retried, nothing recorded). Otherwise the
+  ranks' results are merged: fallbacks summed per op, collectives per op (calls per rank,
+  bytes over ranks), each rank's peak device memory, the largest error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from model_configs.spec import TinySpec
+from reports.errors import EnvironmentFault
+from reports.schema import DISTRIBUTED_STAGES, STAGE_NEEDS, Stage, Status
+from runners.distributed.status import SETUP, WAITING, Board
+from runners.distributed.verdict import weakest
+from runners.outcome import StageResult
+from runners.settings import ModelSettings
+from runners.signature import error_signature, op_in_message, short_message
+from runners.supervisor import POLL_S, Child, Ending
+
+HOST = "127.0.0.1"
+GRACE_S = 30.0  # after a rank failed: how long the others may take to end or reach a collective
+
+
+@dataclass
+class RankEnd:
+    """How one rank of the group ended."""
+
+    rank: int
+    result: StageResult | None = None  # what the rank reported for the stage
+    error: tuple[str, str] | None = None  # an exception that escaped it after set-up
+    env: tuple[str, str] | None = None  # its set-up failed (the environment's)
+    ending: Ending | None = None  # it ended without a word: past its deadline, or dead
+    stopped: str | None = None  # killed with the group: what it was doing then
+    order: int = 0  # when its end was seen (failures are told in this order)
+
+    @property
+    def over(self) -> bool:
+        return bool(self.result is not None or self.error or self.env or self.ending is not None)
+
+    @property
+    def failed(self) -> bool:
+        if self.result is not None:
+            return self.result.status not in (Status.PASS.value, Status.SKIP.value)
+        return bool(self.error or self.env or self.ending is not None)
+
+
+@contextlib.contextmanager
+def rendezvous_store() -> Iterator[int]:
+    """A TCP store on loopback for one group, on a port the kernel picks; yields the port."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(HOST, 0, is_master=True, wait_for_workers=False)
+    try:
+        yield int(store.port)
+    finally:
+        del store
+
+
+def run_group(spec: TinySpec, settings: ModelSettings, stage: Stage, *, spawn: bool) -> StageResult:
+    """Run `stage` on `settings.world_size` ranks of the device; one result for the group.
+    Raises `EnvironmentFault` when what ended the group was not the model."""
+    from runners.distributed.rank import rank_main
+
+    world = int(settings.world_size or 1)
+    board = Board(world)
+    started = time.monotonic()
+    with rendezvous_store() as port, contextlib.ExitStack() as group:
+        children = []
+        for rank in range(world):
+            child = Child(
+                rank_main,
+                (spec, settings, stage.value, rank, world, port, board),
+                spawn=spawn,
+                memory_limit=settings.memory_limit,
+            )
+            group.enter_context(child)  # leaving kills it and its process group
+            child.deadline(settings.timeout_s)
+            children.append(child)
+        ends = _supervise(children, board)
+    return merge(stage, settings, ends, time.monotonic() - started)
+
+
+def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
+    ends = [RankEnd(rank) for rank in range(len(children))]
+    seen = 0
+    failed_at: float | None = None
+    while True:
+        for end, child in zip(ends, children, strict=True):
+            while not end.over and (message := child.poll()) is not None:
+                kind, payload = message
+                if kind == "result":
+                    end.result = payload
+                elif kind == "error":
+                    end.error = payload
+                elif kind == "env":
+                    end.env = payload
+            if not end.over and child.ending is not None:
+                end.ending = child.ending
+            if end.over and not end.order:
+                seen += 1
+                end.order = seen
+        live = [i for i, end in enumerate(ends) if not end.over]
+        if not live:
+            break
+        if any(end.failed for end in ends):
+            failed_at = failed_at or time.monotonic()
+            settled = all(
+                board.read(i).state in (WAITING, SETUP) or not board.read(i).exact for i in live
+            )
+            if settled or time.monotonic() - failed_at > GRACE_S:
+                for i in live:
+                    ends[i].stopped = board.read(i).describe()
+                break
+        wait([w for i in live for w in children[i].waitables], timeout=POLL_S)
+    return ends
+
+
+# ---- one result for the group -----------------------------------------------------------------
+
+
+def merge(
+    stage: Stage, settings: ModelSettings, ends: list[RankEnd], duration_s: float
+) -> StageResult:
+    world = len(ends)
+    results = [e.result for e in ends if e.result is not None]
+    merged = StageResult(stage=stage.value, status=Status.PASS.value, world_size=world)
+    merged.duration_s = duration_s
+    _merge_measures(merged, results, ends)
+    failures = sorted((e for e in ends if e.failed), key=lambda e: e.order)
+    if failures:
+        _failure(merged, stage, settings, failures[0], ends)
+        return merged
+    skipped = next((r for r in results if r.status == Status.SKIP.value), None)
+    if skipped is not None:
+        merged.status, merged.reason = skipped.status, skipped.reason
+        merged.error_message = skipped.error_message
+        merged.fallbacks, merged.collectives = [], None
+        return merged
+    merged.sharding_evidence = weakest(c.get("evidence") for c in merged.collectives or [])
+    return merged
+
+
+def _merge_measures(merged: StageResult, results: list[StageResult], ends: list[RankEnd]) -> None:
+    fallbacks: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        for fb in r.fallbacks:
+            key = (fb["op"], fb["source"])
+            entry = fallbacks.setdefault(key, {**fb, "count": 0, "bytes_h2d": 0, "bytes_d2h": 0})
+            for column in ("count", "bytes_h2d", "bytes_d2h"):
+                entry[column] += fb.get(column) or 0
+    merged.fallbacks = [fallbacks[k] for k in sorted(fallbacks)]
+    merged.fallback_op_count = len({op for op, _ in fallbacks})
+    merged.fallback_call_count = sum(r.fallback_call_count for r in results)
+    merged.bytes_h2d = sum(r.bytes_h2d for r in results)
+    merged.bytes_d2h = sum(r.bytes_d2h for r in results)
+    collectives: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for c in r.collectives or []:
+            entry = collectives.setdefault(c["op"], {**c, "calls": 0, "bytes": 0})
+            entry["calls"] = max(entry["calls"], c["calls"])
+            entry["bytes"] += c["bytes"]
+    merged.collectives = [collectives[op] for op in sorted(collectives)] if results else None
+    by_rank = {e.rank: e.result.peak_memory_bytes for e in ends if e.result is not None}
+    merged.rank_peak_memory_bytes = [by_rank.get(e.rank) for e in ends] if by_rank else None
+    known = [m for m in by_rank.values() if m is not None]
+    merged.peak_memory_bytes = max(known) if known else None
+    unsharded = [r.unsharded_peak_memory_bytes for r in results if r.unsharded_peak_memory_bytes]
+    merged.unsharded_peak_memory_bytes = max(unsharded) if unsharded else None
+    errors = [r.max_abs_error for r in results if r.max_abs_error is not None]
+    merged.max_abs_error = max(errors) if errors else None
+
+
+def _failure(
+    merged: StageResult, stage: Stage, settings: ModelSettings, first: RankEnd, ends: list[RankEnd]
+) -> None:
+    world = len(ends)
+    where = f"rank {first.rank} of {world}"
+    others = "; ".join(
+        f"rank {e.rank} {_what_it_did(e)}"
+        for e in sorted(ends, key=lambda e: e.rank)
+        if e is not first
+    )
+    tail = f" ({others})" if others else ""
+    merged.failed_rank = first.rank
+    if first.result is not None:  # the rank's own verdict: fail, fail_accuracy or oom
+        r = first.result
+        merged.status, merged.error_type, merged.failing_op = r.status, r.error_type, r.failing_op
+        merged.error_message = short_message(f"{where}: {r.error_message}{tail}")
+        merged.error_signature = r.error_signature
+        merged.sharding_evidence = r.sharding_evidence
+        return
+    if first.env is not None:
+        raise EnvironmentFault(
+            f"rank {first.rank} of {world} could not set up for {stage.value}: "
+            f"{first.env[0]}: {first.env[1]}",
+            stage=stage.value,
+            cause_type=first.env[0],
+        )
+    if first.error is not None:
+        status, error_type, text = Status.FAIL, first.error[0], first.error[1]
+    else:
+        assert first.ending is not None
+        if first.ending.timed_out:
+            status, error_type = Status.TIMEOUT, "Timeout"
+            text = f"{stage.value} did not finish within {settings.timeout_s:g} s (model timeout)"
+        else:
+            death = first.ending.death(f"{stage.value} on {where}")
+            if death.status is None:
+                raise EnvironmentFault(death.message, stage=stage.value)
+            status, error_type, text = death.status, "WorkerCrashed", death.message
+    message = f"{where}: {text}{tail}"
+    merged.status, merged.error_type = status.value, error_type
+    merged.error_message = short_message(message)
+    merged.error_signature = error_signature(error_type, text)
+    merged.failing_op = op_in_message(text)
+
+
+def _what_it_did(end: RankEnd) -> str:
+    if end.stopped is not None:
+        return f"was stopped with the group, {end.stopped}"
+    if end.result is not None:
+        if end.result.status == Status.PASS.value:
+            return "finished"
+        return f"{end.result.status}: {end.result.error_type}"
+    if end.error is not None:
+        return f"raised {end.error[0]}"
+    if end.env is not None:
+        return f"could not set up ({end.env[0]})"
+    if end.ending is not None:
+        return "ran past its deadline" if end.ending.timed_out else "died"
+    return "ended"
+
+
+# ---- the distributed stages of a model, after its own process ran the others --------------------
+
+
+def group_stage_results(
+    spec: TinySpec,
+    settings: ModelSettings,
+    prior: list[StageResult],
+    *,
+    spawn: bool = False,
+    on_stage: Callable[[StageResult], None] | None = None,
+) -> list[StageResult]:
+    """The distributed stages `settings` asks for, after the model's other stages (`prior`):
+    each `not_run` when a stage it builds on did not pass, a skip when the model was skipped,
+    else its group's result (`run_group`)."""
+    status = {r.stage: r for r in prior}
+    skipped = next(
+        (r for r in prior if r.status == Status.SKIP.value and r.stage == Stage.LOAD.value), None
+    )
+    out: list[StageResult] = []
+    for stage in (s for s in settings.stages if s in DISTRIBUTED_STAGES):
+        blocked = next(
+            (
+                s.value
+                for s in STAGE_NEEDS[stage]
+                if s.value in status and status[s.value].status != Status.PASS.value
+            ),
+            None,
+        )
+        if skipped is not None:
+            result = StageResult(
+                stage=stage.value,
+                status=Status.SKIP.value,
+                reason=skipped.reason,
+                error_message=skipped.error_message,
+            )
+        elif blocked is not None:
+            result = StageResult(
+                stage=stage.value,
+                status=Status.NOT_RUN.value,
+                error_message=f"{blocked} did not pass",
+            )
+        else:
+            result = run_group(spec, settings, stage, spawn=spawn)
+        out.append(result)
+        if on_stage is not None:
+            on_stage(result)
+    return out
