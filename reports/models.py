@@ -23,6 +23,7 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
+from reports.sharding import model_sharding
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -486,6 +487,7 @@ def _detail(
             model_id, first.get("device") or run.get("device"), run.get("stages"), dtypes
         ),
         "fine_tune": _fine_tune_of(stages, fallbacks),
+        "sharding": model_sharding(stages),
         "history": history,
         "history_stages": history_stages,
     }

@@ -46,6 +46,9 @@ _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 _STAGE_IDX_SQL = "CASE stage " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STAGES))
 _STAGE_IDX_SQL += " ELSE 99 END"
 _NA = SkipReason.NOT_APPLICABLE.value
+# Skips that say the model has nothing to run there, not that the device stopped it: a model
+# that passes everything else has passed (the tp stage of a model without a plan).
+_NOT_A_STOP = f"('{_NA}', '{SkipReason.NO_TP_PLAN.value}')"
 _UNVERIFIED = CompileEvidence.NONE.value
 
 _RESULT_COLUMN_NAMES = (
@@ -129,7 +132,8 @@ SELECT
   CASE
     WHEN bool_and(status = 'skip') THEN '{OUTCOME_SKIPPED}'
     WHEN bool_or(status IN ({_FAILED_SQL})) THEN '{OUTCOME_FAILED}'
-    WHEN bool_and(status = 'pass' OR (status = 'skip' AND reason = '{_NA}')) THEN '{OUTCOME_PASSED}'
+    WHEN bool_and(status = 'pass' OR (status = 'skip' AND reason IN {_NOT_A_STOP}))
+      THEN '{OUTCOME_PASSED}'
     ELSE '{OUTCOME_PARTIAL}'
   END AS outcome,
   arg_min(reason, stage_idx) FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}')

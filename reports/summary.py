@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops
+from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops, sharding
 from reports.query import StoreQuery
 
 
 def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Denominators, funnel, headline, fine-tuning (the training stages), breakdowns, failure
+    """Denominators, funnel, headline, fine-tuning (the training stages), sharding (the
+    distributed stages), breakdowns, failure
     clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
     the newest) joined to them.
 
@@ -32,6 +33,7 @@ def run_report(
             "band": coverage.band(q, run_id, dtype),
             "headline": coverage.headline(q, run_id, dtype=dtype),
             "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
+            "sharding": sharding.sharding(q, run_id, dtype),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
                 for key in coverage.BREAKDOWN_KEYS

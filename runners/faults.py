@@ -7,8 +7,10 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
 
 - `at`: where it fires: `plan` (planning an entry, in the plan task), `task` (the task on the
   worker, before a child is forked), `setup` (the child, before the device is set up),
-  `stage:<name>` (a model's child, inside that stage), `sample` (an op-sweep child, as a
-  sample's op runs on the device), or in the driver's Ray executor `submit` (fault
+  `stage:<name>` (a model's child, inside that stage), `rank<N>:stage:<name>` (rank N of a
+  distributed stage's group, inside the stage), `rank<N>:collective:<name>` (rank N, as the
+  emulated device's process group starts collective `<name>`, e.g. `allreduce`), `sample`
+  (an op-sweep child, as a sample's op runs on the device), or in the driver's Ray executor `submit` (fault
   `runtime_env`: the task is submitted with a runtime env that cannot be set up) and `get`
   (fault `lose_object`: fetching the task's result raises Ray's ObjectLostError, as when the
   node holding it is gone; Ray has no call that frees one object to do it for real).
@@ -100,6 +102,20 @@ def spec_keys(spec: Any) -> tuple[str | None, ...]:
 def inject_spec(at: str, spec: Any) -> None:
     if ENV in os.environ:
         inject(at, *spec_keys(spec))
+
+
+_KEYS: list[str | None] = []  # what this process's task is known by (a rank's model)
+
+
+def known_as(spec: Any) -> None:
+    """From now, places in this process that do not know the model match on `spec`'s keys."""
+    _KEYS[:] = spec_keys(spec)
+
+
+def inject_known(at: str) -> None:
+    """`inject` at a place that knows only this process's model (`known_as`)."""
+    if ENV in os.environ:
+        inject(at, *_KEYS)
 
 
 def _take(index: int, times: int | None) -> bool:

@@ -18,6 +18,8 @@ from reports.schema import FAILED_STATUSES, SkipReason, Status
 
 _FAILED = {s.value for s in FAILED_STATUSES}
 _NA = SkipReason.NOT_APPLICABLE.value
+# skips that say there is nothing to run there (a tp stage without a plan), not a stop
+_NOT_A_STOP = frozenset({_NA, SkipReason.NO_TP_PLAN.value})
 _PIP = re.compile(r"pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
 
 
@@ -38,7 +40,7 @@ def passed(rows: list[dict[str, Any]]) -> bool:
     """Every stage passed or does not apply to the model."""
     return all(
         r["status"] == Status.PASS.value
-        or (r["status"] == Status.SKIP.value and r["reason"] == _NA)
+        or (r["status"] == Status.SKIP.value and r["reason"] in _NOT_A_STOP)
         for r in rows
     )
 
@@ -62,7 +64,7 @@ def verdict(rows: list[dict[str, Any]], fallbacks: Sequence[dict[str, Any]] = ()
             where += f" ({failed['status']})"
         what = failed.get("failing_op") or error_line(failed, 160)
         return f"{where}: {what}" if what else where
-    skips = [r for r in rows if r["status"] == Status.SKIP.value and r["reason"] != _NA]
+    skips = [r for r in rows if r["status"] == Status.SKIP.value and r["reason"] not in _NOT_A_STOP]
     if skips and len(skips) == len(rows):
         first = skips[0]
         return f"skipped ({first['reason']}): {fmt.clip(first.get('error_message'), 200)}"
@@ -70,9 +72,11 @@ def verdict(rows: list[dict[str, Any]], fallbacks: Sequence[dict[str, Any]] = ()
         names = ", ".join(f"{r['stage']} ({r['reason']})" for r in skips)
         return f"no stage failed, but not every stage ran: {names} skipped"
     ran = [r["stage"] for r in rows if r["status"] == Status.PASS.value]
-    na = [r["stage"] for r in rows if r["status"] == Status.SKIP.value]
+    na = [r["stage"] for r in rows if r["status"] == Status.SKIP.value and r["reason"] == _NA]
+    no_plan = [r["stage"] for r in rows if r["reason"] == SkipReason.NO_TP_PLAN.value]
     text = f"passes every stage ({', '.join(ran)}"
-    text += f"; {', '.join(na)} does not apply)" if na else ")"
+    text += f"; {', '.join(na)} does not apply" if na else ""
+    text += f"; {', '.join(no_plan)}: no tensor-parallel plan)" if no_plan else ")"
     ops = sorted({fb["op"] for fb in fallbacks if fb.get("op")})
     counted = max((r.get("fallback_op_count") or 0 for r in rows), default=0)
     if ops:

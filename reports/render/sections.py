@@ -287,6 +287,106 @@ def optimizer_ops_section(report: dict[str, Any]) -> Section:
     )
 
 
+def sharding_section(report: dict[str, Any]) -> Section:
+    """Can I shard it on the device: the distributed stages, by models and by downloads."""
+    sh = report["sharding"]
+    rows = [
+        [
+            line["label"],
+            fmt.count(line["passed"]),
+            fmt.pct(line["passed_share"]),
+            fmt.pct(line["passed_downloads_share"]),
+            fmt.count(line["failed"]),
+            fmt.count(line["not_run"]),
+            fmt.count(line["skipped"]),
+        ]
+        for line in sh["stages"]
+        if line["rows"]
+    ]
+    no_plan = sh["no_plan"]
+    rows.append(
+        [
+            "no tensor-parallel plan (tp skipped)",
+            fmt.count(no_plan["models"]),
+            fmt.pct(share_of(no_plan["models"], sh["models"])),
+            fmt.pct(sh["no_plan_downloads_share"]),
+            "-",
+            "-",
+            "-",
+        ]
+    )
+    sizes = ", ".join(str(w) for w in sh["world_sizes"]) or "-"
+    notes = [
+        f"Each stage ran the tiny model on a group of ranks of the device (world size {sizes}), "
+        "one process per rank, and compared it with one process taking the same steps.",
+        f"Base: the {fmt.count(sh['models'])} models of the run ({fmt.downloads(sh['downloads'])} "
+        "downloads), skips included; a stage builds on load, forward and backward ('not run' "
+        "when one of them did not pass).",
+        "'no tensor-parallel plan': models whose library has no plan for them (transformers' "
+        "base_model_tp_plan): the tp stage skipped them"
+        + (f" (most downloaded: {', '.join(no_plan['top_models'])})" if no_plan["models"] else "")
+        + ".",
+    ]
+    return Section(
+        "sharding",
+        "Sharding: can I train or split it across ranks of the device?",
+        [
+            "distributed stage",
+            "passed",
+            "% models",
+            "% downloads",
+            "failed",
+            "not run",
+            "skipped",
+        ],
+        rows,
+        notes,
+    )
+
+
+def share_of(part: int | None, whole: int | None) -> float | None:
+    return None if not whole or part is None else part / whole
+
+
+def sharding_blockers_section(report: dict[str, Any]) -> Section:
+    """The collectives and ops that stop sharding, by the downloads they block."""
+    rows = [
+        [
+            r["op"],
+            fmt.text(r["stages"]),
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.pct(r["downloads_share"]),
+            fmt.text(r["evidence"] or ["-"]),
+            fmt.text(r["statuses"]),
+            fmt.text(r["top_models"]),
+        ]
+        for r in report["sharding"]["blockers"]
+    ]
+    return Section(
+        "sharding_blockers",
+        "What stops sharding, ranked by downloads",
+        [
+            "collective or op",
+            "stages",
+            "models",
+            "downloads",
+            "% dl",
+            "evidence",
+            "statuses",
+            "most downloaded",
+        ],
+        rows,
+        [
+            "The collective (c10d::...) or op a failed distributed stage names, else its error "
+            "type in parentheses. 'evidence': what the verdict rests on, in the compile "
+            "evidence vocabulary (registered: TorchNeuron's process group defines it or its "
+            "DTensor rule exists; raises: its code raises, or it defines no such collective; "
+            "'-': the device declares nothing)."
+        ],
+    )
+
+
 def band_section(report: dict[str, Any]) -> Section:
     """Compile, and every stage, as a band: with evidence for every compiler verdict, and at
     most (unless the unverified ops fail)."""
@@ -568,10 +668,9 @@ def trend_section(report: dict[str, Any]) -> Section:
 def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], Section]]:
     """The report's sections, in order, each a function of the report (or of one dtype's view of
     it: a run of several dtypes builds each once per dtype and puts them side by side)."""
-    fine_tune_ran = any(
-        (view.get("fine_tune") or {}).get("ran")
-        for view in [report, *(report.get("by_dtype") or {}).values()]
-    )
+    views = [report, *(report.get("by_dtype") or {}).values()]
+    fine_tune_ran = any((view.get("fine_tune") or {}).get("ran") for view in views)
+    sharding_ran = any((view.get("sharding") or {}).get("ran") for view in views)
     return [
         lambda r: denominators_section(r["denominators"]),
         quantized_section,
@@ -579,6 +678,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
         band_section,
         headline_section,
         *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
+        *([sharding_section, sharding_blockers_section] if sharding_ran else []),
         failures_section,
         skips_section,
         ops_section,

@@ -6,12 +6,14 @@
   launcher serves on a port the kernel picks for it (held until the group ends), so concurrent
   groups never share a store or a port.
 - **Supervise.** The launcher reads every rank's messages as they come (`rank.py` sends its
-  result, or its failure) and watches for deaths and deadlines. Once a rank fails, the others
-  get up to `GRACE_S` to end or to be seen waiting in a collective (where their device says
-  so: `status.py`), then the whole group is killed: no rank outlives its stage.
-- **One result.** The stage's status is the first failure's (`fail`, `fail_accuracy`, `oom`,
-  `timeout`, `crash`), with the rank that failed (`failed_rank`) and, in the message, what every
-  other rank did; a rank killed from outside (SIGKILL that was not the OOM killer) is the
+  result, or its failure) and watches for deaths and deadlines. Once a rank fails, each other
+  rank runs on until it ends or is seen waiting for a peer (in a collective, or joining the
+  group), where its device says so (`status.py`; elsewhere at once); then the whole group is
+  killed: no rank outlives its stage.
+- **One result.** The stage's status is its cause's (`fail`, `fail_accuracy`, `oom`, `timeout`,
+  `crash`): a rank that died before one that failed (its peers' connections closed), one that
+  failed before one that ran out of time, a rank out of time while waiting for a peer last;
+  with the rank (`failed_rank`) and, in the message, what every other rank did; a rank killed from outside (SIGKILL that was not the OOM killer) is the
   environment's (`EnvironmentFault`: the task is retried, nothing recorded). Otherwise the
   ranks' results are merged: fallbacks summed per op, collectives per op (calls per rank,
   bytes over ranks), each rank's peak device memory, the largest error.
@@ -29,7 +31,7 @@ from typing import Any
 from model_configs.spec import TinySpec
 from reports.errors import EnvironmentFault
 from reports.schema import DISTRIBUTED_STAGES, STAGE_NEEDS, Stage, Status
-from runners.distributed.status import SETUP, WAITING, Board
+from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
 from runners.settings import ModelSettings
@@ -37,7 +39,6 @@ from runners.signature import error_signature, op_in_message, short_message
 from runners.supervisor import POLL_S, Child, Ending
 
 HOST = "127.0.0.1"
-GRACE_S = 30.0  # after a rank failed: how long the others may take to end or reach a collective
 
 
 @dataclass
@@ -51,6 +52,28 @@ class RankEnd:
     ending: Ending | None = None  # it ended without a word: past its deadline, or dead
     stopped: str | None = None  # killed with the group: what it was doing then
     order: int = 0  # when its end was seen (failures are told in this order)
+    state: RankState | None = None  # its status when it ended
+
+    @property
+    def cause_rank(self) -> int:
+        """How likely its end caused the others' (lowest first): a death (its peers then see
+        their connections close), a failure of its own, running out of time, running out of
+        time while waiting for another rank in a collective."""
+        if self.ending is None:
+            return 1
+        if not self.ending.timed_out:
+            return 0
+        return 3 if self.victim else 2
+
+    @property
+    def victim(self) -> bool:
+        """Past its deadline while waiting in a collective: it waited for another rank."""
+        return bool(
+            self.ending is not None
+            and self.ending.timed_out
+            and self.state is not None
+            and self.state.state == WAITING
+        )
 
     @property
     def over(self) -> bool:
@@ -102,7 +125,6 @@ def run_group(spec: TinySpec, settings: ModelSettings, stage: Stage, *, spawn: b
 def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
     ends = [RankEnd(rank) for rank in range(len(children))]
     seen = 0
-    failed_at: float | None = None
     while True:
         for end, child in zip(ends, children, strict=True):
             while not end.over and (message := child.poll()) is not None:
@@ -117,19 +139,18 @@ def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
                 end.ending = child.ending
             if end.over and not end.order:
                 seen += 1
-                end.order = seen
+                end.order, end.state = seen, board.read(end.rank)
         live = [i for i, end in enumerate(ends) if not end.over]
         if not live:
             break
-        if any(end.failed for end in ends):
-            failed_at = failed_at or time.monotonic()
-            settled = all(
-                board.read(i).state in (WAITING, SETUP) or not board.read(i).exact for i in live
-            )
-            if settled or time.monotonic() - failed_at > GRACE_S:
-                for i in live:
-                    ends[i].stopped = board.read(i).describe()
-                break
+        # Once a rank failed, the others run on until each has ended or waits for a peer
+        # (in a collective, or joining the group), where its device says so; then they stop.
+        if any(end.failed for end in ends) and all(
+            board.read(i).state in (WAITING, SETUP) or not board.read(i).exact for i in live
+        ):
+            for i in live:
+                ends[i].stopped = board.read(i).describe()
+            break
         wait([w for i in live for w in children[i].waitables], timeout=POLL_S)
     return ends
 
@@ -145,7 +166,7 @@ def merge(
     merged = StageResult(stage=stage.value, status=Status.PASS.value, world_size=world)
     merged.duration_s = duration_s
     _merge_measures(merged, results, ends)
-    failures = sorted((e for e in ends if e.failed), key=lambda e: e.order)
+    failures = sorted((e for e in ends if e.failed), key=lambda e: (e.cause_rank, e.order))
     if failures:
         _failure(merged, stage, settings, failures[0], ends)
         return merged
@@ -222,6 +243,8 @@ def _failure(
         if first.ending.timed_out:
             status, error_type = Status.TIMEOUT, "Timeout"
             text = f"{stage.value} did not finish within {settings.timeout_s:g} s (model timeout)"
+            if first.state is not None:
+                text += f", {first.state.describe()}"
         else:
             death = first.ending.death(f"{stage.value} on {where}")
             if death.status is None:
@@ -245,8 +268,11 @@ def _what_it_did(end: RankEnd) -> str:
         return f"raised {end.error[0]}"
     if end.env is not None:
         return f"could not set up ({end.env[0]})"
+    if end.ending is not None and end.ending.timed_out:
+        waiting = f", {end.state.describe()}" if end.state is not None else ""
+        return f"ran past its deadline{waiting}"
     if end.ending is not None:
-        return "ran past its deadline" if end.ending.timed_out else "died"
+        return "died"
     return "ended"
 
 

@@ -67,6 +67,7 @@ def rank_main(
 
     quiet_libraries()
     device = settings.device.build()
+    faults.known_as(spec)  # what the group's own places (its collectives) match on
     faults.inject_spec("setup", spec)
     device.setup()
     device.setup_rank(rank, world)

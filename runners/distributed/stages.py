@@ -145,7 +145,7 @@ class GroupStage(StageRunner):
         return None
 
     def run(self, ctx: StageContext) -> None:
-        faults.inject(f"stage:{self.name.value}", f"rank{self.rank}")
+        faults.inject_spec(f"rank{self.rank}:stage:{self.name.value}", ctx.spec)
         ctx.extra["world_size"] = self.world
         try:
             self.body(ctx)

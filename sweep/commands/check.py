@@ -378,6 +378,11 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             f"{detail}",
             file=out,
         )
+    from reports.render.sharding_text import sharding_lines
+    from reports.sharding import model_sharding
+
+    for line in sharding_lines(model_sharding(rows)):
+        print(line, file=out)
     if fallbacks:
         print(file=out)
         print("CPU fallbacks (op, calls, stage):", file=out)

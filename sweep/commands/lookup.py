@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
 def render_text(d: dict[str, Any]) -> str:
     from reports.render import fmt
+    from reports.render.sharding_text import sharding_lines
+    from reports.sharding import model_sharding
 
     s, m = d["summary"], d["model"]
     outcomes = [
@@ -116,6 +118,7 @@ def render_text(d: dict[str, Any]) -> str:
         if d.get("by_dtype"):
             lines.append(f"at {dtype}:")
         lines += _stage_lines(v["stages"], v["fallbacks"])
+        lines += sharding_lines(model_sharding(v["stages"]))
     if d["shrink_changes"]:
         base = "the library's default config" if d.get("config_is_default") else "the original"
         lines += ["", f"shrunk from {base}:"]

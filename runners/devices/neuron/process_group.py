@@ -11,9 +11,12 @@ routes (DDP's reducer, FSDP2, DeviceMesh and DTensor through the group's methods
   `reduce_scatter_coalesced`, `recv_anysource`, `monitored_barrier`; all-to-all with splits
   other than equal or all ones, or a group size its kernel does not take; a barrier on a
   group other than the default; a reduction its kernels do not take (the kernel declines the
-  call, and a collective has no CPU fallback). It defines no send or recv: here they raise
-  NotImplementedError naming themselves, where c10d's base class would raise RuntimeError "No
-  backend type associated with device type neuron";
+  call, and a collective has no CPU fallback);
+- what it does not define (send and recv among them, and torch 2.14's `*_single` collectives,
+  newer than the snapshot) is left to c10d's base class, as it is for ProcessGroupNeuron: some
+  of those fall back to an older method the group implements; where the base class answers
+  RuntimeError "No backend type associated with device type neuron", the emulated group raises
+  NotImplementedError naming the collective instead (so that a row names it);
 - its tensors must be on the device (the kernels decline host tensors);
 - it registers the same `_c10d_functional` op for the device (all_gather_into_tensor_out,
   which reaches the group's `_allgather_base`; the others take c10d's own route).
@@ -32,6 +35,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch._C._distributed_c10d import ProcessGroup
 
+from runners import faults
 from runners.devices import collective_log
 from runners.devices.neuron import collectives
 from runners.devices.neuron.state import BACKEND_NAME, STATE, is_neuron
@@ -167,6 +171,7 @@ class ProcessGroupNeuron(_ProcessGroup):
                 name, f"every tensor must be on the neuron device, found one on {host[0]}"
             )
         with collective_log.in_collective(f"{collectives.OP_PREFIX}{name}", _nbytes(tensors)):
+            faults.inject_known(f"rank{self.rank()}:collective:{name}")
             to_host = _Host()
             yield to_host
             to_host.write_back()
@@ -421,19 +426,44 @@ def _refuses(name: str, why: str) -> Any:
     return method
 
 
+# What c10d's base ProcessGroup (torch 2.14) does with a method a Python group lacks: these fall
+# back to an older one with the same arguments; every other raises "No backend type associated
+# with device type ..." (tests/test_distributed_group.py measures it on the installed torch).
+BASE_FALLBACKS = {
+    "all_gather_single_coalesced": "allgather_into_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "alltoall_base",
+}
+
+
+def _as_the_base_does(name: str) -> Any:
+    fallback = BASE_FALLBACKS.get(name)
+
+    def method(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> Any:
+        if fallback is not None:
+            return getattr(self, fallback)(*args, **kwargs)
+        collective_log.record(f"{collectives.OP_PREFIX}{name}", _nbytes(_tensors_in(args)))
+        raise _not_implemented(
+            name,
+            f"ProcessGroupNeuron defines no {name}; c10d's ProcessGroup raises RuntimeError "
+            '"No backend type associated with device type neuron"',
+        )
+
+    method.__name__ = name
+    how = f"falls back to {fallback}" if fallback else "raises"
+    method.__doc__ = f"c10d's base ProcessGroup.{name}, which {how} (`distributed.json`)."
+    return method
+
+
 def _add_refusals() -> None:
-    """What ProcessGroupNeuron raises on (`raises`), and what it does not define (`absent`:
-    c10d's base class would answer "No backend type associated with device type neuron";
-    here the error names the collective), from the data."""
+    """What ProcessGroupNeuron raises on (`raises`), from the data. What it does not define
+    (`absent`) does what c10d's base class does (`BASE_FALLBACKS`), its RuntimeError raised
+    here as NotImplementedError naming the collective."""
     for name, entry in collectives.collectives().items():
         if entry.status == collectives.RAISES:
             setattr(ProcessGroupNeuron, name, _refuses(name, "raises NotImplementedError"))
         elif entry.status == collectives.ABSENT:
-            setattr(
-                ProcessGroupNeuron,
-                name,
-                _refuses(name, "ProcessGroupNeuron defines no such method"),
-            )
+            setattr(ProcessGroupNeuron, name, _as_the_base_does(name))
         elif not callable(ProcessGroupNeuron.__dict__.get(name)):
             raise RuntimeError(f"ProcessGroupNeuron implements {name}; the emulated group does not")
 

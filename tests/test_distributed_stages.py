@@ -1,0 +1,240 @@
+"""The distributed stages (ddp, fsdp, tp) on real groups of two processes: their rows on the
+emulated neuron device and on the CPU (gloo), how a rank's crash, hang, raise, kill or memory
+run-out ends its group (the stage's status, with which rank did what; nothing left running),
+the world size as a setting (stage groups, reuse keys, resume), and what a distributed task asks
+of Ray. Faults are placed with the test-only hook (`runners/faults.py`): a rank raises inside a
+collective its peer must then wait in, so "waiting" is a fact, not a race."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+
+import pytest
+
+from reports.errors import EnvironmentFault, UsageError
+from reports.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_NEEDS, Stage
+from runners import containment, faults
+from runners.settings import ModelSettings
+from sweep.commands.options import stage_list
+from tests.neuron_support import forked
+from tests.test_runner import tiny
+
+MARK = "HFSWEEP_TEST_GROUP"
+STAGES = ("load", "forward", "backward")
+
+
+def _mark() -> str:
+    """Mark this (forked, throwaway) test process: every rank it starts inherits the mark."""
+    value = uuid.uuid4().hex
+    os.environ[MARK] = value
+    return value
+
+
+def _inject(*rules: dict) -> str:
+    state = tempfile.mkdtemp(prefix="faults-")
+    os.environ[faults.ENV] = json.dumps(list(rules))
+    os.environ[faults.STATE_ENV] = state
+    return state
+
+
+def _nothing_left(mark: str) -> None:
+    left = containment.processes_with_env(MARK, mark)
+    assert left == [], f"processes outlived their group: {left}"
+
+
+def _llama():
+    return tiny("llama", "LlamaForCausalLM")
+
+
+# ---- the stages ---------------------------------------------------------------------------
+
+
+@forked
+def test_ddp_fsdp_and_tp_on_the_emulated_device() -> None:
+    from runners.isolation import run_isolated
+
+    mark = _mark()
+    settings = ModelSettings(
+        device="neuron", stages=(*STAGES, "ddp", "fsdp", "tp"), world_size=2, timeout_s=300
+    )
+    outcome = run_isolated(_llama(), settings)
+    rows = {r.stage: r for r in outcome.stages}
+    assert [r.stage for r in outcome.stages] == [*STAGES, "ddp", "fsdp", "tp"]
+    ddp, fsdp, tp = rows["ddp"], rows["fsdp"], rows["tp"]
+    assert ddp.status == "pass", ddp.error_message
+    assert ddp.world_size == 2 and len(ddp.rank_peak_memory_bytes or []) == 2
+    assert ddp.max_abs_error is not None and ddp.max_abs_error < 1e-4
+    collectives = {c["op"]: c for c in ddp.collectives or []}
+    assert collectives["c10d::allreduce"]["calls"] >= 1
+    assert collectives["c10d::allreduce"]["evidence"] == "registered"
+    assert ddp.sharding_evidence == "registered"
+    # torch 2.14's FSDP2 gathers with all_gather_single, which the snapshot's group lacks
+    assert fsdp.status == "fail" and fsdp.error_type == "CollectiveNotImplemented"
+    assert fsdp.failing_op == "c10d::all_gather_single"
+    assert fsdp.sharding_evidence == "raises" and fsdp.failed_rank in (0, 1)
+    assert fsdp.unsharded_peak_memory_bytes and fsdp.unsharded_peak_memory_bytes > 0
+    assert tp.status == "pass", tp.error_message
+    assert tp.collectives and tp.max_abs_error is not None
+    _nothing_left(mark)
+
+
+@forked
+def test_fsdp_passes_on_the_cpu_and_a_model_without_a_plan_skips_tp() -> None:
+    from runners.isolation import run_isolated
+
+    mark = _mark()
+    settings = ModelSettings(
+        device="cpu", stages=(*STAGES, "fsdp", "tp"), world_size=2, timeout_s=300
+    )
+    outcome = run_isolated(tiny("vit", "ViTForImageClassification"), settings)
+    rows = {r.stage: r for r in outcome.stages}
+    fsdp, tp = rows["fsdp"], rows["tp"]
+    assert fsdp.status == "pass", fsdp.error_message
+    ops = {c["op"] for c in fsdp.collectives or []}
+    assert "c10d::allgather" in ops and "c10d::reduce_scatter" in ops
+    assert all(c["evidence"] is None for c in fsdp.collectives or [])  # the CPU declares none
+    assert tp.status == "skip" and tp.reason == "no_tp_plan"
+    assert "no tensor-parallel plan for vit" in (tp.error_message or "")
+    _nothing_left(mark)
+
+
+# ---- a rank that fails ends its group ----------------------------------------------------------
+
+
+def _ddp(device: str, **settings):
+    from runners.distributed.group import run_group
+
+    task = ModelSettings(device=device, stages=(*STAGES, "ddp"), world_size=2, **settings)
+    return run_group(_llama(), task, Stage.DDP, spawn=False)
+
+
+@forked
+def test_a_rank_raising_while_the_other_waits_in_a_collective_fails_the_stage() -> None:
+    mark = _mark()
+    state = _inject({"at": "rank1:collective:allreduce", "fault": "raise"})
+    result = _ddp("neuron", timeout_s=300)
+    assert result.status == "fail" and result.failed_rank == 1
+    assert result.error_message.startswith("rank 1 of 2: injected: the model fails here")
+    assert (
+        "rank 0 was stopped with the group, waiting in c10d::allreduce" in result.error_message
+    ), result.error_message
+    assert len(faults.fired(state)) == 1
+    _nothing_left(mark)
+
+
+@forked
+def test_a_rank_over_its_memory_budget_is_oom() -> None:
+    mark = _mark()
+    _inject({"at": "rank1:stage:ddp", "fault": "alloc"})
+    result = _ddp("cpu", timeout_s=300, memory_limit=1 << 30)
+    assert result.status == "oom" and result.failed_rank == 1
+    assert result.error_message.startswith("rank 1 of 2:")
+    _nothing_left(mark)
+
+
+@forked
+def test_a_rank_killed_from_outside_is_the_environment() -> None:
+    mark = _mark()
+    state = _inject({"at": "rank0:stage:ddp", "fault": "kill"})
+    with pytest.raises(EnvironmentFault, match="SIGKILL"):
+        _ddp("cpu", timeout_s=300)
+    assert len(faults.fired(state)) == 1
+    _nothing_left(mark)
+
+
+@forked
+def test_a_rank_that_crashes_is_a_crash_naming_it() -> None:
+    mark = _mark()
+    _inject({"at": "rank1:stage:ddp", "fault": "segfault"})
+    result = _ddp("cpu", timeout_s=300)
+    assert result.status == "crash" and result.failed_rank == 1
+    assert "SIGSEGV" in result.error_message
+    _nothing_left(mark)
+
+
+@forked
+def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() -> None:
+    mark = _mark()
+    _inject({"at": "rank1:stage:ddp", "fault": "hang"})
+    result = _ddp("neuron", timeout_s=30)
+    assert result.status == "timeout" and result.failed_rank == 1
+    assert "rank 0" in result.error_message and "waiting in c10d::" in result.error_message
+    _nothing_left(mark)
+
+
+# ---- the world size as a setting ------------------------------------------------------------
+
+
+def test_the_distributed_group_and_what_its_stages_build_on():
+    assert stage_list("distributed") == [Stage(s) for s in (*STAGES, "ddp", "fsdp", "tp")]
+    assert set(DISTRIBUTED_STAGES) <= set(stage_list("all"))
+    assert stage_list(None) == list(DEFAULT_STAGES)  # the default stages are as before
+    assert all(
+        STAGE_NEEDS[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES
+    )
+
+
+def test_the_world_size_is_a_setting_only_where_a_distributed_stage_runs():
+    from sweep.reuse import KeyContext
+
+    plain = ModelSettings(stages=STAGES, world_size=4)
+    assert plain.world_size is None  # nothing depends on it
+    two = ModelSettings(stages=(*STAGES, "ddp"))
+    assert two.world_size == 2
+    four = ModelSettings(stages=(*STAGES, "ddp"), world_size=4)
+    with pytest.raises(UsageError):
+        ModelSettings(stages=("ddp",), world_size=0)
+
+    class Known:
+        name, emulated, compile_backend, compile_mode = "cpu", False, "inductor", None
+
+        def profile_info(self):
+            return None, None
+
+    from runners.settings import row_settings
+
+    rows = {w: row_settings(s, {"device": Known()}) for w, s in ((2, two), (4, four))}
+    assert rows[2]["world_size"] == 2 and rows[4]["world_size"] == 4
+    assert row_settings(plain, {"device": Known()})["world_size"] is None
+    assert KeyContext.of(rows[2]).run_part != KeyContext.of(rows[4]).run_part
+
+
+def test_a_resume_with_another_world_size_is_refused():
+    from sweep.settings import check_same_settings
+
+    with pytest.raises(UsageError, match="world_size=2"):
+        check_same_settings({"run_id": "r", "world_size": 2}, {"world_size": 4})
+
+
+def test_a_world_larger_than_the_machine_is_refused():
+    from runners.devices import process_group_backend, ranks_available
+    from runners.distributed import check_world_size
+
+    assert process_group_backend("cpu") == "gloo" and process_group_backend("neuron") == "neuron"
+    too_many = ranks_available("cpu") + 1
+    with pytest.raises(UsageError, match="--world-size"):
+        check_world_size(ModelSettings(stages=(*STAGES, "ddp"), world_size=too_many))
+
+
+# ---- Ray ------------------------------------------------------------------------------------
+
+
+def test_a_distributed_task_asks_ray_for_one_cpu_per_rank_on_the_emulator():
+    from runners.distributed import task_resources
+
+    assert task_resources(ModelSettings(stages=STAGES)) == {}
+    assert task_resources(ModelSettings(stages=(*STAGES, "ddp"), world_size=2)) == {"num_cpus": 2}
+    neuron = ModelSettings(device="neuron", stages=(*STAGES, "tp"), world_size=2)
+    assert task_resources(neuron) == {"num_cpus": 2}
+
+
+def test_a_task_asking_for_more_than_the_cluster_has_is_refused(ray_session):
+    from sweep.executors import RayExecutor
+
+    executor = RayExecutor(ModelSettings(), run_fn=lambda payload, settings: None)
+    executor._check_feasible({"num_cpus": 2})  # the session's Ray has two
+    with pytest.raises(UsageError, match="asks for 3 CPU"):
+        executor._check_feasible({"num_cpus": 3})
