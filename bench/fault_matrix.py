@@ -20,6 +20,11 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
   ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
   ops-kill  as `kill`, for one op run (`--kills` times; a kill that comes after the run
          finished is not a trial)
+  group  one sweep (embedded Ray, 2 CPUs) of load, forward, backward and ddp on the emulated
+         neuron device: `--trials` models per fault in rank 1 of the ddp stage's group (the
+         rank killed: retried, no row; the rank raising inside the all-reduce its peer waits
+         in: `fail`; the rank past its memory budget: `oom`; both naming rank 1), beside as
+         many healthy models (not in `--fast`: tests/test_distributed_stages.py holds each)
 Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
 row and then the right rows), rows lost, rows duplicated, processes left behind (model
 children, what they started, Ray processes of a killed driver), and environment errors
@@ -821,10 +826,126 @@ def section_ops_kill(kills: int, work: Path, seed: int) -> list[Line]:
     return [line]
 
 
+# ---- a distributed stage's group of ranks ---------------------------------------------------
+
+GROUP_STAGES = ["load", "forward", "backward", "ddp"]
+# label, rule (without match), the model's expected rows {stage: (status, attempt)}, an
+# environment fault, the rank a failed row must name
+GROUP_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool, int | None]] = [
+    (
+        "group: one rank killed (kill -9)",
+        {"at": "rank1:stage:ddp", "fault": "kill", "times": 1},
+        {s: ("pass", 2) for s in GROUP_STAGES},
+        True,
+        None,
+    ),
+    (
+        "group: a rank raising, the other in a collective",
+        {"at": "rank1:collective:allreduce", "fault": "raise"},
+        {**{s: ("pass", 1) for s in GROUP_STAGES[:3]}, "ddp": ("fail", 1)},
+        False,
+        1,
+    ),
+    (
+        "group: a rank over its memory budget",
+        {"at": "rank1:stage:ddp", "fault": "alloc"},
+        {**{s: ("pass", 1) for s in GROUP_STAGES[:3]}, "ddp": ("oom", 1)},
+        False,
+        1,
+    ),
+]
+
+
+def section_group(trials: int, work: Path) -> list[Line]:
+    """One sweep (embedded Ray, 2 CPUs: a task of two ranks takes both) of load, forward,
+    backward and ddp on the emulated neuron device, `trials` models per fault placed in rank 1
+    of the ddp stage's group, beside as many healthy models."""
+    n_faulty = trials * len(GROUP_FAULTS)
+    catalog, ids = write_trial_catalog(work / "group", n_faulty + trials, "gg")
+    hashes = shrunk_hashes(catalog)
+    order = list(range(len(ids)))
+    random.Random(1).shuffle(order)
+    plan: dict[str, int] = {}
+    rules: list[dict[str, Any]] = []
+    for slot, i in enumerate(order[:n_faulty]):
+        kind = slot % len(GROUP_FAULTS)
+        plan[ids[i]] = kind
+        rules.append({**GROUP_FAULTS[kind][1], "match": hashes[ids[i]]})
+    state, store, mark = work / "group-state", work / "group-store", uuid.uuid4().hex
+    env = bench_env(mark, rules, state)
+    extra = [
+        "--device",
+        "neuron",
+        "--stages",
+        ",".join(GROUP_STAGES),
+        "--world-size",
+        "2",
+        "--num-cpus",
+        "2",
+        "--timeout",
+        "240",
+        "--memory-limit",
+        "1",
+        "--retries",
+        "2",
+    ]
+    start = time.monotonic()
+    proc = hfsweep_run(catalog, store, "group", *extra, env=env, timeout=7200)
+    seconds = time.monotonic() - start
+    orphans_after = left_behind(mark)
+    rows = read_rows(store, "group")
+    counts = pair_counts(rows)
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        current = by_model.setdefault(r["model_id"], {}).get(r["stage"])
+        if current is None or r["attempt"] > current["attempt"]:
+            by_model[r["model_id"]][r["stage"]] = r
+    lines = [Line(label) for label, *_ in GROUP_FAULTS]
+    healthy = Line("group: (healthy models beside them)")
+    for model in ids:
+        kind = plan.get(model)
+        line = healthy if kind is None else lines[kind]
+        expected = {s: ("pass", 1) for s in GROUP_STAGES} if kind is None else GROUP_FAULTS[kind][2]
+        env_fault = kind is not None and GROUP_FAULTS[kind][3]
+        culprit = None if kind is None else GROUP_FAULTS[kind][4]
+        line.trials += 1
+        got = by_model.get(model, {})
+        lost = sum(1 for s in GROUP_STAGES if counts[(model, s)] == 0)
+        ok_rows = all(
+            s in got and (got[s]["status"], got[s]["attempt"]) == expected[s] for s in GROUP_STAGES
+        )
+        mislabelled = sum(
+            1
+            for s in GROUP_STAGES
+            if s in got
+            and got[s]["status"] != "pass"
+            and (env_fault or (s == "ddp" and got[s]["failed_rank"] != culprit))
+        )
+        line.lost += lost
+        line.mislabelled += mislabelled
+        survived = ok_rows and not lost and not mislabelled
+        line.survived += int(survived)
+        if not survived:
+            seen = {
+                s: (r["status"], r["attempt"], r["failed_rank"], (r["error_message"] or "")[:300])
+                for s, r in got.items()
+            }
+            print(f"{line.fault}: {model} expected {expected}, got {seen}", file=sys.stderr)
+    whole = Line("group: (the sweep: driver exit, processes left)")
+    whole.trials = 1
+    whole.orphans = len(orphans_after)
+    whole.duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    whole.survived = int(proc.returncode == 0 and not orphans_after)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    print(f"group section: {len(ids)} models in {seconds:.0f} s", file=sys.stderr)
+    return [*lines, healthy, whole]
+
+
 # ---- main --------------------------------------------------------------------------------
 
 
-ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill"
+ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill,group"
 FAST_SECTIONS = "model,node,env,kill,ops"
 
 
@@ -846,6 +967,8 @@ def run(sections: list[str], trials: int, kills: int, seed: int, work: Path) -> 
             lines += section_ops_env(trials, work)
         elif name == "ops-kill":
             lines += section_ops_kill(kills, work, seed)
+        elif name == "group":
+            lines += section_group(trials, work)
         else:
             raise SystemExit(f"unknown section {name!r}")
         print(f"[{name}: {time.monotonic() - start:.0f} s]", file=sys.stderr)

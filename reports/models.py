@@ -16,6 +16,7 @@ from reports.errors import UsageError
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.schema import (
     DEFAULT_STAGES,
+    DEFAULT_WORLD_SIZE,
     RESULTS_SCHEMA,
     TRAINING_STAGES,
     VERSION_FIELDS,
@@ -484,7 +485,11 @@ def _detail(
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
         "reproduce": reproduce_command(
-            model_id, first.get("device") or run.get("device"), run.get("stages"), dtypes
+            model_id,
+            first.get("device") or run.get("device"),
+            run.get("stages"),
+            dtypes,
+            world_size=run.get("world_size"),
         ),
         "fine_tune": _fine_tune_of(stages, fallbacks),
         "sharding": model_sharding(stages),
@@ -663,15 +668,23 @@ def hub_url(model_id: str) -> str | None:
 
 
 def reproduce_command(
-    model_id: str, device: str | None, stages: str | None = None, dtypes: list[str] | None = None
+    model_id: str,
+    device: str | None,
+    stages: str | None = None,
+    dtypes: list[str] | None = None,
+    *,
+    world_size: int | None = None,
 ) -> str:
     """The `hfsweep check` command that reruns this model on this device (with the run's
-    `--stages` when they are not the default ones, and its dtypes when not fp32 alone)."""
+    `--stages` when they are not the default ones, its dtypes when not fp32 alone, and the
+    distributed stages' world size when not the default)."""
     command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
     if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
         command += f" --stages {shlex.quote(stages)}"
     if dtypes and dtypes != [DEFAULT_DTYPE]:
         command += f" --dtype {shlex.quote(','.join(dtypes))}"
+    if world_size and world_size != DEFAULT_WORLD_SIZE:
+        command += f" --world-size {int(world_size)}"
     return command
 
 

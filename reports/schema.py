@@ -52,8 +52,10 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     Stage.GENERATE,
 )
 TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
-# Asked for by name (`--stages distributed` or `all`): each starts a group of processes.
+# Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
+# many as the run's world size (`--world-size`).
 DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)
+DEFAULT_WORLD_SIZE = 2
 # The stages each one builds on (among those a run asks for): one of them not passing makes it
 # `not_run`. The first five build on every stage before them; a training stage on a model that
 # loads, runs forward and backward, so a compile or generate failure does not hide it.

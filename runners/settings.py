@@ -21,14 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.errors import UsageError
-from reports.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_ORDER, Stage
+from reports.schema import (
+    DEFAULT_STAGES,
+    DEFAULT_WORLD_SIZE,
+    DISTRIBUTED_STAGES,
+    STAGE_ORDER,
+    Stage,
+)
 from runners.containment import DEFAULT_MEMORY_LIMIT
 
 if TYPE_CHECKING:
     from runners.devices.base import Device
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
-DEFAULT_WORLD_SIZE = 2  # ranks of the distributed stages (`--world-size`)
 
 
 def dtype_names(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:

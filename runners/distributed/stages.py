@@ -108,6 +108,27 @@ def loss_backward(
     return outputs, loss.detach()
 
 
+def shardable_blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.Module]:
+    """The modules of the classes `names` (the blocks the model can be split at) that FSDP2
+    shards one by one, deepest first (a block before the block holding it). A block holding a
+    parameter another module outside it shares (tied input and output embeddings) stays in its
+    parent's group instead: FSDP2 manages a parameter in one group only, and users fold such a
+    pair together (transformers' own FSDP plan does)."""
+    holders: dict[int, set[str]] = {}
+    for path, module in model.named_modules():
+        for param in module._parameters.values():
+            if param is not None:
+                holders.setdefault(id(param), set()).add(path)
+    out = []
+    for path, module in model.named_modules():
+        if type(module).__name__ not in names or module is model:
+            continue
+        inside = {f"{path}.{sub}" if sub else path for sub, _ in module.named_modules()}
+        if all(holders[id(p)] <= inside for p in module.parameters()):
+            out.append((path.count("."), module))
+    return [m for _, m in sorted(out, key=lambda x: -x[0])]
+
+
 class GroupStage(StageRunner):
     """A distributed stage: the group's launch in the sweep's process, a rank's body in a rank."""
 
@@ -299,11 +320,11 @@ class FsdpStage(GroupStage):
         ref_named = trainable(reference)
         ref_optimizer = adamw([p for _, p in ref_named], reference=True)
         model = ctx.device.prepare_model(copy.deepcopy(self.host))
-        blocks = set(get_adapter(ctx.spec.library).no_split_modules(model))
+        blocks = shardable_blocks(model, get_adapter(ctx.spec.library).no_split_modules(model))
         inputs = ctx.device.to_device(self.batches[self.rank])
         with self.sharded(ctx, "fully_shard"):
             mesh = init_device_mesh(ctx.device.torch_device.type, (self.world,))
-            for module in [m for m in model.modules() if type(m).__name__ in blocks]:
+            for module in blocks:
                 fully_shard(module, mesh=mesh)
             fully_shard(model, mesh=mesh)
             named = trainable(model)

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 detail["device"],
                 (q.run_info(detail["run_id"]) or {}).get("stages"),
                 [dtype],
+                world_size=(q.run_info(detail["run_id"]) or {}).get("world_size"),
             ),
         }
     if args.format == "json":
