@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.distributed_support import run_ranks
+from tests.neuron_support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "runners" / "data" / "profiles" / "torchneuron-2026-04-21" / "distributed.json"
@@ -70,6 +71,16 @@ def probe(rank: int, world: int) -> dict[str, Any]:
         out["reduce"] = values(t)
         dist.barrier()
         out["counted"] = log.rows()
+    work = dist.all_reduce(torch.ones(2, device=dev), async_op=True)
+    out["async_done_at_return"] = work.is_completed()
+    empty = torch.empty(0, device=dev)
+    dist.all_reduce(empty)  # TorchNeuron's kernel declines an empty tensor; not emulated
+    out["empty_allreduce"] = "ran"
+    try:
+        torch.empty(2, pin_memory=True)
+        out["pinned"] = "allocated"
+    except (NotImplementedError, RuntimeError) as exc:
+        out["pinned"] = str(exc)
 
     out["refused"] = {
         "alltoall": _refused(
@@ -134,7 +145,10 @@ def _dtensor(rank: int, world: int) -> dict[str, Any]:
     out.sum().backward()
     local = out.to_local().cpu()
     heads = slice(rank * 4 // world, (rank + 1) * 4 // world)
+    by_sequence = [distribute_tensor(x.detach().to("neuron"), mesh, [Shard(2)]) for x in (q, k, v)]
+    sequence_out = F.scaled_dot_product_attention(*by_sequence).full_tensor().cpu()
     return {
+        "sequence_sharded_error": float((sequence_out - expected.detach()).abs().max()),
         "sharding_registered": registered,
         "attention_placements": [str(p) for p in out.placements],
         "attention_error": float((local - expected[:, heads].detach()).abs().max()),
@@ -239,6 +253,37 @@ def test_the_fused_attention_runs_on_head_sharded_dtensors(observed):
         assert rank["attention_placements"] == ["S(1)"]  # the heads, as the inputs
         assert rank["attention_error"] < 1e-5
         assert rank["attention_grad_error"] < 1e-5
+
+
+def test_inputs_sharded_by_sequence_give_the_single_process_attention(observed):
+    """No strategy computes attention over a shard of the keys (TorchNeuron's rule that shards
+    q, k and v together on the sequence is left out)."""
+    assert all(rank["sequence_sharded_error"] < 1e-5 for rank in observed)
+
+
+def test_nothing_is_asynchronous(observed):
+    assert all(rank["async_done_at_return"] for rank in observed)
+
+
+def test_limits_of_torchneurons_kernels_beyond_those_are_not_emulated(observed):
+    assert observed[0]["empty_allreduce"] == "ran"
+
+
+def test_the_emulated_device_cannot_pin_host_memory(observed):
+    assert "getPinnedMemoryAllocator" in observed[0]["pinned"]
+
+
+def test_torchs_python_hooks_cannot_resize_a_device_storage():
+    """What torch 2.14 lets a Python PrivateUse1 backend's hooks answer (why storages are
+    resized another way)."""
+    import torch
+
+    hooks = torch._C._acc.PrivateUse1Hooks  # type: ignore[attr-defined]
+    assert sorted(n for n in dir(hooks) if not n.startswith("_")) == [
+        "has_primary_context",
+        "is_available",
+        "is_built",
+    ]
 
 
 def test_the_device_module_has_streams_and_events(observed):
@@ -358,3 +403,20 @@ def test_what_the_group_lacks_it_does_as_c10ds_base_class_does():
         else:
             with pytest.raises(RuntimeError, match="No backend type associated"):
                 calls[method]()
+
+
+@forked
+def test_a_models_own_process_keeps_the_device_as_before() -> None:
+    """Only a rank of a distributed stage gets the group's pieces: the model's own process
+    (the single-device stages) has no process group, no streams, and storages as torch has."""
+    import torch
+    import torch.distributed as dist
+
+    from runners.devices import get_device
+    from runners.devices.neuron.state import STATE
+
+    get_device("neuron").setup()
+    assert not STATE.distributed and not STATE.process_group_registered
+    assert "NEURON" not in dist.Backend._plugins
+    assert not hasattr(torch.neuron, "Stream")  # type: ignore[attr-defined]
+    assert torch.UntypedStorage.resize_ is torch._C.StorageBase.resize_

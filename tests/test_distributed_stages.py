@@ -120,7 +120,7 @@ def test_a_rank_raising_while_the_other_waits_in_a_collective_fails_the_stage() 
     mark = _mark()
     state = _inject({"at": "rank1:collective:allreduce", "fault": "raise"})
     result = _ddp("neuron", timeout_s=300)
-    assert result.status == "fail" and result.failed_rank == 1
+    assert result.status == "fail" and result.failed_rank == 1, result.error_message
     assert result.error_message.startswith("rank 1 of 2: injected: the model fails here")
     assert (
         "rank 0 was stopped with the group, waiting in c10d::allreduce" in result.error_message
@@ -163,8 +163,11 @@ def test_a_rank_that_crashes_is_a_crash_naming_it() -> None:
 def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() -> None:
     mark = _mark()
     _inject({"at": "rank1:stage:ddp", "fault": "hang"})
-    result = _ddp("neuron", timeout_s=30)
-    assert result.status == "timeout" and result.failed_rank == 1
+    # rank 0 must reach the collective it then waits in before its deadline: set-up, load and
+    # the single-process step take a few seconds of its own time
+    result = _ddp("neuron", timeout_s=45)
+    assert result.status == "timeout" and result.failed_rank == 1, result.error_message
+    assert "ddp did not finish within 45 s" in result.error_message  # each rank's own time
     assert "rank 0" in result.error_message and "waiting in c10d::" in result.error_message
     _nothing_left(mark)
 
@@ -227,12 +230,66 @@ def test_a_world_larger_than_the_machine_is_refused():
 
 
 def test_a_distributed_task_asks_ray_for_one_cpu_per_rank_on_the_emulator():
+    from runners.devices.cuda import CudaDevice
+    from runners.devices.neuron.real import RealNeuronDevice
     from runners.distributed import task_resources
 
     assert task_resources(ModelSettings(stages=STAGES)) == {}
     assert task_resources(ModelSettings(stages=(*STAGES, "ddp"), world_size=2)) == {"num_cpus": 2}
     neuron = ModelSettings(device="neuron", stages=(*STAGES, "tp"), world_size=2)
     assert task_resources(neuron) == {"num_cpus": 2}
+    assert CudaDevice.rank_resources(2) == {"num_cpus": 1, "num_gpus": 2}
+    assert RealNeuronDevice.rank_resources(2) == {"num_cpus": 1, "resources": {"neuron_cores": 2}}
+
+
+def test_each_group_meets_on_its_own_loopback_port():
+    from runners.distributed.group import rendezvous_store
+
+    with rendezvous_store() as one, rendezvous_store() as two:
+        assert one != two and one > 0 and two > 0
+        import socket
+
+        for port in (one, two):  # listening on loopback
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+
+
+def test_the_ranks_results_merge_into_one_row():
+    """Fallbacks summed per op over the ranks, collectives per op (calls per rank, bytes over
+    the ranks), each rank's peak memory, the largest error."""
+    from runners.distributed.group import RankEnd, merge
+    from runners.outcome import StageResult
+
+    def rank(peak: int, error: float, fallback_count: int) -> StageResult:
+        return StageResult(
+            stage="ddp",
+            status="pass",
+            peak_memory_bytes=peak,
+            max_abs_error=error,
+            fallback_call_count=fallback_count,
+            fallbacks=[
+                {
+                    "op": "aten::histc",
+                    "count": fallback_count,
+                    "bytes_h2d": 8,
+                    "bytes_d2h": 8,
+                    "source": "eager",
+                }
+            ],
+            collectives=[{"op": "c10d::allreduce", "calls": 2, "bytes": 100, "evidence": None}],
+        )
+
+    ends = [RankEnd(0, result=rank(10, 1e-7, 3)), RankEnd(1, result=rank(12, 2e-7, 3))]
+    row = merge(Stage.DDP, ModelSettings(stages=(*STAGES, "ddp")), ends, 4.5)
+    assert row.status == "pass" and row.world_size == 2 and row.duration_s == 4.5
+    assert row.fallbacks == [
+        {"op": "aten::histc", "count": 6, "bytes_h2d": 16, "bytes_d2h": 16, "source": "eager"}
+    ]
+    assert row.collectives == [
+        {"op": "c10d::allreduce", "calls": 2, "bytes": 200, "evidence": None}
+    ]
+    assert row.rank_peak_memory_bytes == [10, 12] and row.peak_memory_bytes == 12
+    assert row.max_abs_error == 2e-7
 
 
 def test_a_task_asking_for_more_than_the_cluster_has_is_refused(ray_session):

@@ -5,8 +5,10 @@ environment's), makes the process its rank's (`Device.setup_rank`), joins the gr
 launcher's store on loopback with the backend the device names
 (`Device.process_group_backend`), runs the stage's rank body under the device's fallback
 recording (`runners.stages.run_stage`: a model's failure is a result, never an exception), and
-sends the result. The group's own timeout is set past the stage's deadline, so a rank that
-waits for a dead peer is ended by its deadline (a `timeout`), not by the backend's error.
+sends the result; a rank whose stage failed then waits to be stopped with its group (a peer
+may be waiting for it in a collective, and would otherwise fail on the closed connection).
+The group's own timeout is set past the stage's deadline, so a rank that waits for a dead peer
+is ended by its deadline (a `timeout`), not by the backend's error.
 """
 
 from __future__ import annotations
@@ -79,8 +81,13 @@ def rank_main(
     runner = stage_runner(Stage(stage))()
     result = run_stage(runner, ctx)  # the stage joins the group once its model is loaded
     with_evidence(result, device)
-    send(("result", result))
     send(("peak", peak_rss_bytes()))
+    send(("result", result))
+    if result.status not in ("pass", "skip"):
+        # A peer may be waiting for this rank in a collective: leaving would close its
+        # connections and make it fail too. The launcher ends the whole group.
+        while True:
+            time.sleep(3600)
     if dist.is_initialized():
         dist.destroy_process_group()
 
