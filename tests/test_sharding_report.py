@@ -209,3 +209,30 @@ def test_lookup_prints_the_sharding_lines(root):
     assert "c10d::allreduce x2 4.00 KiB [registered]" in text
     assert "peak device memory per rank: 512.0 KiB / 512.0 KiB (unsharded step 3.00 MiB)" in text
     assert "tp    skip           2 ranks  no tensor-parallel plan" in text
+
+
+def test_check_prints_the_sharding_lines(capsys):
+    from types import SimpleNamespace
+
+    from reports.schema import RESULTS_SCHEMA
+    from sweep.commands.check import _print_text
+
+    rows = [{name: None for name in RESULTS_SCHEMA.names} for _ in range(4)]
+    for row, (stage, status) in zip(
+        rows, [("load", "pass"), ("ddp", "pass"), ("fsdp", "fail"), ("tp", "skip")], strict=True
+    ):
+        row.update(stage=stage, status=status, dtype="fp32", config_source="hub", duration_s=1.0)
+    rows[1].update(world_size=2, collectives=[ALLREDUCE], sharding_evidence="registered")
+    rows[2].update(world_size=2, **FSDP_FAIL[1])
+    rows[3].update(world_size=2, **NO_PLAN[1])
+    planned = SimpleNamespace(
+        entry=SimpleNamespace(model_id="org/b", downloads=500, rank=2), resolved=None, spec=None
+    )
+    _print_text(planned, rows, [], SimpleNamespace(name="neuron", emulated=True))
+    out = capsys.readouterr().out
+    assert "\nSharding:\n" in out
+    assert "ddp   pass           2 ranks" in out
+    assert (
+        "fsdp  fail           2 ranks  stopped by c10d::all_gather_single [raises] on rank 0" in out
+    )
+    assert "tp    skip           2 ranks  no tensor-parallel plan" in out
