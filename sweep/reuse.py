@@ -90,7 +90,9 @@ def task_fault_rules() -> list[dict[str, Any]]:
     from runners import faults
 
     return [
-        r for r in faults.rules() if str(r.get("at", "")).startswith(("task", "setup", "stage:"))
+        r
+        for r in faults.rules()
+        if str(r.get("at", "")).startswith(("task", "setup", "stage:", "rank"))
     ]
 
 

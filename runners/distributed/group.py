@@ -13,7 +13,8 @@
 - **One result.** The stage's status is its cause's (`fail`, `fail_accuracy`, `oom`, `timeout`,
   `crash`): a rank that died before one that failed (its peers' connections closed), one that
   failed before one that ran out of time, a rank out of time while waiting for a peer last;
-  with the rank (`failed_rank`) and, in the message, what every other rank did; a rank killed from outside (SIGKILL that was not the OOM killer) is the
+  with that rank (`failed_rank`) and, in the message, what every other rank did. A rank killed
+  from outside (SIGKILL that was not the OOM killer), or one whose set-up failed, is the
   environment's (`EnvironmentFault`: the task is retried, nothing recorded). Otherwise the
   ranks' results are merged: fallbacks summed per op, collectives per op (calls per rank,
   bytes over ranks), each rank's peak device memory, the largest error.
@@ -171,11 +172,15 @@ def merge(
         _failure(merged, stage, settings, failures[0], ends)
         return merged
     skipped = next((r for r in results if r.status == Status.SKIP.value), None)
-    if skipped is not None:
-        merged.status, merged.reason = skipped.status, skipped.reason
-        merged.error_message = skipped.error_message
-        merged.fallbacks, merged.collectives = [], None
-        return merged
+    if skipped is not None:  # the stage does not apply: nothing of the group is a measure
+        return StageResult(
+            stage=stage.value,
+            status=skipped.status,
+            reason=skipped.reason,
+            error_message=skipped.error_message,
+            duration_s=duration_s,
+            world_size=world,
+        )
     merged.sharding_evidence = weakest(c.get("evidence") for c in merged.collectives or [])
     return merged
 

@@ -81,11 +81,7 @@ def whole_tree(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: whole_tree(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return (
-            type(x)(whole_tree(v) for v in x)
-            if isinstance(x, list)
-            else tuple(whole_tree(v) for v in x)
-        )
+        return [whole_tree(v) for v in x]
     return x
 
 
