@@ -151,6 +151,7 @@ def blockers(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[
     downloads = _downloads_by_model(q, run_id, dtype)
     total = q.run_downloads(run_id, dtype)
     for r in rows:
+        r["evidence"] = r["evidence"] or []  # none given: the device declares nothing
         blocked = r.pop("model_ids")
         r["downloads"] = sum(downloads.get(m, 0) for m in blocked)
         r.pop("downloads_upper")

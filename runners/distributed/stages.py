@@ -85,6 +85,15 @@ def whole_tree(x: Any) -> Any:
     return x
 
 
+def fresh(x: Any) -> Any:
+    """`x` with its mappings and sequences copied (the tensors in them shared)."""
+    if isinstance(x, dict):
+        return {k: fresh(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(fresh(v) for v in x)
+    return x
+
+
 def loss_backward(
     ctx: StageContext,
     call: Callable[..., Any],
@@ -94,7 +103,10 @@ def loss_backward(
     scale: float = 1.0,
 ) -> tuple[Any, torch.Tensor]:
     """Forward through `call` (the model, or its wrapper), the adapter's loss on `module`, a
-    finite loss, backward of it times `scale`: (the outputs, the loss)."""
+    finite loss, backward of it times `scale`: (the outputs, the loss). The inputs' mappings
+    are copied first: a sentence-transformers model writes its outputs into the features it
+    is given, and a batch is fed again in the next step."""
+    inputs = fresh(inputs)
     outputs = call(**inputs)
     loss = build.compute_loss(ctx.spec, module, outputs, inputs)
     value = float(loss.detach().float().cpu())
