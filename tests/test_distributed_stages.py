@@ -319,3 +319,17 @@ def test_fsdp_shards_each_block_but_one_holding_a_tied_weight():
     )
     blocks = shardable_blocks(model, list(model._no_split_modules))
     assert [type(b).__name__ for b in blocks] == ["BertLayer", "BertLayer"]
+
+
+def test_each_forward_gets_fresh_mappings_of_a_batch():
+    """A sentence-transformers model writes its outputs into the features dict it is given;
+    a batch fed again in a second step must not carry the first step's outputs."""
+    import torch
+
+    from runners.distributed.stages import fresh
+
+    batch = {"input": {"input_ids": torch.ones(2, 3)}}
+    copy = fresh(batch)
+    copy["input"]["sentence_embedding"] = torch.zeros(2)
+    assert list(batch["input"]) == ["input_ids"]
+    assert copy["input"]["input_ids"] is batch["input"]["input_ids"]
