@@ -37,9 +37,11 @@ from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
-from runners.supervisor import POLL_S, Child, Ending
+from runners.supervisor import JOIN_S, POLL_S, Child, Ending
 
 HOST = "127.0.0.1"
+# how long a failed group's other ranks are watched for an exit already under way
+EXIT_GRACE_S = 1.0
 
 
 @dataclass
@@ -149,6 +151,15 @@ def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
         if any(end.failed for end in ends) and all(
             board.read(i).state in (WAITING, SETUP) or not board.read(i).exact for i in live
         ):
+            # A rank's death closes its sockets before the kernel lets it be reaped: its
+            # peer may report the closed connection while it still looks alive. A rank whose
+            # exit has begun (its sentinel closed) is waited for and its death read first.
+            exiting = wait([children[i].proc.sentinel for i in live], timeout=EXIT_GRACE_S)
+            if exiting:
+                for i in live:
+                    if children[i].proc.sentinel in exiting:
+                        children[i].proc.join(JOIN_S)
+                continue
             for i in live:
                 ends[i].stopped = board.read(i).describe()
             break

@@ -114,3 +114,6 @@ def join_group(device: Any, settings: ModelSettings) -> None:
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=timeout,
     )
+    # joined: from here a rank that stops making progress is in its stage (it runs until it
+    # ends or its deadline), not still setting up (stopped at once when a peer fails)
+    phase("the stage, in the group")
