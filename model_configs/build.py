@@ -1,6 +1,6 @@
 """Build a tiny model from a TinySpec, feed it and train it, through the spec's library adapter.
 
-Every adapter (`model_configs.adapters`, one per Hub library) provides:
+Every adapter (`model_configs.libraries`, one package per Hub library) provides:
 
 - `build_model(spec) -> torch.nn.Module`: fp32, on the CPU, weights from a fixed seed, eval mode.
 - `make_inputs(spec, model, *, seed=0, purpose="train") -> dict[str, Any]`: CPU tensors for

@@ -19,7 +19,7 @@ def shrink(
     architecture_hint: str | None = None,
     pipeline_tag: str | None = None,
 ) -> TinySpec:
-    from model_configs.adapters import get_adapter
+    from model_configs.libraries import get_adapter
 
     try:
         adapter = get_adapter(resolved.library)

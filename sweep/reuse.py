@@ -75,7 +75,7 @@ def code_hash() -> str:
 
 def adapter_versions() -> dict[str, str | None]:
     """The installed version of each library adapter's package (None: not installed)."""
-    from model_configs.adapters import ADAPTERS, get_adapter
+    from model_configs.libraries import ADAPTERS, get_adapter
     from sweep.settings import package_version
 
     out: dict[str, str | None] = {}

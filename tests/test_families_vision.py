@@ -1,6 +1,6 @@
 """Detection, segmentation, OCR, depth, video and keypoint families: shrink the default config,
-build, feed the inputs their users feed, train (rules: data/transformers_families/vision.json,
-builders: model_configs/family_inputs/vision.py)."""
+build, feed the inputs their users feed, train (rules: data/families/vision.json,
+builders: model_configs/libraries/transformers/inputs/vision.py)."""
 
 from __future__ import annotations
 

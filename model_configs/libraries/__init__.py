@@ -1,7 +1,11 @@
-"""Registry of library adapters, keyed by the Hub's exact `library_name`.
+"""The libraries: one package per Hub library, and their registry, keyed by the Hub's exact
+`library_name`.
 
-Names map to lazy `module:Class` targets (like the device registry), so importing this package
-imports no model library. `adapter_for(entry)` picks the adapter of a catalog entry: its
+Each library is a package beside this module (`transformers/`, `diffusers/`, `timm/`, ...):
+its adapter (`adapter.py`, an `Adapter` of `base.py`), whatever else it needs to shrink, build
+and feed its models, and its data (`data/`). `ADAPTERS` is the only place that names them: a
+name maps to a lazy `module:Class` target (like the device registry), so importing this package
+imports no model library. `library_for(entry)` picks the adapter of a catalog entry: its
 `library_name` when the Hub gives one; otherwise an adapter that recognises the repo (Chronos-Bolt
 repos carry no library tag), else transformers when the catalog names a `model_type`.
 """
@@ -16,22 +20,22 @@ from typing import TYPE_CHECKING
 from reports.errors import UnknownNameError
 
 if TYPE_CHECKING:
-    from model_configs.adapters.base import Adapter
+    from model_configs.libraries.base import Adapter
     from model_configs.spec import CatalogEntry
 
 ADAPTERS: dict[str, str] = {
-    "transformers": "model_configs.adapters.transformers:TransformersAdapter",
-    "diffusers": "model_configs.adapters.diffusers:DiffusersAdapter",
+    "transformers": "model_configs.libraries.transformers.adapter:TransformersAdapter",
+    "diffusers": "model_configs.libraries.diffusers.adapter:DiffusersAdapter",
     "sentence-transformers": (
-        "model_configs.adapters.sentence_transformers:SentenceTransformersAdapter"
+        "model_configs.libraries.sentence_transformers.adapter:SentenceTransformersAdapter"
     ),
-    "timm": "model_configs.adapters.timm:TimmAdapter",
-    "open_clip": "model_configs.adapters.open_clip:OpenClipAdapter",
-    "chronos-forecasting": "model_configs.adapters.chronos:ChronosAdapter",
-    "ultralytics": "model_configs.adapters.ultralytics:UltralyticsAdapter",
-    "pyannote-audio": "model_configs.adapters.pyannote:PyannoteAdapter",
-    "speechbrain": "model_configs.adapters.speechbrain:SpeechBrainAdapter",
-    "diffusion-single-file": "model_configs.adapters.single_file:SingleFileAdapter",
+    "timm": "model_configs.libraries.timm.adapter:TimmAdapter",
+    "open_clip": "model_configs.libraries.open_clip.adapter:OpenClipAdapter",
+    "chronos-forecasting": "model_configs.libraries.chronos.adapter:ChronosAdapter",
+    "ultralytics": "model_configs.libraries.ultralytics.adapter:UltralyticsAdapter",
+    "pyannote-audio": "model_configs.libraries.pyannote.adapter:PyannoteAdapter",
+    "speechbrain": "model_configs.libraries.speechbrain.adapter:SpeechBrainAdapter",
+    "diffusion-single-file": "model_configs.libraries.single_file.adapter:SingleFileAdapter",
 }
 # Adapters asked, in order, whether they recognise an entry the Hub gives no library for.
 UNTAGGED_ORDER = ("chronos-forecasting",)

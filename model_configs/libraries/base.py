@@ -11,7 +11,9 @@ package it needs; without that package its models are a `missing_package` skip n
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "libraries"
+TABLES = Path("data") / "tables.json"  # a library's tables, inside its package
 
 
 class Adapter(ABC):
@@ -32,6 +34,8 @@ class Adapter(ABC):
     package: ClassVar[str | None] = None  # import name of the optional package it needs
     extra: ClassVar[str | None] = None  # the pyproject extra that installs it
     config_files: ClassVar[tuple[str, ...]] = ("config.json",)  # what the Hub serves for it
+    # What `catalog refresh` asks the Hub for (`allow_patterns`): the files `from_files` reads.
+    hub_files: ClassVar[tuple[str, ...]] = ("config.json",)
     install_note: ClassVar[str] = ""  # added to the missing-package message (licence, ...)
     # What `build_model` imports: imported before the build budget's build on `meta`, since a
     # module first imported inside `torch.device("meta")` makes its import-time tensors there.
@@ -142,11 +146,9 @@ class Adapter(ABC):
         return iter(())
 
     def known_failures(self) -> dict[str, dict[str, Any]]:
-        """Architectures that do not pass, each with a reason and a kind of cause."""
-        path = DATA_DIR / f"{self.library}.json"
-        if not path.is_file():
-            return {}
-        table = json.loads(path.read_text()).get("known_failures", {})
+        """Architectures that do not pass, each with a reason and a kind of cause (the
+        `known_failures` table of the library's `data/tables.json`)."""
+        table = library_tables(inspect.getfile(type(self))).get("known_failures", {})
         return {k: v for k, v in table.items() if not k.startswith("_")}
 
 
@@ -190,10 +192,21 @@ def read_json(path: Path, *, model_id: str) -> dict[str, Any]:
     return read_config_file(path, model_id=model_id)
 
 
-def library_data(library: str) -> dict[str, Any]:
-    """The adapter's data file (`model_configs/data/libraries/<library>.json`)."""
-    path = DATA_DIR / f"{library}.json"
+def library_tables(module_file: str) -> dict[str, Any]:
+    """The tables of the library whose package holds `module_file` (pass `__file__`): its
+    `data/tables.json` (name mappings, stand-ins, known failures, each with a reason), or {}."""
+    path = Path(module_file).resolve().parent / TABLES
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def save_pretrained_round_trip(model: Any, folder: Path) -> Any:
+    """The library's own save (safetensors) and load, as users do it (`save_pretrained` /
+    `from_pretrained`: transformers, diffusers, Chronos)."""
+    with tempfile.TemporaryDirectory(prefix="hfsweep-save-", dir=folder) as tmp:
+        model.save_pretrained(tmp)
+        if not any(p.suffix == ".safetensors" for p in Path(tmp).rglob("*")):
+            raise RuntimeError("save_pretrained wrote no safetensors file")
+        return type(model).from_pretrained(tmp).eval()
 
 
 def repo_name(model_id: str) -> str:

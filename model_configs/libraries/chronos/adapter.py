@@ -2,7 +2,7 @@
 
 A Chronos repo's `config.json` is a T5 config (Chronos-2: chronos' own core config) with a
 `chronos_config` and `chronos_pipeline_class`. Offline, the kind comes from the repo name and
-the fields from the adapter's stand-ins (`model_configs/data/libraries/chronos-forecasting.json`).
+the fields from the adapter's stand-ins (`data/tables.json`).
 The models are those chronos builds: Chronos trains its inner `T5ForConditionalGeneration` on
 token ids from its `MeanScaleUniformBins` tokenizer (and generates with it); Chronos-Bolt and
 Chronos-2 are forecasters whose forward takes the series and its future target and returns the
@@ -16,9 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data, no_config, repo_name
-from model_configs.adapters.transformers import save_pretrained_round_trip
-from model_configs.shrink.caps import cap_keys
+from model_configs.libraries.base import (
+    Adapter,
+    library_tables,
+    no_config,
+    repo_name,
+    save_pretrained_round_trip,
+)
+from model_configs.libraries.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH
 from reports.errors import ConfigError
@@ -57,7 +62,7 @@ class ChronosAdapter(Adapter):
                 "(chronos-t5-*, chronos-bolt-*, chronos-2*)",
                 entry.model_id,
             )
-        stand_in = library_data(self.library)["kinds"][kind]
+        stand_in = library_tables(__file__)["kinds"][kind]
         if stand_in["pipeline_class"] == "Chronos2Pipeline":
             from chronos.chronos2.config import Chronos2CoreConfig
 

@@ -6,9 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter
-from model_configs.adapters.transformers import save_pretrained_round_trip
 from model_configs.config_files import from_file
+from model_configs.libraries.base import Adapter, save_pretrained_round_trip
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -18,9 +17,10 @@ class DiffusersAdapter(Adapter):
     library = "diffusers"
     package = "diffusers"
     config_files = ("model_index.json", "config.json")
+    hub_files = ("model_index.json", "config.json", "*/config.json", "*/scheduler_config.json")
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
-        from model_configs.diffusers_models import default_config_for_pipeline
+        from model_configs.libraries.diffusers.build import default_config_for_pipeline
 
         pipelines = [t.split(":", 1)[1] for t in entry.tags if t.startswith("diffusers:")]
         for pipeline in pipelines:
@@ -54,39 +54,39 @@ class DiffusersAdapter(Adapter):
         architecture_hint: str | None = None,
         pipeline_tag: str | None = None,
     ) -> TinySpec:
-        from model_configs.shrink.diffusers import shrink_diffusers
+        from model_configs.libraries.diffusers.shrink import shrink_diffusers
 
         return shrink_diffusers(
             resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
         )
 
     def build_model(self, spec: TinySpec) -> Any:
-        from model_configs import diffusers_models
+        from model_configs.libraries.diffusers import build
 
-        return diffusers_models.build_model(spec)
+        return build.build_model(spec)
 
     def make_inputs(
         self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
     ) -> dict[str, Any]:
-        from model_configs import diffusers_models
+        from model_configs.libraries.diffusers import build
 
-        return diffusers_models.make_inputs(spec, model, seed=seed, purpose=purpose)
+        return build.make_inputs(spec, model, seed=seed, purpose=purpose)
 
     def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
-        from model_configs import diffusers_models
+        from model_configs.libraries.diffusers import build
 
-        return diffusers_models.compute_loss(spec, model, outputs, inputs)
+        return build.compute_loss(spec, model, outputs, inputs)
 
     def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
         return save_pretrained_round_trip(model, folder)
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
-        from model_configs import diffusers_models
+        from model_configs.libraries.diffusers import build
 
-        return diffusers_models.iter_default_configs()
+        return build.iter_default_configs()
 
     def known_failures(self) -> dict[str, dict[str, Any]]:
-        from model_configs.shrink.diffusers import load_rules
+        from model_configs.libraries.diffusers.shrink import load_rules
 
         table = load_rules().get("known_failures", {})
         return {k: v for k, v in table.items() if not k.startswith("_")}

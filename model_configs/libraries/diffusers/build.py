@@ -1,6 +1,6 @@
 """Build tiny diffusers models from a TinySpec, make their inputs, and compute a training loss.
 
-Inputs come from each class's recipe in `data/diffusers_class_rules.json` ("inputs"): a mapping
+Inputs come from each class's recipe in `data/class_rules.json` ("inputs"): a mapping
 of forward kwarg -> tensor spec whose shapes are expressions over the model's config (so they
 follow the shrunk sizes) and the batch size `B`. Tensor spec kinds:
 
@@ -34,7 +34,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.shrink.diffusers import (
+from model_configs.libraries.diffusers.shrink import (
     class_rule,
     default_config,
     evaluate,
@@ -451,12 +451,12 @@ def iter_wrapper_configs() -> Iterator[ResolvedConfig]:
 def default_config_for_pipeline(pipeline_class_name: str) -> ResolvedConfig | None:
     """An offline config for a pipeline named in a repo's tags (`diffusers:<Pipeline>`).
 
-    Uses the published denoiser config bundled in `data/diffusers_configs/` when there is one,
+    Uses the published denoiser config bundled in `data/configs/` when there is one,
     else the denoiser class's defaults; None for a pipeline this table does not know.
     """
     import json
 
-    from model_configs.shrink.diffusers import DATA_DIR
+    from model_configs.libraries.diffusers.shrink import DATA_DIR
 
     pipelines = load_rules().get("pipelines", {})
     entry = pipelines.get(pipeline_class_name)
@@ -465,7 +465,7 @@ def default_config_for_pipeline(pipeline_class_name: str) -> ResolvedConfig | No
     component, class_name = entry["component"], entry["class"]
     index = {"_class_name": pipeline_class_name, component: ["diffusers", class_name]}
     if entry.get("config_file"):
-        path = DATA_DIR / "diffusers_configs" / entry["config_file"]
+        path = DATA_DIR / "configs" / entry["config_file"]
         with path.open() as f:
             config = json.load(f)
         config.setdefault("_class_name", class_name)

@@ -4,7 +4,7 @@ A diffusers config is the model class's `__init__` kwargs plus `_class_name`. Th
 every key that decides which ops run (block types, in/out/latent channels, patch sizes, norm and
 attention variants, added conditioning, RoPE layout) and shrinks only size keys: channel lists
 keep their length and ratios, layer counts drop to one, heads to two, conditioning widths to 16.
-Generic rules come first (`size_rules` in `data/diffusers_class_rules.json`); per-class rules in
+Generic rules come first (`size_rules` in `data/class_rules.json`); per-class rules in
 the same file override them, each with a reason. Consistency fixers then restore the constraints
 the library checks: norm groups divide channels, RoPE axes sum to the head dim, layer-index
 lists stay inside the shrunk layer count.
@@ -31,8 +31,8 @@ from model_configs.spec import ResolvedConfig, TinySpec
 from reports.errors import ConfigError, ShrinkError
 from reports.schema import ConfigSource, SkipReason
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-RULES_PATH = DATA_DIR / "diffusers_class_rules.json"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+RULES_PATH = DATA_DIR / "class_rules.json"
 
 
 @functools.cache

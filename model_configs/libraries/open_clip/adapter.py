@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, no_config, read_json, repo_name
-from model_configs.shrink.caps import cap_keys
+from model_configs.libraries.base import Adapter, no_config, read_json, repo_name
+from model_configs.libraries.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, GRID
 from reports.errors import ConfigError, ShrinkError
@@ -40,6 +40,7 @@ class OpenClipAdapter(Adapter):
     package = "open_clip"
     extra = "open_clip"
     config_files = ("open_clip_config.json",)
+    hub_files = ("open_clip_config.json",)
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         import open_clip
@@ -226,7 +227,7 @@ def _model_class_name(cfg: dict[str, Any]) -> str:
 
 def _shrink_vision(vision: dict[str, Any], model_id: str) -> tuple[dict[str, Any], dict]:
     if vision.get("timm_model_name"):
-        from model_configs.adapters.timm import _shrink as shrink_timm
+        from model_configs.libraries.timm.adapter import _shrink as shrink_timm
 
         name = vision["timm_model_name"]
         try:
@@ -234,7 +235,7 @@ def _shrink_vision(vision: dict[str, Any], model_id: str) -> tuple[dict[str, Any
         except ShrinkError as exc:
             exc.model_id = model_id
             raise
-        from model_configs.adapters.timm import _build
+        from model_configs.libraries.timm.adapter import _build
 
         out = dict(vision)
         out["timm_tiny"] = trunk.config
@@ -276,7 +277,7 @@ def _tiny_timm_trunk(vision: dict[str, Any]) -> Iterator[None]:
         return
     import open_clip.timm_model as tm
 
-    from model_configs.adapters.timm import _build
+    from model_configs.libraries.timm.adapter import _build
 
     real = tm.timm.create_model
 

@@ -10,7 +10,7 @@ A model repo's `config.yaml` names a `model._target_` class with its arguments; 
 adapter takes only classes from `pyannote.audio.models` (never a path the repo names
 elsewhere). A pipeline repo (speaker diarization, VAD) runs the models its pipeline loads;
 they are built side by side and both fed. Offline, catalog repos map to their classes through
-`model_configs/data/libraries/pyannote-audio.json`. A model class builds its output layer from
+`data/tables.json`. A model class builds its output layer from
 its task's specifications; the adapter sets those (powerset or multilabel frame
 classification for segmentation) and calls `build()`, as pyannote does when it loads a
 checkpoint. Loss: cross-entropy over frames (powerset), BCE (multilabel), an in-batch
@@ -23,7 +23,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, find_class, library_data, no_config
+from model_configs.libraries.base import Adapter, find_class, library_tables, no_config
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import AUDIO_SAMPLES, BATCH
 from reports.errors import ConfigError, ShrinkError
@@ -61,6 +61,7 @@ class PyannoteAdapter(Adapter):
     package = "pyannote.audio"
     extra = "audio"
     config_files = ("config.yaml",)
+    hub_files = ("config.yaml",)
 
     def missing_packages(self) -> list[str]:
         import importlib.util
@@ -72,7 +73,7 @@ class PyannoteAdapter(Adapter):
         return missing
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
-        repos = library_data(self.library)["repos"]
+        repos = library_tables(__file__)["repos"]
         mapped = repos.get(entry.model_id)
         if mapped is None:
             raise no_config(
@@ -81,7 +82,7 @@ class PyannoteAdapter(Adapter):
                 entry.model_id,
             )
         models = {
-            part: copy.deepcopy(library_data(self.library)["models"][name])
+            part: copy.deepcopy(library_tables(__file__)["models"][name])
             for part, name in mapped["models"].items()
         }
         return self.library_default(
@@ -193,7 +194,7 @@ class PyannoteAdapter(Adapter):
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         """Every model class pyannote.audio offers, with the adapter's default arguments."""
-        table = library_data(self.library)["models"]
+        table = library_tables(__file__)["models"]
         for name, m in table.items():
             yield self.library_default(
                 f"pyannote/{name}",
@@ -233,7 +234,7 @@ def _model_class(name: str, model_id: str | None = None) -> Any:
 
 
 def _default_specs(name: str) -> dict[str, Any] | None:
-    for m in library_data("pyannote-audio")["models"].values():
+    for m in library_tables(__file__)["models"].values():
         if m["class"] == name:
             return copy.deepcopy(m.get("specifications"))
     return None

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, no_config, read_json
 from model_configs.config_files import read_json_file
+from model_configs.libraries.base import Adapter, no_config, read_json
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -43,9 +43,11 @@ class SentenceTransformersAdapter(Adapter):
     package = "sentence_transformers"
     extra = "sentence-transformers"
     config_files = ("modules.json",)
+    hub_files = ("modules.json", "config.json", "sentence_bert_config.json", "*/config.json",
+                 "*/sentence_bert_config.json")  # fmt: skip
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
-        from model_configs.adapters import get_adapter
+        from model_configs.libraries import get_adapter
 
         backbone = get_adapter("transformers").default_config(entry)
         stack = [
@@ -107,7 +109,7 @@ class SentenceTransformersAdapter(Adapter):
         architecture_hint: str | None = None,
         pipeline_tag: str | None = None,
     ) -> TinySpec:
-        from model_configs.adapters import get_adapter
+        from model_configs.libraries import get_adapter
 
         modules = resolved.config.get("modules")
         backbone = resolved.config.get("backbone")
@@ -181,7 +183,7 @@ class SentenceTransformersAdapter(Adapter):
         import torch
         from sentence_transformers import SentenceTransformer
 
-        from model_configs.adapters import get_adapter
+        from model_configs.libraries import get_adapter
 
         backbone = TinySpec.from_dict(spec.config["backbone"])
         torch.manual_seed(0)
@@ -199,7 +201,7 @@ class SentenceTransformersAdapter(Adapter):
     ) -> dict[str, Any]:
         import torch
 
-        from model_configs.shrink.transformers import special_token_ids
+        from model_configs.libraries.transformers.shrink import special_token_ids
 
         backbone = spec.config["backbone"]["config"]
         vocab = int(backbone.get("vocab_size") or 64)

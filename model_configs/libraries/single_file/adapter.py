@@ -4,7 +4,7 @@ These repos (mostly ComfyUI repackagings of Wan, FLUX, Qwen-Image, ...) hold wei
 no diffusers config. A repo maps to a diffusers denoiser class by its name only where diffusers
 itself loads that architecture's single files (`SINGLE_FILE_LOADABLE_CLASSES`), so the tiny
 model is the architecture the file holds; the mapping table is
-`model_configs/data/libraries/diffusion-single-file.json` (a pattern, the class and the reason
+`data/tables.json` (a pattern, the class and the reason
 each), and the rows carry `config_source=name_mapped`. Everything after resolving is the
 diffusers adapter's.
 """
@@ -18,13 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import DATA_DIR, Adapter, library_data
-from model_configs.adapters.diffusers import DiffusersAdapter
+from model_configs.libraries.base import Adapter, library_tables
+from model_configs.libraries.diffusers.adapter import DiffusersAdapter
+from model_configs.libraries.diffusers.shrink import DATA_DIR
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
 
-CONFIGS = DATA_DIR.parent / "diffusers_configs"
+CONFIGS = DATA_DIR / "configs"  # the published denoiser configs diffusers bundles here
 
 
 class SingleFileAdapter(Adapter):
@@ -37,7 +38,7 @@ class SingleFileAdapter(Adapter):
 
     def mapping_for(self, model_id: str) -> dict[str, Any] | None:
         name = model_id.lower()
-        for m in library_data(self.library)["mappings"]:
+        for m in library_tables(__file__)["mappings"]:
             if re.search(m["pattern"], name):
                 return dict(m)
         return None
@@ -45,7 +46,7 @@ class SingleFileAdapter(Adapter):
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         from diffusers.loaders.single_file_model import SINGLE_FILE_LOADABLE_CLASSES
 
-        from model_configs.shrink.diffusers import default_config
+        from model_configs.libraries.diffusers.shrink import default_config
 
         m = self.mapping_for(entry.model_id)
         if m is None:
@@ -101,7 +102,7 @@ class SingleFileAdapter(Adapter):
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         """One per mapping of the table (the classes single files are mapped to)."""
-        for m in library_data(self.library)["mappings"]:
+        for m in library_tables(__file__)["mappings"]:
             try:
                 yield self.default_config(CatalogEntry(model_id=m["example"]))
             except ConfigError:  # diffusers cannot load this one's single files

@@ -5,7 +5,7 @@ stable ABI, `torch>=2.11`) loads beside torch 2.14; the models are plain PyTorch
 A SpeechBrain repo describes its model in `hyperparams.yaml`, which HyperPyYAML turns into
 objects by importing and calling what the file names (`!new:`, `!apply:`, `!name:`): that is
 the repo's instructions running, so this adapter never loads it. The architecture comes from
-the adapter's table (`model_configs/data/libraries/speechbrain.json`: the repo's classes and
+the adapter's table (`data/tables.json`: the repo's classes and
 their arguments), built from `speechbrain.lobes` classes only. The model is what the repo's
 interface runs: `Fbank` features, `InputNormalization`, the embedding or VAD model, and a
 classifier head where the repo has one (language id), fed a waveform batch; the encoder-decoder
@@ -21,8 +21,8 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, find_class, library_data, no_config
-from model_configs.shrink.caps import cap_keys
+from model_configs.libraries.base import Adapter, find_class, library_tables, no_config
+from model_configs.libraries.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import AUDIO_SAMPLES, BATCH
 
@@ -86,7 +86,7 @@ class SpeechBrainAdapter(Adapter):
         return [n for n in ("speechbrain", "torchaudio") if importlib.util.find_spec(n) is None]
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
-        data = library_data(self.library)
+        data = library_tables(__file__)
         mapped = data["repos"].get(entry.model_id)
         if mapped is None:
             raise no_config(
@@ -184,7 +184,7 @@ class SpeechBrainAdapter(Adapter):
         return F.cross_entropy(scores, torch.arange(out.shape[0], device=scores.device))
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
-        for name, model in library_data(self.library)["architectures"].items():
+        for name, model in library_tables(__file__)["architectures"].items():
             yield self.library_default(
                 f"speechbrain/{name}",
                 copy.deepcopy(model),

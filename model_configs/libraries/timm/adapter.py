@@ -3,7 +3,7 @@
 A timm repo's `config.json` names the `architecture` (an entrypoint such as `resnet50`), its
 `num_classes` and, for some, `model_args` passed to the entrypoint. Offline, the architecture
 is the repo name up to its pretrained tag (`timm/resnet50.a1_in1k` -> `resnet50`), when timm
-knows it. The shrink is `model_configs.shrink.timm`'s; the input size is the smallest of a few
+knows it. The shrink is `model_configs.libraries.timm.shrink`'s; the input size is the smallest of a few
 candidates the tiny model accepts (checked at shrink time, on the CPU, a few milliseconds).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.adapters.base import Adapter, no_config, repo_name
+from model_configs.libraries.base import Adapter, no_config, repo_name
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, GRID
@@ -139,7 +139,7 @@ def classification_loss(outputs: Any, num_classes: int) -> Any:
 def _shrink(
     arch: str, model_args: dict[str, Any], num_classes: Any, *, pipeline_tag: str | None
 ) -> TinySpec:
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     try:
         captured = tshrink.capture(arch, **model_args)
@@ -171,8 +171,8 @@ def _shrink(
     raise ShrinkError(
         f"no tiny {arch} builds and runs: {'; '.join(errors[:4])}",
         stage="load",
-        hint="add a rule to model_configs/shrink/timm.py or a known failure to "
-        "model_configs/data/libraries/timm.json",
+        hint="add a rule to model_configs/libraries/timm/shrink.py or a known failure to "
+        "model_configs/libraries/timm/data/tables.json",
     )
 
 
@@ -219,7 +219,7 @@ def _spec(
     tiny_classes: int,
     pretrained: dict[str, Any],
 ) -> TinySpec:
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     before = tshrink.jsonable(
         {**_defaults_for_diff(captured), **captured.args,
@@ -242,7 +242,7 @@ def _spec(
 
 
 def _defaults_for_diff(captured: Any) -> dict[str, Any]:
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     return tshrink.unpassed_defaults(captured)
 
@@ -257,14 +257,14 @@ def _patch_size(captured: Any) -> int | None:
 
 
 def _default(captured: Any, name: str) -> Any:
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     return tshrink.class_defaults(captured.cls).get(name)
 
 
 def _sides(captured: Any, patch: int | None) -> list[tuple[int, bool]]:
     """Image sides to try, and whether the class is told the size (`img_size`)."""
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     takes_img = tshrink.accepts(captured.cls, "img_size")
     sides = list(IMAGE_SIDES)
@@ -283,7 +283,7 @@ def _build(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     import torch
     from timm.models._builder import build_model_with_cfg
 
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     arch = config["architecture"]
     captured = tshrink.capture(arch, **dict(config.get("model_args") or {}))

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypeGuard
 
-RULES_FILE = Path(__file__).resolve().parent.parent / "data" / "libraries" / "timm.json"
+RULES_FILE = Path(__file__).resolve().parent / "data" / "tables.json"
 
 # Target sizes.
 MAX_WIDTH = 64  # the widest stage after shrinking (before a block's own expansion)
@@ -478,7 +478,7 @@ def fit_heads(args: dict[str, Any]) -> None:
 
 
 # Per-family exceptions, each with its reason: data (`shrink_rules` in
-# model_configs/data/libraries/timm.json), keyed by the model class or config dataclass.
+# model_configs/libraries/timm/data/tables.json), keyed by the model class or config dataclass.
 _RULES: dict[str, Any] = json.loads(RULES_FILE.read_text(encoding="utf-8"))["shrink_rules"]
 
 

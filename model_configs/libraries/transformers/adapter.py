@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter
 from model_configs.config_files import from_file
+from model_configs.libraries.base import Adapter, save_pretrained_round_trip
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -57,54 +56,55 @@ class TransformersAdapter(Adapter):
         architecture_hint: str | None = None,
         pipeline_tag: str | None = None,
     ) -> TinySpec:
-        from model_configs import quantization, quantized_build
-        from model_configs.shrink.transformers import shrink_transformers
+        from model_configs import quantization
+        from model_configs.libraries.transformers import quantized
+        from model_configs.libraries.transformers.shrink import shrink_transformers
 
         quantization.refuse_unsupported(resolved)  # a method with no path here: a skip
         spec = shrink_transformers(
             resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
         )
-        return quantized_build.fit(spec)
+        return quantized.fit(spec)
 
     def build_model(self, spec: TinySpec) -> Any:
-        from model_configs import quantized_build, transformers_models
+        from model_configs.libraries.transformers import build, quantized
 
         # quantized: built at full precision, quantized when saved (`save_and_load`)
-        return transformers_models.build_model(quantized_build.plain(spec))
+        return build.build_model(quantized.plain(spec))
 
     def make_inputs(
         self, spec: TinySpec, model: Any, *, seed: int = 0, purpose: str = "train"
     ) -> dict[str, Any]:
-        from model_configs import transformers_models
+        from model_configs.libraries.transformers import build
 
-        return transformers_models.make_inputs(spec, model, seed=seed, purpose=purpose)
+        return build.make_inputs(spec, model, seed=seed, purpose=purpose)
 
     def compute_loss(self, spec: TinySpec, model: Any, outputs: Any, inputs: dict) -> Any:
-        from model_configs import transformers_models
+        from model_configs.libraries.transformers import build
 
-        return transformers_models.compute_loss(spec, model, outputs, inputs)
+        return build.compute_loss(spec, model, outputs, inputs)
 
     def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
-        from model_configs import quantized_build
+        from model_configs.libraries.transformers import quantized
 
-        if quantized_build.method_of_spec(spec) is not None:  # through transformers' quantizer
-            return quantized_build.save_and_load(spec, model, folder)
+        if quantized.method_of_spec(spec) is not None:  # through transformers' quantizer
+            return quantized.save_and_load(spec, model, folder)
         return save_pretrained_round_trip(model, folder)
 
     def to_dtype(self, spec: TinySpec, model: Any, dtype: Any) -> Any:
-        from model_configs import quantized_build
+        from model_configs.libraries.transformers import quantized
 
-        if quantized_build.method_of_spec(spec) is not None:  # float8 / packed storage kept
-            return quantized_build.to_dtype(model, dtype)
+        if quantized.method_of_spec(spec) is not None:  # float8 / packed storage kept
+            return quantized.to_dtype(model, dtype)
         return model.to(dtype)
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
-        from model_configs import transformers_models
+        from model_configs.libraries.transformers import build
 
-        return transformers_models.iter_default_configs()
+        return build.iter_default_configs()
 
     def known_failures(self) -> dict[str, dict[str, Any]]:
-        from model_configs.family_rules import known_failures
+        from model_configs.libraries.transformers.families import known_failures
 
         return known_failures()
 
@@ -113,12 +113,3 @@ def default_config_dict(model_type: str) -> dict[str, Any]:
     from transformers import AutoConfig
 
     return AutoConfig.for_model(model_type).to_dict()
-
-
-def save_pretrained_round_trip(model: Any, folder: Path) -> Any:
-    """The library's own save (safetensors) and load, as users do it."""
-    with tempfile.TemporaryDirectory(prefix="hfsweep-save-", dir=folder) as tmp:
-        model.save_pretrained(tmp)
-        if not any(p.suffix == ".safetensors" for p in Path(tmp).rglob("*")):
-            raise RuntimeError("save_pretrained wrote no safetensors file")
-        return type(model).from_pretrained(tmp).eval()

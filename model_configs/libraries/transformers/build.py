@@ -4,9 +4,9 @@
 away from special ids, pixel values at the shrunk image size, audio features of the length the
 model needs, image tokens whose count matches what the vision tower produces, both sides of an
 encoder-decoder, and labels for training: the entries of the `family_inputs` registry keyed by
-signature (`model_configs/family_inputs/generic.py`). Per-family input hints are data
-(`model_configs/data/transformers_families/`, the `inputs` tables); layouts a hint cannot
-express are builders in `model_configs/family_inputs/`, keyed by model type.
+signature (`inputs/generic.py`). Per-family input hints are data
+(`model_configs/libraries/transformers/data/families/`, the `inputs` tables); layouts a hint cannot
+express are builders in `inputs/`, keyed by model type.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-from model_configs.family_inputs import InputContext, by_signature
-from model_configs.family_inputs import lookup as family_lookup
-from model_configs.family_rules import input_rules
-from model_configs.shrink.transformers import special_token_ids
+from model_configs.libraries.transformers.classes import builds_as_is, part_config
+from model_configs.libraries.transformers.families import input_rules
+from model_configs.libraries.transformers.inputs import InputContext, by_signature
+from model_configs.libraries.transformers.inputs import lookup as family_lookup
+from model_configs.libraries.transformers.shrink import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, SEQ, routed_seq
-from model_configs.transformers_classes import builds_as_is, part_config
 from reports.errors import ShrinkError
 from reports.schema import ConfigSource
 
@@ -120,7 +120,7 @@ def make_inputs(
     """CPU tensors for `model(**inputs)` (purpose="train") or `model.generate(**inputs)`.
 
     The generic layout comes from the model's main input and forward signature; a family's
-    builder in `model_configs/family_inputs/` then edits it (or replaces it)."""
+    builder in `inputs/` then edits it (or replaces it)."""
     import torch
 
     rules = input_rules().get(spec.model_type or "", {})
@@ -144,7 +144,7 @@ def make_inputs(
 def experts_per_token(config: Any) -> int | None:
     """How many experts a mixture of experts routes each token to (its text model's, for a
     composite config); None for a model with no routed experts."""
-    from model_configs.shrink.transformers_rules import EXPERT_KEYS, TOPK_KEYS
+    from model_configs.libraries.transformers.shrink_rules import EXPERT_KEYS, TOPK_KEYS
 
     for c in (config, getattr(config, "text_config", None)):
         if c is None:
@@ -517,6 +517,6 @@ def iter_default_configs() -> Iterator[ResolvedConfig]:
 
 def model_types_with_class() -> list[str]:
     """Model types that have a model class of their own in transformers' auto mappings."""
-    from model_configs.transformers_classes import model_types_with_class as _types
+    from model_configs.libraries.transformers.classes import model_types_with_class as _types
 
     return _types()

@@ -1,6 +1,6 @@
 """Per-family rules for transformers configs, as data.
 
-One JSON file per group of families in `data/transformers_families/` (its README explains the
+One JSON file per group of families in `data/families/` (its README explains the
 keys). Each file has a `shrink` table (applied by the shrinker after its generic rules), an
 `inputs` table (hints for `make_inputs`) and a `known_failures` table (model types that do not
 pass yet, each with the reason: what `bench/shrink_coverage.py` prints beside the failure), all
@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-RULES_DIR = Path(__file__).resolve().parent / "data" / "transformers_families"
+RULES_DIR = Path(__file__).resolve().parent / "data" / "families"
 TABLES = ("shrink", "inputs", "known_failures")
 
 

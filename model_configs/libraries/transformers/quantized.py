@@ -126,10 +126,10 @@ def _fitting_power(size: int, dims: list[int]) -> int:
 def _on_meta(spec: TinySpec) -> Any:
     import torch
 
-    from model_configs import transformers_models
+    from model_configs.libraries.transformers import build
 
     with torch.device("meta"):
-        return transformers_models.build_model(spec)
+        return build.build_model(spec)
 
 
 def _linears(model: Any) -> list[Any]:

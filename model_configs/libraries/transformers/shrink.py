@@ -4,8 +4,8 @@ Generic rules walk the config and its sub-configs (`text_config`, `vision_config
 decoder, ...) and shrink widths, heads, layers, experts, vocabularies, positions and images while
 keeping every choice that decides which ops run (attention variant, GQA/MQA, layer kinds, RoPE
 type, activations, norms, tied embeddings). The rules are a list, one small named rule each with
-the keys it applies to and its reason (`model_configs/shrink/transformers_rules.py`, read top to
-bottom). Per-family rules live as data in `model_configs/data/transformers_families/*.json`,
+the keys it applies to and its reason (`shrink_rules.py`, read top to
+bottom). Per-family rules live as data in `model_configs/libraries/transformers/data/families/*.json`,
 each with a reason. The result is rebuilt through the config class so the library's own
 validation runs.
 """
@@ -16,8 +16,8 @@ import copy
 import json
 from typing import Any
 
-from model_configs.family_rules import shrink_rules, timm_rules
-from model_configs.shrink.transformers_rules import (  # noqa: E402  (the rules and their sizes)
+from model_configs.libraries.transformers.families import shrink_rules, timm_rules
+from model_configs.libraries.transformers.shrink_rules import (  # noqa: E402  (the rules and their sizes)
     RULES,
     SKIP_SUBDICTS,
     VOCAB,
@@ -31,7 +31,7 @@ from reports.schema import SkipReason
 
 
 def family_rules() -> dict[str, dict[str, Any]]:
-    """The per-family shrink rules, keyed by model_type (data/transformers_families/)."""
+    """The per-family shrink rules, keyed by model_type (data/families/)."""
     return shrink_rules()
 
 
@@ -61,7 +61,7 @@ def _replace_timm_backbones(d: dict[str, Any]) -> None:
 
 
 class _Shrinker:
-    """One shrink of one config tree: the rules of `transformers_rules.RULES`, top to bottom, on
+    """One shrink of one config tree: the rules of `shrink_rules.RULES`, top to bottom, on
     every level (sub-configs first). `widths` maps original widths to shrunk ones for the whole
     tree, so widths equal in the original (a projector's input and a tower's hidden size) stay
     equal."""
@@ -271,7 +271,7 @@ def shrink_transformers(
     pipeline_tag: str | None = None,
 ) -> TinySpec:
     """Shrink a transformers config and choose the class to build (see the module docstring)."""
-    from model_configs.transformers_classes import choose_class
+    from model_configs.libraries.transformers.classes import choose_class
 
     config = _load_config(resolved)
     mt = config.model_type
@@ -305,7 +305,7 @@ def shrink_transformers(
             f"shrinking the {mt} config failed: {type(exc).__name__}: {exc}",
             model_id=resolved.model_id,
             stage="load",
-            hint=f"add a shrink rule for {mt!r} to model_configs/data/transformers_families/",
+            hint=f"add a shrink rule for {mt!r} to model_configs/libraries/transformers/data/families/",
         ) from exc
     final = _without_provenance(_jsonable(final))
     return TinySpec(

@@ -4,7 +4,7 @@
 each of its sub-configs first: `text_config`, `vision_config`, encoder / decoder ...). Each rule
 states the config keys it applies to and why; rules fire only where those keys are present, and
 keys a family lists under `keep` are left alone. Per-family values stay in the family data
-(`model_configs/data/transformers_families/*.json`); the family rules run last (`family_data`).
+(`model_configs/libraries/transformers/data/families/*.json`); the family rules run last (`family_data`).
 
 `Level` holds one config level and what the first rules learn about it (its hidden width and
 how much it shrank, its head counts), which later rules use: widths are shrunk through one
@@ -613,7 +613,7 @@ def _tiling_pinpoints(lv: Level) -> None:
 
 
 @rule("family_data", ("defaults", "set"),
-      "the family's own values (data/transformers_families/*.json): `defaults` fill keys left "
+      "the family's own values (data/families/*.json): `defaults` fill keys left "
       "None, `set` overrides, each with its reason in the data")  # fmt: skip
 def _family_data(lv: Level) -> None:
     for dotted, value in lv.family.get("defaults", {}).items():
@@ -636,7 +636,7 @@ def _timm_backbones(lv: Level) -> None:
 
 def tiny_timm_name(name: str) -> str:
     """timm's tiny test variant of the same block type, by the longest matching prefix."""
-    from model_configs.family_rules import timm_rules
+    from model_configs.libraries.transformers.families import timm_rules
 
     table = {k: v for k, v in timm_rules()["tiny"].items() if not k.startswith("_")}
     base = name.split(".")[0]

@@ -2,7 +2,7 @@
 
 Ultralytics repos hold weights (`*.pt`), no config file; the architecture is the YAML a weight
 file's name names (`face_yolov8n.pt` -> `yolov8n.yaml`). Offline, repos of the bundled catalog
-map to their YAML through `model_configs/data/libraries/ultralytics.json`, each with a reason.
+map to their YAML through `data/tables.json`, each with a reason.
 The shrink picks the YAML's smallest scale and caps its depth and width multiples and channel
 cap (the YAML's own knobs), and the class count; channel counts a YAML writes that those knobs
 do not reach (YOLOv9's hidden widths, the ResNet layers, RT-DETR's decoder) are scaled with
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters.base import Adapter, library_data, no_config, repo_name
+from model_configs.libraries.base import Adapter, library_tables, no_config, repo_name
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH
 from reports.errors import ConfigError
@@ -75,7 +75,7 @@ class UltralyticsAdapter(Adapter):
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         _quiet()
-        table = library_data(self.library).get("repos", {})
+        table = library_tables(__file__).get("repos", {})
         mapped = table.get(entry.model_id)
         yaml_name = mapped["yaml"] if mapped else _yaml_from_name(repo_name(entry.model_id))
         if yaml_name is None:

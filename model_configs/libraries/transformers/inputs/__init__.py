@@ -1,4 +1,4 @@
-"""Per-family input builders: the input layouts a hint in `data/transformers_families/` cannot
+"""Per-family input builders: the input layouts a hint in `data/families/` cannot
 express (bounding boxes beside tokens, patch grids for a vision tower built alone, video clips,
 codebook layouts, time-series windows...).
 
@@ -15,7 +15,7 @@ The registry has two kinds of entries:
 
 Labels and `use_cache` are added afterwards by `make_inputs` unless a builder set them. Group
 modules are listed in `GROUPS` and imported on first lookup, so they may use
-`model_configs.transformers_models` helpers.
+`model_configs.libraries.transformers.build` helpers.
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.tiny_inputs import BATCH
-from model_configs.transformers_models import (
+from model_configs.libraries.transformers.build import (
     AUDIO_MARKERS,
     _audio_token_id,
     _count_feature_tokens,
@@ -14,6 +12,8 @@ from model_configs.transformers_models import (
     _token_ids,
     placeholder_run,
 )
+from model_configs.libraries.transformers.inputs import InputContext, family_inputs
+from model_configs.tiny_inputs import BATCH
 
 
 def _randn(ctx: InputContext, *shape: int) -> Any:
@@ -286,7 +286,7 @@ def semantic_codec_inputs(ctx: InputContext) -> None:
 def speech_encoder_inputs(ctx: InputContext) -> None:
     """SpeechEncoderDecoder: the speech encoder's own input (a raw waveform for wav2vec2-style
     encoders, log-mel frames otherwise) beside the decoder's text."""
-    from model_configs.transformers_models import _audio_features
+    from model_configs.libraries.transformers.build import _audio_features
 
     encoder = ctx.model.encoder
     if encoder.main_input_name == "input_values":

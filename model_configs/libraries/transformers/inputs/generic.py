@@ -12,9 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from model_configs.family_inputs import InputContext, signature_inputs
-from model_configs.tiny_inputs import BATCH
-from model_configs.transformers_models import (
+from model_configs.libraries.transformers.build import (
     AUDIO_MARKERS,
     _audio_config,
     _audio_features,
@@ -33,6 +31,8 @@ from model_configs.transformers_models import (
     placeholder_run,
     splice_images,
 )
+from model_configs.libraries.transformers.inputs import InputContext, signature_inputs
+from model_configs.tiny_inputs import BATCH
 
 VOCAB_FALLBACK = 64
 NOT_TEXT_MAIN_INPUTS = ("pixel_values", "input_features", "input_values")

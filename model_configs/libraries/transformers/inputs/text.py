@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.tiny_inputs import BATCH
-from model_configs.transformers_models import (
+from model_configs.libraries.transformers.build import (
     _count_feature_tokens,
     _pixel_inputs,
     _splice,
     _token_ids,
 )
+from model_configs.libraries.transformers.inputs import InputContext, family_inputs
+from model_configs.tiny_inputs import BATCH
 
 
 def _randn(ctx: InputContext, *shape: int) -> Any:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_configs.family_inputs import InputContext, family_inputs
+from model_configs.libraries.transformers.build import splice_images
+from model_configs.libraries.transformers.inputs import InputContext, family_inputs
 from model_configs.tiny_inputs import BATCH
-from model_configs.transformers_models import splice_images
 
 VIDEO_FRAMES = 2
 

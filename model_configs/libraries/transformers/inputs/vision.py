@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_configs.family_inputs import InputContext, family_inputs
+from model_configs.libraries.transformers.inputs import InputContext, family_inputs
 from model_configs.tiny_inputs import BATCH
 
 
@@ -36,7 +36,7 @@ def _video_clip(ctx: InputContext) -> None:
     """Video models whose forward takes the clip as `pixel_values_videos` (batch, frames, C, H, W)."""
     import torch
 
-    from model_configs.transformers_models import _image_size, _num_channels
+    from model_configs.libraries.transformers.build import _image_size, _num_channels
 
     config = ctx.config
     frames = int(getattr(config, "frames_per_clip", 0) or getattr(config, "num_frames", 0) or 4)
@@ -81,7 +81,7 @@ def _seggpt(ctx: InputContext) -> None:
     image processor paints it) and the input, each half of the stacked image_size."""
     import torch
 
-    from model_configs.transformers_models import _image_size, _num_channels
+    from model_configs.libraries.transformers.build import _image_size, _num_channels
 
     h, w = _image_size(ctx.config)
     shape = (BATCH, _num_channels(ctx.config), h // 2, w)
@@ -100,7 +100,7 @@ def _tvp(ctx: InputContext) -> None:
     holds for batch 1, the size its docs and tests use."""
     import torch
 
-    from model_configs.transformers_models import _token_ids
+    from model_configs.libraries.transformers.build import _token_ids
 
     config = ctx.config
     size = int(config.max_img_size)
@@ -151,7 +151,7 @@ def _conv_image(ctx: InputContext) -> None:
     """Images at the side CONV_IMAGE_SIDE names for this model type."""
     import torch
 
-    from model_configs.transformers_models import _num_channels
+    from model_configs.libraries.transformers.build import _num_channels
 
     side = CONV_IMAGE_SIDE[str(ctx.spec.model_type)]
     shape = (BATCH, _num_channels(ctx.config), side, side)
@@ -164,7 +164,7 @@ def _sam2_images(ctx: InputContext) -> None:
     down, vision_config.backbone_config); one positive point prompt per image, in pixels."""
     import torch
 
-    from model_configs.transformers_models import _num_channels
+    from model_configs.libraries.transformers.build import _num_channels
 
     vision = ctx.config.vision_config
     size = getattr(vision, "image_size", None) or vision.backbone_config.image_size
@@ -202,7 +202,7 @@ def _text_prompt(ctx: InputContext) -> None:
     prompt it encodes."""
     import torch
 
-    from model_configs.transformers_models import _token_ids
+    from model_configs.libraries.transformers.build import _token_ids
 
     ctx.inputs["input_ids"] = _token_ids(ctx.gen, ctx.config, (BATCH, ctx.seq), ctx.avoid)
     ctx.inputs["attention_mask"] = torch.ones(BATCH, ctx.seq, dtype=torch.long)

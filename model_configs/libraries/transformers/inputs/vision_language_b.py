@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_configs.family_inputs import InputContext, family_inputs
-from model_configs.tiny_inputs import BATCH
-from model_configs.transformers_models import (
+from model_configs.libraries.transformers.build import (
     _count_feature_tokens,
     _image_size,
     _num_channels,
@@ -16,6 +14,8 @@ from model_configs.transformers_models import (
     _vision_config,
     splice_images,
 )
+from model_configs.libraries.transformers.inputs import InputContext, family_inputs
+from model_configs.tiny_inputs import BATCH
 
 # Image markers as these families name them (image_start/end ids among them).
 MARKERS = (
