@@ -1,6 +1,6 @@
 """Detection, segmentation, OCR, depth, video and keypoint families: shrink the default config,
-build, feed the inputs their users feed, train (rules: data/families/vision.json,
-builders: model_configs/libraries/transformers/inputs/vision.py)."""
+build, feed the inputs their users feed, train (rules and builders: the `images`, `video` and
+`regions` layouts of model_configs/libraries/transformers/: data/families/ and inputs/)."""
 
 from __future__ import annotations
 

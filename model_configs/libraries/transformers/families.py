@@ -47,8 +47,8 @@ def shrink_rules() -> dict[str, dict[str, Any]]:
 @cache
 def timm_rules() -> dict[str, Any]:
     """timm stand-ins: `tiny` (name prefix -> timm's tiny test variant) and
-    `fallback_backbone` (the ResNet used when timm is not installed), in core.json."""
-    return dict(json.loads((RULES_DIR / "core.json").read_text())["timm"])
+    `fallback_backbone` (the ResNet used when timm is not installed), in timm_backed.json."""
+    return dict(json.loads((RULES_DIR / "timm_backed.json").read_text())["timm"])
 
 
 def input_rules() -> dict[str, dict[str, Any]]:

@@ -13,9 +13,17 @@ The registry has two kinds of entries:
   receives the `InputContext` after the signature entries have filled `ctx.inputs` (or, with
   `replace=True`, before: they are skipped) and edits `ctx.inputs` in place.
 
-Labels and `use_cache` are added afterwards by `make_inputs` unless a builder set them. Group
-modules are listed in `GROUPS` and imported on first lookup, so they may use
-`model_configs.libraries.transformers.build` helpers.
+Labels and `use_cache` are added afterwards by `make_inputs` unless a builder set them.
+
+The builders live in one module per input layout, listed in `GROUPS` and imported on first
+lookup (so they may use `model_configs.libraries.transformers.build` helpers): `text` (token
+sequences beside a second stream or another model's states), `series` (time series,
+trajectories, robot episodes), `audio` (waveforms, mel frames, codec codes), `images` (images at
+a size, with point, box, mask or depth prompts), `video` (clips), `regions` (text beside boxes
+or detector regions), `image_text` (whole images beside text, at the vision tower's size),
+`patch_rows` (images cut into patch rows or blocks with their grid), `image_audio` (images and
+audio in one prompt) and `timm_backed` (towers that are timm models: the `timm` extra). What
+several layouts share to lay out a prompt is `prompt.py`.
 """
 
 from __future__ import annotations
@@ -25,13 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# One module per input layout (the first: the generic inputs, by signature). Each layout's hints
+# and per-family shrink rules are the JSON file of the same name in `data/families/`.
 GROUPS = (
     "generic",
-    "vision_language_a",
-    "vision_language_b",
-    "audio",
-    "vision",
     "text",
+    "series",
+    "audio",
+    "images",
+    "video",
+    "regions",
+    "image_text",
+    "patch_rows",
+    "image_audio",
     "timm_backed",
 )
 
