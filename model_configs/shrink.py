@@ -3,7 +3,10 @@
 `shrink(resolved)` returns a TinySpec. It raises ConfigError (with a SkipReason) when the config
 cannot describe a buildable model (unknown model_type, no model class, a missing package), and
 ShrinkError when the shrinker cannot make a valid tiny config (a failure of the load stage,
-reported as such). The same input always shrinks the same way.
+reported as such). The same input always shrinks the same way. The spec is in its canonical
+form (`Adapter.canonical`): the fields that change no op (label names, the stored dtype, the
+values of special token ids...) set to one value, so that its hash, the task key, merges the
+models that run the same ops.
 """
 
 from __future__ import annotations
@@ -30,4 +33,5 @@ def shrink(
             model_id=resolved.model_id,
         ) from exc
     adapter.require_package(resolved.model_id)
-    return adapter.shrink(resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag)
+    spec = adapter.shrink(resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag)
+    return adapter.canonical(spec)

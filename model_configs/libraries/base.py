@@ -37,6 +37,8 @@ class Adapter(ABC):
     # What `catalog refresh` asks the Hub for (`allow_patterns`): the files `from_files` reads.
     hub_files: ClassVar[tuple[str, ...]] = ("config.json",)
     install_note: ClassVar[str] = ""  # added to the missing-package message (licence, ...)
+    # The config fields `canonical` sets to one value, each with why it changes no op.
+    canonical_fields: ClassVar[dict[str, str]] = {}
     # What `build_model` imports: imported before the build budget's build on `meta`, since a
     # module first imported inside `torch.device("meta")` makes its import-time tensors there.
     # The package, and its attribute named as the architecture, are imported anyway.
@@ -98,6 +100,12 @@ class Adapter(ABC):
         pipeline_tag: str | None = None,
     ) -> TinySpec:
         """The tiny spec (raises ConfigError for a skip, ShrinkError for a shrinker failure)."""
+
+    def canonical(self, spec: TinySpec) -> TinySpec:
+        """`spec` with each field of `canonical_fields` set to one value, so that tiny models
+        that differ only there are one task (one key); `model_configs.shrink` applies it to
+        what `shrink` returns. Default: `spec` unchanged."""
+        return spec
 
     @abstractmethod
     def build_model(self, spec: TinySpec) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,10 @@ class OpenClipAdapter(Adapter):
     extra = "open_clip"
     config_files = ("open_clip_config.json",)
     hub_files = ("open_clip_config.json",)
+    canonical_fields = {
+        "model_name": "the name of the bundled config a repo was resolved from: the build never "
+        "reads it (the class and both towers' settings say what runs)"
+    }
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         import open_clip
@@ -139,6 +144,13 @@ class OpenClipAdapter(Adapter):
             task="zero-shot-image-classification",
             changes=changes,
         )
+
+    def canonical(self, spec: TinySpec) -> TinySpec:
+        if "model_name" not in spec.config:
+            return spec
+        config = {k: v for k, v in spec.config.items() if k != "model_name"}
+        changes = {**spec.changes, "model_name": [spec.config["model_name"], None]}
+        return replace(spec, config=config, changes=changes)
 
     def build_model(self, spec: TinySpec) -> Any:
         import open_clip

@@ -18,6 +18,7 @@ import copy
 import json
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,10 @@ class SentenceTransformersAdapter(Adapter):
     package = "sentence_transformers"
     extra = "sentence-transformers"
     config_files = ("modules.json",)
+    canonical_fields = {
+        "backbone": "the transformers backbone's own canonical fields (its adapter's "
+        "`canonical_fields`)"
+    }
     hub_files = ("modules.json", "config.json", "sentence_bert_config.json", "*/config.json",
                  "*/sentence_bert_config.json")  # fmt: skip
 
@@ -173,11 +178,26 @@ class SentenceTransformersAdapter(Adapter):
             library=self.library,
             model_type=tiny_backbone.model_type,
             architecture="SentenceTransformer",
-            config={"modules": tiny_modules, "backbone": tiny_backbone.to_dict()},
+            config={"modules": tiny_modules, "backbone": _backbone_entry(tiny_backbone)},
             generative=False,
             task="sentence-similarity",
             changes=changes,
         )
+
+    def canonical(self, spec: TinySpec) -> TinySpec:
+        """The backbone in transformers' canonical form (`canonical_fields`); the stack's own
+        settings all change what runs (widths, pooling modes, activations)."""
+        from model_configs.libraries import get_adapter
+
+        backbone = get_adapter("transformers").canonical(
+            TinySpec.from_dict(spec.config["backbone"])
+        )
+        entry = _backbone_entry(backbone)
+        if entry == spec.config["backbone"]:
+            return spec
+        changes = {k: v for k, v in spec.changes.items() if not k.startswith("backbone.")}
+        changes.update({f"backbone.{k}": v for k, v in backbone.changes.items()})
+        return replace(spec, config={**spec.config, "backbone": entry}, changes=changes)
 
     def build_model(self, spec: TinySpec) -> Any:
         import torch
@@ -253,6 +273,13 @@ class SentenceTransformersAdapter(Adapter):
                 yield self.default_config(entry)
             except ConfigError:
                 continue
+
+
+def _backbone_entry(backbone: TinySpec) -> dict[str, Any]:
+    """The backbone as the stack's config holds it: what builds it, not what the shrink changed
+    (`changes` holds full-size values: two backbones that shrink to one tiny model would
+    otherwise hash apart; the stack's own `changes` keep them, prefixed `backbone.`)."""
+    return {**backbone.to_dict(), "changes": {}}
 
 
 def _hidden_size(config: dict[str, Any]) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from model_configs.config_files import from_file
 from model_configs.libraries.base import Adapter, save_pretrained_round_trip
+from model_configs.libraries.transformers.canonical import CANONICAL
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -16,6 +17,7 @@ from reports.schema import ConfigSource, SkipReason
 class TransformersAdapter(Adapter):
     library = "transformers"
     package = "transformers"
+    canonical_fields = CANONICAL
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
         candidates = [c for c in (entry.model_type_hint or "").split("|") if c]
@@ -65,6 +67,11 @@ class TransformersAdapter(Adapter):
             resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
         )
         return quantized.fit(spec)
+
+    def canonical(self, spec: TinySpec) -> TinySpec:
+        from model_configs.libraries.transformers.canonical import canonical
+
+        return canonical(spec)
 
     def build_model(self, spec: TinySpec) -> Any:
         from model_configs.libraries.transformers import build, quantized

@@ -1,0 +1,144 @@
+"""A tiny transformers config in its canonical form: each field that changes no op set to one
+value, so that models whose tiny configs differ only there are one task (one key, one run).
+
+`CANONICAL` names each normalised field and why it changes no op. Everything else stays as the
+shrink left it, above all what changes the ops: the quantization block, the backbone and tower
+classes, the KV-head count (MHA / GQA / MQA), `rope_type`, the activations, whether a sliding
+window is set, `problem_type`, `tie_word_embeddings` and the audio task settings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+from model_configs.libraries.transformers.shrink import _flatten, _is_token_key
+from model_configs.libraries.transformers.shrink_rules import SKIP_SUBDICTS
+from model_configs.spec import TinySpec
+
+CANONICAL: dict[str, str] = {
+    "id2label, label2id": (
+        "label names never reach a tensor, and the label count sizes the head without changing "
+        "its ops; the count is kept in its bucket, one label (a regression head: MSE loss unless "
+        "`problem_type` says otherwise) or several (classification), as LABEL_0 or LABEL_0, "
+        "LABEL_1; `problem_type` itself is kept"
+    ),
+    "dtype, torch_dtype": (
+        "the dtype the checkpoint was saved in: every build is fp32 on the CPU, then cast to the "
+        "run's dtype (`Adapter.to_dtype`), whatever the config stores"
+    ),
+    "special token id values": (
+        "an id picks a row of an embedding or marks positions in the inputs; which row changes no "
+        "op. Presence is kept (an id that is set stays set, None stays None), and so is which ids "
+        "are equal: the distinct ids are renumbered 0, 1, 2, ... in the order the config's sorted "
+        "keys name them, each inside the vocabulary the shrink kept it in"
+    ),
+}
+DTYPE_KEYS = ("dtype", "torch_dtype")
+LABEL_KEYS = ("id2label", "label2id")
+
+
+def canonical(spec: TinySpec) -> TinySpec:
+    """`spec` with its config in canonical form (`CANONICAL`); what that changed is added to
+    `changes` (from the full-size value to the canonical one)."""
+    config = canonical_config(spec.config)
+    if config == spec.config:
+        return spec
+    before, after = _flatten(_jsonable(spec.config)), _flatten(_jsonable(config))
+    changes = dict(spec.changes)
+    for key in sorted(set(before) | set(after)):
+        if key.rsplit(".", 1)[-1] in DTYPE_KEYS or before.get(key) == after.get(key):
+            continue
+        original = changes[key][0] if key in changes else before.get(key)
+        changes[key] = [original, after.get(key)]
+    return replace(spec, config=config, changes=changes)
+
+
+def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a tiny config (`TinySpec.config`) in canonical form."""
+    out = copy.deepcopy(config)
+    _labels_and_dtypes(out)
+    _renumber_token_ids(out)
+    return out
+
+
+def _labels_and_dtypes(d: dict[str, Any]) -> None:
+    for key in DTYPE_KEYS:
+        d.pop(key, None)
+    labels = d.get("id2label")
+    if isinstance(labels, dict) and labels:
+        count = 1 if len(labels) == 1 else 2
+        d["id2label"] = {i: f"LABEL_{i}" for i in range(count)}
+        if d.get("label2id") is not None:
+            d["label2id"] = {f"LABEL_{i}": i for i in range(count)}
+    for key, sub in d.items():
+        if isinstance(sub, dict) and key not in SKIP_SUBDICTS:
+            _labels_and_dtypes(sub)
+
+
+def _token_ids(root: dict[str, Any]) -> list[tuple[str, int, int | None]]:
+    """(key path, id, the vocabulary it must stay inside) of every non-negative special token
+    id, key paths in sorted order (list items in theirs); the vocabulary is the one the shrink
+    keeps the id inside (`shrink._fix_token_ids`: the level's text vocabulary, else its own)."""
+    found: list[tuple[str, int, int | None]] = []
+
+    def vocab_of(d: dict[str, Any], inherited: int | None) -> int | None:
+        v = d.get("vocab_size")
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else inherited
+
+    def walk(d: dict[str, Any], path: str, vocab: int | None, text_vocab: int | None) -> None:
+        vocab = vocab_of(d, vocab)
+        text = d.get("text_config")
+        if isinstance(text, dict):
+            text_vocab = vocab_of(text, text_vocab)
+        limit = text_vocab or vocab
+        for key in sorted(d, key=str):
+            value = d[key]
+            if isinstance(value, dict):
+                if key not in SKIP_SUBDICTS:
+                    walk(value, f"{path}{key}.", vocab, text_vocab)
+            elif _is_token_key(key):
+                items = value if isinstance(value, list) else [value]
+                for i, v in enumerate(items):
+                    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                        found.append((f"{path}{key}[{i}]", v, limit))
+
+    walk(root, "", None, None)
+    return found
+
+
+def _renumber_token_ids(root: dict[str, Any]) -> None:
+    """Each distinct non-negative id -> 0, 1, 2, ... in the order the sorted key paths first
+    name it (so the same layout of ids gets the same numbers, whatever the values); the same id
+    gets the same number everywhere, negative ids (-1, -100: none) are kept. Where a number
+    would not fit a vocabulary the id must stay inside, the ids are numbered in ascending order
+    instead (never above the id they replace)."""
+    found = _token_ids(root)
+    numbers: dict[int, int] = {}
+    for _, value, _ in found:
+        numbers.setdefault(value, len(numbers))
+    if any(limit is not None and numbers[v] >= limit for _, v, limit in found):
+        numbers = {v: i for i, v in enumerate(sorted(numbers))}
+
+    def renumber(value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return numbers.get(value, value)
+        if isinstance(value, list) and all(isinstance(v, int) for v in value):
+            return [renumber(v) for v in value]
+        return value
+
+    def walk(d: dict[str, Any]) -> None:
+        for key, value in d.items():
+            if isinstance(value, dict):
+                if key not in SKIP_SUBDICTS:
+                    walk(value)
+            elif _is_token_key(key):
+                d[key] = renumber(value)
+
+    walk(root)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
