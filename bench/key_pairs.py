@@ -4,13 +4,17 @@ tiny config, before the canonical form) on the emulated neuron device. For every
 stages' statuses, the ops that fell back to the CPU in each stage and the failing ops must be
 identical: then the fields the canonical form sets change no op, as `canonical_fields` claims.
 
-Pairs come from a synthetic catalog (`bench/synthetic_catalog.py`: fine-tunes with their own
-labels, dtypes, token ids) and from the bundled top 1,000 (real sentence-transformers stacks and
-open_clip configs), picked round-robin over what differs in the pair, so that each canonical
-field is exercised.
+Pairs come from catalogs, a synthetic one (`bench/synthetic_catalog.py`: fine-tunes with their
+own labels, dtypes, token ids) and the bundled top 1,000, and from real configs: the
+sentence-transformers stack (Transformer, mean Pooling, Normalize) over each published backbone
+of `bench/data/model_families.json` (BERT, RoBERTa, XLM-R, ... as their repos give them), whose
+tiny stacks held their backbone's full-size values before (`--real`). A stack's raw tiny
+config is taken as it was then (the backbone's `changes` inside), so that the pairs that fix
+merges are found. Pairs are picked round-robin over (source, what differs in the pair), so that
+each canonical field is exercised.
 
     python bench/synthetic_catalog.py --out /tmp/synth --entries 3000
-    python bench/key_pairs.py --catalog /tmp/synth/catalog.csv --catalog bundled --pairs 32
+    python bench/key_pairs.py --catalog /tmp/synth/catalog.csv --catalog bundled --real --pairs 34
 """
 
 from __future__ import annotations
@@ -49,6 +53,64 @@ def differs(a: Any, b: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def legacy(spec: Any) -> Any:
+    """A sentence-transformers stack's tiny spec as it was before its key fix: the backbone's
+    `changes` (full-size values) inside the stack's config. Other specs as they are."""
+    from dataclasses import replace
+
+    if spec.library != "sentence-transformers":
+        return spec
+    changes = {
+        k[len("backbone.") :]: v for k, v in spec.changes.items() if k.startswith("backbone.")
+    }
+    backbone = {**spec.config["backbone"], "changes": changes}
+    return replace(spec, config={**spec.config, "backbone": backbone})
+
+
+ST_BACKBONES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "deberta-v2",
+    "electra",
+    "modernbert",
+)
+
+
+def real_stacks() -> list[Member]:
+    """The sentence-transformers default stack over each published backbone variant."""
+    from transformers import AutoConfig
+
+    from model_configs.libraries import get_adapter
+    from model_configs.spec import ResolvedConfig
+
+    families = json.loads((ROOT / "bench" / "data" / "model_families.json").read_text())
+    adapter = get_adapter("sentence-transformers")
+    stack = [
+        {"type": "Transformer", "path": "", "config": {"max_seq_length": 512}},
+        {"type": "Pooling", "path": "1_Pooling", "config": {"pooling_mode": "mean"}},
+        {"type": "Normalize", "path": "2_Normalize", "config": {}},
+    ]
+    out = []
+    for model_type in ST_BACKBONES:
+        for variant in families["families"][model_type]["variants"]:
+            config = AutoConfig.for_model(model_type).to_dict()
+            config.update({k: v for k, v in variant.items() if k != "from"})
+            resolved = ResolvedConfig(
+                model_id=variant["from"],
+                library="sentence-transformers",
+                config={"modules": stack, "backbone": config},
+                source="hub",
+            )
+            try:
+                raw = adapter.shrink(resolved)
+            except Exception:
+                continue
+            out.append(Member("real", variant["from"], legacy(raw), adapter.canonical(raw)))
+    return out
+
+
 def members(catalog: str, limit: int | None) -> list[Member]:
     """Each entry of `catalog` that shrinks, with its raw and canonical tiny spec."""
     from model_configs import guards
@@ -69,7 +131,7 @@ def members(catalog: str, limit: int | None) -> list[Member]:
             adapter.require_package(entry.model_id)
             arch = entry.architectures_hint[0] if entry.architectures_hint else None
             raw = adapter.shrink(resolved, architecture_hint=arch, pipeline_tag=entry.pipeline_tag)
-            out.append(Member(cat.name, entry.model_id, raw, adapter.canonical(raw)))
+            out.append(Member(cat.name, entry.model_id, legacy(raw), adapter.canonical(raw)))
         except Exception:  # a skip or a shrink failure: not a task, no pair
             continue
     return out
@@ -140,6 +202,9 @@ def run(spec: Any, settings: Any) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--catalog", action="append", required=True, help="repeat: path or bundled")
+    parser.add_argument(
+        "--real", action="store_true", help="also sentence-transformers stacks over real backbones"
+    )
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--limit", type=int, default=None, help="entries read per catalog")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per model")
@@ -150,8 +215,8 @@ def main() -> int:
 
     start = time.perf_counter()
     pairs: list[Any] = []
-    for catalog in args.catalog:
-        found = members(catalog, args.limit)
+    for catalog in [*args.catalog, *(["real"] if args.real else [])]:
+        found = real_stacks() if catalog == "real" else members(catalog, args.limit)
         merged = merged_pairs(found)
         tasks_raw = len({m.raw.hash for m in found})
         tasks = len({m.canonical.hash for m in found})
