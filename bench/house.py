@@ -144,7 +144,9 @@ def library_homes(root: Path) -> dict[str, tuple[int, int, list[str]]]:
     graph = _graph(modules)
     targets = _adapter_targets(root)
     adapters = set(targets.values())
-    reach = {lib: _reach(graph, {module}, set()) for lib, module in targets.items()}
+    # a library's reach stops at another library's adapter (what it borrows from it is that
+    # library's code, not its own)
+    reach = {lib: _reach(graph, {module}, adapters - {module}) for lib, module in targets.items()}
     reached = set().union(*reach.values())
     # what the rest of the house reaches without an adapter is shared, no library's own
     roots = {m for m in graph if m not in reached}
