@@ -5,16 +5,21 @@ stages' statuses, the ops that fell back to the CPU in each stage and the failin
 identical: then the fields the canonical form sets change no op, as `canonical_fields` claims.
 
 Pairs come from catalogs, a synthetic one (`bench/synthetic_catalog.py`: fine-tunes with their
-own labels, dtypes, token ids) and the bundled top 1,000, and from real configs: the
-sentence-transformers stack (Transformer, mean Pooling, Normalize) over each published backbone
-of `bench/data/model_families.json` (BERT, RoBERTa, XLM-R, ... as their repos give them), whose
-tiny stacks held their backbone's full-size values before (`--real`). A stack's raw tiny
-config is taken as it was then (the backbone's `changes` inside), so that the pairs that fix
-merges are found. Pairs are picked round-robin over (source, what differs in the pair), so that
-each canonical field is exercised.
+own heads, labels and stored dtype) and the bundled top 1,000; and from real configs:
+- `--real`: the sentence-transformers stack (Transformer, mean Pooling, Normalize) over each
+  published backbone of `bench/data/model_families.json` (BERT, RoBERTa, XLM-R, ...), whose tiny
+  stacks held their backbone's full-size values before; a stack's raw tiny config is taken as it
+  was before that fix (the backbone's `changes` inside), so that the pairs the fix merges show;
+- `--tokens`: published decoder configs (Llama 2, TinyLlama, Mistral) with their own special
+  token ids, each with its pad token set the two ways fine-tunes set it (the unknown token, or a
+  token added after the vocabulary): catalogs rarely hold two tiny models that differ only in
+  token id values.
+Pairs are picked round-robin over (source, what differs in the pair), so that each canonical
+field is exercised.
 
     python bench/synthetic_catalog.py --out /tmp/synth --entries 3000
     python bench/key_pairs.py --catalog /tmp/synth/catalog.csv --catalog bundled --real --pairs 34
+    python bench/key_pairs.py --tokens --pairs 4
 """
 
 from __future__ import annotations
@@ -111,6 +116,46 @@ def real_stacks() -> list[Member]:
     return out
 
 
+# (variant, architecture, its own token ids, the pad token one way, the other way): the pad
+# as fine-tunes set it, the unknown token (0) or a token added after the vocabulary
+TOKEN_PAIRS = (
+    ("llama", "meta-llama/Llama-2-7b-hf", "LlamaForSequenceClassification",
+     {"bos_token_id": 1, "eos_token_id": 2}, {"pad_token_id": 0},
+     {"pad_token_id": 32000, "vocab_size": 32001}),
+    ("llama", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "LlamaForCausalLM",
+     {"bos_token_id": 1, "eos_token_id": 2}, {"pad_token_id": 0},
+     {"pad_token_id": 32000, "vocab_size": 32001}),
+    ("mistral", "mistralai/Mistral-7B-v0.1", "MistralForSequenceClassification",
+     {"bos_token_id": 1, "eos_token_id": 2}, {"pad_token_id": 0},
+     {"pad_token_id": 32000, "vocab_size": 32001}),
+    ("mistral", "mistralai/Mistral-7B-Instruct-v0.3", "MistralForCausalLM",
+     {"bos_token_id": 1, "eos_token_id": 2}, {"pad_token_id": 0},
+     {"pad_token_id": 32768, "vocab_size": 32769}),
+)  # fmt: skip
+
+
+def token_members() -> list[Member]:
+    """Each `TOKEN_PAIRS` variant twice, its pad token set each way."""
+    from transformers import AutoConfig
+
+    from model_configs.libraries import get_adapter
+    from model_configs.spec import ResolvedConfig
+
+    families = json.loads((ROOT / "bench" / "data" / "model_families.json").read_text())
+    adapter = get_adapter("transformers")
+    out = []
+    for model_type, name, arch, ids, *pads in TOKEN_PAIRS:
+        variant = next(v for v in families["families"][model_type]["variants"] if v["from"] == name)
+        for i, pad in enumerate(pads):
+            config = AutoConfig.for_model(model_type).to_dict()
+            config.update({k: v for k, v in variant.items() if k != "from"})
+            config.update({**ids, **pad})
+            resolved = ResolvedConfig(f"{name}-pad{i}", "transformers", config, "hub")
+            raw = adapter.shrink(resolved, architecture_hint=arch)
+            out.append(Member("tokens", resolved.model_id, raw, adapter.canonical(raw)))
+    return out
+
+
 def members(catalog: str, limit: int | None) -> list[Member]:
     """Each entry of `catalog` that shrinks, with its raw and canonical tiny spec."""
     from model_configs import guards
@@ -201,9 +246,12 @@ def run(spec: Any, settings: Any) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--catalog", action="append", required=True, help="repeat: path or bundled")
+    parser.add_argument("--catalog", action="append", default=[], help="repeat: path or bundled")
     parser.add_argument(
         "--real", action="store_true", help="also sentence-transformers stacks over real backbones"
+    )
+    parser.add_argument(
+        "--tokens", action="store_true", help="also decoders with their pad token set two ways"
     )
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--limit", type=int, default=None, help="entries read per catalog")
@@ -215,8 +263,18 @@ def main() -> int:
 
     start = time.perf_counter()
     pairs: list[Any] = []
-    for catalog in [*args.catalog, *(["real"] if args.real else [])]:
-        found = real_stacks() if catalog == "real" else members(catalog, args.limit)
+    sources = [
+        *args.catalog,
+        *(["real"] if args.real else []),
+        *(["tokens"] if args.tokens else []),
+    ]
+    for catalog in sources:
+        if catalog == "real":
+            found = real_stacks()
+        elif catalog == "tokens":
+            found = token_members()
+        else:
+            found = members(catalog, args.limit)
         merged = merged_pairs(found)
         tasks_raw = len({m.raw.hash for m in found})
         tasks = len({m.canonical.hash for m in found})
