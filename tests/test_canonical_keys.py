@@ -211,3 +211,20 @@ def test_a_new_key_version_gives_new_task_and_plan_keys(monkeypatch, tmp_path) -
         PlanKeys.of(["load"], tmp_path).key(entry),
     )
     assert before[0] != after[0] and before[1] != after[1]
+
+
+def test_a_label_map_saving_leaves_out_stays_apart_where_the_class_reloads_another_count() -> None:
+    """transformers saves no label map equal to its default (LABEL_0, LABEL_1), and BART's
+    config class then reloads its own three labels (the load stage's round trip fails on the
+    head). So for BART the default map stays apart, and every other map of several labels is
+    one canonical map that saving keeps: each reloads as many labels as its original does."""
+    from transformers import BartConfig
+
+    cls = "BartForSequenceClassification"
+    default = _tiny(_config("bart", **_labels(["LABEL_0", "LABEL_1"])), cls)
+    custom = _tiny(_config("bart", **_labels(["neg", "pos"])), cls)
+    many = _tiny(_config("bart", **_labels([f"LABEL_{i}" for i in range(7)])), cls)
+    assert default.hash != custom.hash and custom.hash == many.hash
+    for spec, reloaded in ((default, 3), (custom, 2)):
+        saved = BartConfig.from_dict(dict(spec.config)).to_diff_dict()
+        assert BartConfig.from_dict(saved).num_labels == reloaded

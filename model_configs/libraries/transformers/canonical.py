@@ -10,6 +10,7 @@ window is set, `problem_type`, `tie_word_embeddings` and the audio task settings
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import replace
 from typing import Any
@@ -21,9 +22,13 @@ from model_configs.spec import TinySpec
 CANONICAL: dict[str, str] = {
     "id2label, label2id": (
         "label names never reach a tensor, and the label count sizes the head without changing "
-        "its ops; the count is kept in its bucket, one label (a regression head: MSE loss unless "
-        "`problem_type` says otherwise) or several (classification), as LABEL_0 or LABEL_0, "
-        "LABEL_1; `problem_type` itself is kept"
+        "its ops. The count is kept in its bucket: one label (a regression head: MSE loss unless "
+        "`problem_type` says otherwise) or several (classification), written LABEL_0 or "
+        "transformers' default map (LABEL_0, LABEL_1); `problem_type` is kept. One exception: "
+        "transformers saves no label map equal to its default, so a config class whose own "
+        "default count is not two (BART's three) reloads its own count for it; for such a class "
+        "the default map stays itself, and any other map of several labels is written label_0, "
+        "label_1 (which saving keeps)"
     ),
     "dtype, torch_dtype": (
         "the dtype the checkpoint was saved in: every build is fp32 on the CPU, then cast to the "
@@ -37,7 +42,8 @@ CANONICAL: dict[str, str] = {
     ),
 }
 DTYPE_KEYS = ("dtype", "torch_dtype")
-LABEL_KEYS = ("id2label", "label2id")
+DEFAULT_LABELS = {0: "LABEL_0", 1: "LABEL_1"}  # PretrainedConfig's: saving leaves it out
+SAVED_LABELS = {0: "label_0", 1: "label_1"}  # two labels saving keeps
 
 
 def canonical(spec: TinySpec) -> TinySpec:
@@ -69,13 +75,35 @@ def _labels_and_dtypes(d: dict[str, Any]) -> None:
         d.pop(key, None)
     labels = d.get("id2label")
     if isinstance(labels, dict) and labels:
-        count = 1 if len(labels) == 1 else 2
-        d["id2label"] = {i: f"LABEL_{i}" for i in range(count)}
+        d["id2label"] = canonical_labels(labels, d.get("model_type"))
         if d.get("label2id") is not None:
-            d["label2id"] = {f"LABEL_{i}": i for i in range(count)}
+            d["label2id"] = {name: i for i, name in d["id2label"].items()}
     for key, sub in d.items():
         if isinstance(sub, dict) and key not in SKIP_SUBDICTS:
             _labels_and_dtypes(sub)
+
+
+def canonical_labels(labels: dict[Any, str], model_type: Any) -> dict[int, str]:
+    """One label, or two: transformers' default map where saving and loading a config gives
+    back as many labels as the original map does (see `CANONICAL`)."""
+    if len(labels) == 1:
+        return {0: "LABEL_0"}
+    default = {int(k): v for k, v in labels.items()} == DEFAULT_LABELS
+    if default or _default_label_count(str(model_type or "")) == 2:
+        return dict(DEFAULT_LABELS)
+    return dict(SAVED_LABELS)
+
+
+@functools.cache
+def _default_label_count(model_type: str) -> int | None:
+    """How many labels the config class of `model_type` has by default (None: unknown)."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        count = CONFIG_MAPPING[model_type]().num_labels
+    except Exception:  # an unknown type, a class that needs arguments: not assumed two
+        return None
+    return int(count) if count is not None else None
 
 
 def _token_ids(root: dict[str, Any]) -> list[tuple[str, int, int | None]]:
