@@ -228,3 +228,10 @@ def test_a_label_map_saving_leaves_out_stays_apart_where_the_class_reloads_anoth
     for spec, reloaded in ((default, 3), (custom, 2)):
         saved = BartConfig.from_dict(dict(spec.config)).to_diff_dict()
         assert BartConfig.from_dict(saved).num_labels == reloaded
+
+
+def test_token_ids_a_vocabulary_map_also_names_are_kept() -> None:
+    """Chameleon reads its image token from `vocabulary_map` as well as `image_token_id`: a
+    config whose string-to-id map names its special ids keeps them, so the two still agree."""
+    spec = _tiny(_config("chameleon"), "ChameleonForConditionalGeneration")
+    assert spec.config["vocabulary_map"]["<image>"] == spec.config["image_token_id"]

@@ -38,7 +38,9 @@ CANONICAL: dict[str, str] = {
         "an id picks a row of an embedding or marks positions in the inputs; which row changes no "
         "op. Presence is kept (an id that is set stays set, None stays None), and so is which ids "
         "are equal: the distinct ids are renumbered 0, 1, 2, ... in the order the config's sorted "
-        "keys name them, each inside the vocabulary the shrink kept it in"
+        "keys name them, each inside the vocabulary the shrink kept it in. A config that also "
+        "maps token strings to ids (Chameleon's `vocabulary_map`, which the model reads beside "
+        "`image_token_id`) keeps its ids, so that both still agree"
     ),
 }
 DTYPE_KEYS = ("dtype", "torch_dtype")
@@ -144,6 +146,8 @@ def _renumber_token_ids(root: dict[str, Any]) -> None:
     would not fit a vocabulary the id must stay inside, the ids are numbered in ascending order
     instead (never above the id they replace)."""
     found = _token_ids(root)
+    if {v for _, v, _ in found} & _mapped_ids(root):
+        return  # a string -> id map names them too: renumbering would set the two apart
     numbers: dict[int, int] = {}
     for _, value, _ in found:
         numbers.setdefault(value, len(numbers))
@@ -166,6 +170,20 @@ def _renumber_token_ids(root: dict[str, Any]) -> None:
                 d[key] = renumber(value)
 
     walk(root)
+
+
+def _mapped_ids(d: dict[str, Any]) -> set[int]:
+    """The ids of every map of token strings to ids in a config (not `label2id`)."""
+    found: set[int] = set()
+    for key, value in d.items():
+        if not isinstance(value, dict) or not value or key in ("id2label", "label2id"):
+            continue
+        ints = [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) == len(value) and all(isinstance(k, str) for k in value):
+            found.update(ints)
+        else:
+            found |= _mapped_ids(value)
+    return found
 
 
 def _jsonable(value: Any) -> Any:
