@@ -18,8 +18,8 @@ Pairs are picked round-robin over (source, what differs in the pair), so that ea
 field is exercised.
 
     python bench/synthetic_catalog.py --out /tmp/synth --entries 3000
-    python bench/key_pairs.py --catalog /tmp/synth/catalog.csv --catalog bundled --real --pairs 34
-    python bench/key_pairs.py --tokens --pairs 4
+    python bench/key_pairs.py --catalog /tmp/synth/catalog.csv --catalog bundled --real --tokens \
+        --pairs 38 --out /tmp/pairs.json
 """
 
 from __future__ import annotations
