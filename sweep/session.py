@@ -8,7 +8,9 @@ checked against the settings the run started with, and the run's row kept up to 
   (`sweep.settings.check_same_settings`: every setting that changes a row).
 - `RunRow`: the run's row in its runs table, written `running` at the start and, however the
   driver leaves, `finished`, `incomplete` (tasks the environment kept from running have no
-  rows yet) or `interrupted`.
+  rows yet) or `interrupted`. Before its first row, every other table of the store that the run
+  has no part of yet gets a part of no rows (`Store.create_tables`): whatever a run wrote,
+  every table of the store is a dataset a reader can open, rows or none.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class RunRow:
         self.status = "interrupted"
 
     def __enter__(self) -> RunRow:
+        self.store.create_tables(self.row["run_id"], tuple(t for t in TABLES if t != self.table))
         self.store.write_run({**self.row, "status": "running"}, self.table)
         return self
 
