@@ -95,7 +95,8 @@ def inject(at: str, *keys: str | None) -> None:
     """Fire the first rule for this place and any of `keys` that has firings left."""
     taken = _take_rule(at, keys)
     if taken is not None:
-        _fire(*reversed(taken))
+        index, fault = taken
+        _fire(fault, index)
 
 
 def release(folder: str, index: int | None = None) -> None:
