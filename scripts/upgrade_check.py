@@ -117,8 +117,9 @@ def run_tests(newest: Path, pytest_args: list[str], out: Path, env: dict[str, st
     cmd = [str(newest / "bin" / "pytest"), *pytest_args]
     log = out / "pytest.log"
     print(f"\n== tests under the newest stack: {' '.join(cmd)} (log: {log})", flush=True)
+    wide = {**env, "COLUMNS": "400"}  # pytest's summary keeps each failure's error line
     with log.open("w") as fh:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, cwd=ROOT, env=wide, stdout=fh, stderr=subprocess.STDOUT)
     lines = log.read_text(errors="replace").splitlines()
     failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
     summary = next(

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
@@ -17,10 +15,10 @@ import pytest
 from reports.query import StoreQuery
 from reports.store import Store
 from reports.summary import run_report
-from runners import faults
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.kill_support import kill_while_waiting
 from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
@@ -104,25 +102,9 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
         "--local",
         "--no-report",
     ]
-    state = tmp_path / "faults"
-    waiting = [{"at": "stage:load", "match": "roberta", "fault": "wait"}]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env={**ENV, faults.ENV: json.dumps(waiting), faults.STATE_ENV: str(state)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 600  # a guard against a hang, not a speed
-        while not (faults.fired(str(state)) and triples(store, "k")):
-            assert proc.poll() is None, "the sweep ended before its last model waited"
-            assert time.monotonic() < deadline, "the last model never reached its wait"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    waiting = {"at": "stage:load", "match": "roberta", "fault": "wait"}
+    stored = lambda: triples(store, "k")  # noqa: E731
+    kill_while_waiting(cmd, env=ENV, state=tmp_path / "faults", rule=waiting, stored=stored)
     partial = triples(store, "k")
     assert 0 < sum(partial.values()) < 6 * 2 * 2
     assert "org/m5" not in {m for m, _, _ in partial}  # the waiting model has no rows

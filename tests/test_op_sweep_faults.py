@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from sweep import executors
 from sweep.op_driver import OpOutcome, run_op_sweep
 from sweep.settings import JobSettings, OpRun
 from tests.conftest import HFSWEEP, ROOT
+from tests.kill_support import kill_while_waiting
 
 OPS = ("abs", "neg", "exp", "sin")
 
@@ -282,24 +282,9 @@ def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path):
     store, state = tmp_path / "store", tmp_path / "faults"
     cmd = [*HFSWEEP, "ops", "--local", "--ops", ops, "--dtypes", "fp32,bf16", "--group-size", "1"]
     cmd += ["--store", str(store), "--run-id", "k", "--no-report"]
-    env = {
-        **os.environ,
-        faults.ENV: json.dumps([{"at": "sample", "match": "cosh", "fault": "wait"}]),
-        faults.STATE_ENV: str(state),
-    }
-    driver = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        deadline = time.monotonic() + 600  # a guard against a hang, not a speed
-        while not (faults.fired(str(state)) and units(store, "k")):
-            assert driver.poll() is None, driver.stderr.read()[-2000:]
-            assert time.monotonic() < deadline, "the last group never reached its wait"
-            time.sleep(0.2)
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(30)
-    finally:
-        driver.kill()
+    waiting = {"at": "sample", "match": "cosh", "fault": "wait"}
+    stored = lambda: units(store, "k")  # noqa: E731
+    kill_while_waiting(cmd, env=dict(os.environ), state=state, rule=waiting, stored=stored)
     before = units(store, "k")
     assert "cosh" not in {k[0] for k in before}  # killed mid-run: the waiting group has no rows
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -16,6 +14,7 @@ from runners import faults
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.kill_support import kill_while_waiting
 from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
@@ -133,24 +132,9 @@ def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop(faults.ENV, None)
-    waiting = [{"at": "stage:load", "match": "bart", "fault": "wait"}]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env={**env, faults.ENV: json.dumps(waiting), faults.STATE_ENV: str(state)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 600  # a guard against a hang, not a speed
-        while not (faults.fired(str(state)) and _part_count(store)):
-            assert proc.poll() is None, "the sweep ended before its last model waited"
-            assert time.monotonic() < deadline, "the last model never reached its wait"
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    waiting = {"at": "stage:load", "match": "bart", "fault": "wait"}
+    stored = lambda: _part_count(store)  # noqa: E731
+    kill_while_waiting(cmd, env=env, state=state, rule=waiting, stored=stored)
     rows = Store(store).read("results", "killme").to_pylist()
     assert 0 < len(rows) < 12 * 3
     assert "org/m11" not in {r["model_id"] for r in rows}  # the waiting model has no rows
