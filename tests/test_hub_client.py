@@ -273,13 +273,22 @@ def test_429_honours_retry_after(hub, client, sleeps):
     assert len(hub.asked("/api/models/acme/bert/revision")) == 3
 
 
-def test_retry_after_as_http_date_and_capped():
+def test_retry_after_as_http_date_and_capped(monkeypatch):
+    import datetime as dt
     import email.utils
-    import time as _time
 
-    future = email.utils.formatdate(_time.time() + 30, usegmt=True)
-    got = _retry_after(types.SimpleNamespace(headers={"Retry-After": future}))
-    assert got is not None and 25 <= got <= 31
+    from model_configs import hub as hub_module
+
+    now = dt.datetime(2026, 12, 4, 12, 0, 0, tzinfo=dt.UTC)
+
+    class Frozen(dt.datetime):  # the client's clock, at a time the test decides
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return now
+
+    monkeypatch.setattr(hub_module, "dt", types.SimpleNamespace(UTC=dt.UTC, datetime=Frozen))
+    future = email.utils.format_datetime(now + dt.timedelta(seconds=30), usegmt=True)
+    assert _retry_after(types.SimpleNamespace(headers={"Retry-After": future})) == 30.0
     assert _retry_after(types.SimpleNamespace(headers={})) is None
     assert RetryPolicy(max_s=60).delay(1, retry_after=3600) == 60
     assert [RetryPolicy(base_s=2, max_s=5).delay(n) for n in (1, 2, 3)] == [2, 4, 5]
