@@ -334,6 +334,21 @@ def band_section(report: dict[str, Any]) -> Section:
     )
 
 
+def headline_scope(h: dict[str, Any]) -> str:
+    """The models the headline counts, as they are: the top N of the task, or every model of
+    the task in a run that has fewer than N of them."""
+    if h["models"] >= h["top"]:
+        return f"the {fmt.count(h['top'])} most downloaded {h['task']} models"
+    return f"this run's {fmt.counted(h['models'], h['task'] + ' model')} (all it has)"
+
+
+def headline_title(h: dict[str, Any]) -> str:
+    """`Headline: architectures of the top 100 text-generation models` (or of the run's 9)."""
+    if h["models"] >= h["top"]:
+        return f"Headline: architectures of the top {fmt.count(h['top'])} {h['task']} models"
+    return f"Headline: architectures of the run's {fmt.count(h['models'])} {h['task']} models"
+
+
 def headline_section(report: dict[str, Any]) -> Section:
     h = report["headline"]
     rows = [
@@ -350,20 +365,25 @@ def headline_section(report: dict[str, Any]) -> Section:
     if not h["models"]:
         return Section(
             "headline",
-            "Headline: architectures of the top text-generation models",
+            f"Headline: architectures of the top {fmt.count(h['top'])} {h['task']} models",
             ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
             [],
             [f"No {h['task']} model in this run."],
         )
     notes = [
-        f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
-        f"downloaded {h['task']} models, {h['passing']} pass every stage "
+        f"Of the {h['architectures']} distinct architectures behind {headline_scope(h)}, "
+        f"{h['passing']} pass every stage "
         f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
         f"{h.get('passing_with_evidence', h['passing'])}, "
         f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
         f"{h['passing_on_device']} with no CPU fallback "
         f"({fmt.pct(h['passing_on_device_share'])}). An architecture passes when all its models "
-        "among them pass.",
+        "among them pass."
+        + (
+            f" The headline takes up to the {fmt.count(h['top'])} most downloaded."
+            if h["models"] < h["top"]
+            else ""
+        ),
     ]
     if h["models_without_architecture"]:
         notes.append(
@@ -372,7 +392,7 @@ def headline_section(report: dict[str, Any]) -> Section:
         )
     return Section(
         "headline",
-        "Headline: architectures of the top text-generation models",
+        headline_title(h),
         ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
         rows,
         notes,
