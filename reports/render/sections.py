@@ -284,6 +284,7 @@ def optimizer_ops_section(report: dict[str, Any]) -> Section:
             "(the emulated device); 'fused removes it': models whose fused step passed without "
             "it."
         ],
+        text_below={8: "most downloaded"},
     )
 
 
@@ -477,6 +478,7 @@ def failures_section(report: dict[str, Any]) -> Section:
             "paths set aside; each line shows the real error of its most downloaded model."
         ],
         keys=[r["signature"] for r in clusters],
+        text_below={0: "", 7: "most downloaded"},
     )
 
 
@@ -498,6 +500,7 @@ def skips_section(report: dict[str, Any]) -> Section:
         ["reason", "scope", "models", "downloads", "% dl", "most downloaded"],
         rows,
         ["scope 'model': nothing was attempted; 'stage': a stage was skipped for the device."],
+        text_below={5: "most downloaded"},
     )
 
 
@@ -548,6 +551,10 @@ def ops_section(report: dict[str, Any]) -> Section:
             "'op sweep pass rate': the op's own results over PyTorch's OpInfo samples on the "
             "device (`hfsweep ops`), with its verdict; '-' when no op-sweep run covers it.",
         ],
+        # the text keeps what ranks an op and what lowering it gives; how it touches the models
+        # (fell back, named, unverified, calls, source) is in markdown, JSON and /ops
+        text_columns=(0, 1, 2, 3, 7, 10, 11),
+        text_below={12: "op sweep pass rate"},
     )
 
 
