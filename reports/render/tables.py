@@ -66,22 +66,22 @@ def _layout(section: Section, width: int) -> tuple[list[str], bool]:
     rows = []
     for n, row in enumerate(section.rows):
         level = section.indent[n] if n < len(section.indent) else 0
-        cells = [row[i] for i in shown]
+        picked = [row[i] for i in shown]
         if shown and shown[0] == 0:
-            cells[0] = "  " * level + cells[0]
-        rows.append(cells)
+            picked[0] = "  " * level + picked[0]
+        rows.append(picked)
     cells = [min(max([len(r[c]) for r in rows], default=0), CELL_MAX) for c in range(len(shown))]
     headers = [[section.headers[i]] for i in shown]
     gaps = 2 * (len(shown) - 1)
 
     def widths_now() -> list[int]:
-        return [max(w, *(len(h) for h in hs)) for w, hs in zip(cells, headers, strict=True)]
+        return [max([w, *(len(h) for h in hs)]) for w, hs in zip(cells, headers, strict=True)]
 
     # too wide: headers go onto two lines, the one that gives the most room first
     while sum(widths_now()) + gaps > width:
         now = widths_now()
         gains = [
-            (now[c] - max(cells[c], *(len(h) for h in _two_lines(hs[0]))), c)
+            (now[c] - max([cells[c], *(len(h) for h in _two_lines(hs[0]))]), c)
             for c, hs in enumerate(headers)
             if len(hs) == 1
         ]
@@ -102,10 +102,10 @@ def _layout(section: Section, width: int) -> tuple[list[str], bool]:
         widths[max(others, key=lambda c: (widths[c], c))] -= 1
     cut = False
 
-    def line(cells: list[str]) -> str:
+    def line(texts: list[str]) -> str:
         nonlocal cut
         out = []
-        for c, cell in enumerate(cells):
+        for c, cell in enumerate(texts):
             if len(cell) > widths[c]:
                 cell, cut = fmt.clip(cell, widths[c]), True
             out.append(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c]))
@@ -116,8 +116,8 @@ def _layout(section: Section, width: int) -> tuple[list[str], bool]:
         line([(hs if len(hs) == depth else ["", *hs])[k] for hs in headers]) for k in range(depth)
     ]
     out.append(line(["-" * w for w in widths]))
-    for n, cells in enumerate(rows):
-        out.append(line(cells))
+    for n, picked in enumerate(rows):
+        out.append(line(picked))
         for i, label in below.items():
             value = section.rows[n][i]
             if value and value != "-":
