@@ -151,14 +151,7 @@ def run_op_sweep(
             **software_versions(device),
             **settings,
         }
-        profile, profile_hash = device.profile_info()
-        context = {
-            "device": device.name,
-            "device_emulated": device.emulated,
-            "device_profile": profile,
-            "device_profile_hash": profile_hash,
-        }
-        loop = OpLoop(context)
+        loop = OpLoop(device.identity())
         with RunRow(store, "op_runs", row, opened.previous) as run_row:
             todo_units = sum(len(u.dtypes) for u in units)
             with (

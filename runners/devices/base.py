@@ -235,6 +235,17 @@ class Device(ABC):
         """(profile name, profile hash) of the native-op set, for emulated devices."""
         return None, None
 
+    def identity(self) -> dict[str, Any]:
+        """The columns that say which device a row ran on, the same in every table and in the
+        run's row: its name, whether it is emulated, its profile and the profile's hash."""
+        profile, digest = self.profile_info()
+        return {
+            "device": self.name,
+            "device_emulated": bool(self.emulated),
+            "device_profile": profile,
+            "device_profile_hash": digest,
+        }
+
     def versions(self) -> dict[str, str]:
         """Software versions that matter for this device (the device package, driver...)."""
         return {}
