@@ -45,15 +45,9 @@ from reports.store import MODEL_SWEEP_TABLES, Store, check_run_id, new_run_id
 from runners import containment, faults
 from runners.outcome import ModelOutcome, failed_before
 from runners.settings import ModelSettings
-from sweep.executors import (
-    Deferred,
-    OomFn,
-    PlanFn,
-    Planner,
-    RunFn,
-    gave_up_error,
-    make_executor,
-)
+from sweep.executors import Deferred, make_executor
+from sweep.executors.fault_policy import gave_up_error
+from sweep.executors.protocol import OomFn, PlanFn, Planner, RunFn
 from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned

@@ -29,7 +29,8 @@ from typing import Any
 from model_configs.spec import CatalogEntry
 from reports.schema import Status
 from runners.outcome import ModelOutcome
-from sweep.executors import Abandoned, Executor, GiveUp, PlanDone, RunDone
+from sweep.executors.fault_policy import GiveUp
+from sweep.executors.protocol import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.plans import PlanCache, plan_row

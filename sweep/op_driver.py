@@ -33,7 +33,9 @@ from reports.store import OP_SWEEP_TABLES, Store, check_run_id, new_run_id, utcn
 from runners import containment, faults
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
-from sweep.executors import Abandoned, Executor, GiveUp, RunDone, RunFn, make_executor
+from sweep.executors import make_executor
+from sweep.executors.fault_policy import GiveUp
+from sweep.executors.protocol import Abandoned, Executor, RunDone, RunFn
 from sweep.progress import SweepProgress
 from sweep.session import RunRow, Warn, locked_run
 from sweep.settings import OpRun, software_versions
@@ -249,7 +251,7 @@ def write_summary(store: Store, run_id: str) -> None:
 
 
 def abandoned_error(summary: OpSweepSummary) -> SystemFaultError:
-    from sweep.executors import gave_up_error
+    from sweep.executors.fault_policy import gave_up_error
 
     return gave_up_error(
         summary.run_id, summary.abandoned, summary.causes, ("OpInfo x dtype", "OpInfo x dtypes")

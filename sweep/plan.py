@@ -70,7 +70,7 @@ class Task:
 
     @property
     def payload(self) -> TinySpec:
-        """What the task's body runs (`sweep.executors.Work`)."""
+        """What the task's body runs (`sweep.executors.protocol.Work`)."""
         return self.spec
 
     def names(self) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 from model_configs.spec import CatalogEntry, TinySpec
 from reports.store import Store
 from runners.outcome import ModelOutcome, StageResult, skipped
-from sweep.executors import Event, PlanDone, RunDone
+from sweep.executors.protocol import Event, PlanDone, RunDone
 from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned, Task
