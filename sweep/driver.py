@@ -292,7 +292,6 @@ def run_sweep(
                 executor = Deferred(
                     lambda: make_executor(
                         run.job,
-                        run.task,
                         run_fn=run_fn or model_task,
                         planner=planner,
                         on_oom=model_oom(run.task.stages),
@@ -311,7 +310,7 @@ def run_sweep(
                         plan_batch=run.plan_batch,
                         on_model=lambda outcome, n: bar.advance(outcome, n=n),
                         dtypes=run.dtypes,
-                        settings_at=run.at if len(run.dtypes) > 1 else None,
+                        settings_at=run.at,
                         pending=progress.pending,
                         plans=plans,
                     )

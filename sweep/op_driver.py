@@ -46,10 +46,12 @@ WAIT_S = 1.0  # the longest the loop sleeps between turns
 
 @dataclass(frozen=True)
 class OpGroup:
-    """One op-sweep task: a few OpInfos, each with the dtypes still to run."""
+    """One op-sweep task: a few OpInfos, each with the dtypes still to run, and the settings
+    its body runs with."""
 
     units: tuple[Unit, ...]
     key: str
+    settings: OpSettings
 
     @property
     def payload(self) -> list[Unit]:
@@ -143,7 +145,8 @@ def run_op_sweep(
                 units.append(Unit(key, op.name, op.variant_test_name or None, todo))
         size = run.group_size
         groups = [
-            OpGroup(tuple(units[i : i + size]), units[i].key) for i in range(0, len(units), size)
+            OpGroup(tuple(units[i : i + size]), units[i].key, run.task)
+            for i in range(0, len(units), size)
         ]
         row = {
             "run_id": run_id,
@@ -163,7 +166,7 @@ def run_op_sweep(
                 ) as bar,
             ):
                 if groups:
-                    executor = make_executor(run.job, run.task, run_fn=run_fn or op_group_task)
+                    executor = make_executor(run.job, run_fn=run_fn or op_group_task)
                     try:
                         loop.run(executor, groups, writer, bar.advance)
                     finally:

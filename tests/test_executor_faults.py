@@ -102,18 +102,22 @@ def make(monkeypatch):
     def build(faults: dict[str, list[BaseException]], retries: int = 2):
         fake = FakeRay(faults)
         monkeypatch.setattr(ray_cluster, "init_ray", lambda address, num_cpus: fake)
-        settings = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
         planner = Planner(plan_fn, [s.value for s in STAGES])
-        ex = RayExecutor(settings, run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
+        ex = RayExecutor(run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
         ex.retries = retries
         return ex, fake
 
     return build
 
 
-def task(name: str) -> Task:
+SETTINGS = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+
+
+def task(name: str, settings: ModelSettings = SETTINGS) -> Task:
+    """A model task of one member, carrying the settings its body runs with."""
     spec = TinySpec("transformers", name, "X", {"id": name})
-    return Task(spec=spec, members=[Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)])
+    member = Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)
+    return Task(spec=spec, members=[member], settings=settings)
 
 
 def drain(ex) -> list:

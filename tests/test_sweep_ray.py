@@ -170,9 +170,9 @@ def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(ray_sessi
     from sweep.executors.ray_cluster import RayExecutor
     from tests.test_executor_faults import task
 
-    ex = RayExecutor(ModelSettings(stages=stage_list("load")), run_fn=slow_pass)
+    ex = RayExecutor(run_fn=slow_pass)
     ex.guard_s = 7.0
-    ex.submit_run(task("slow"))
+    ex.submit_run(task("slow", ModelSettings(stages=stage_list("load"))))
     events: list = []
     deadline = time.monotonic() + 120
     while not events and time.monotonic() < deadline:

@@ -11,8 +11,9 @@ catalog entries to resolve and shrink, `sweep.plan.plan_batch`).
 - here: `make_executor`, the executor a run's job settings ask for, and `Deferred`, one that
   starts with its first task (a run with nothing to run starts no Ray).
 
-A task's body runs on a worker with the run's settings, unchanged (`runners.settings`), and
-returns an outcome: its rows' data, a model's or a sample's own failures included.
+Every task carries the settings its body runs with (`runners.settings`: a model task its
+`ModelSettings` at its dtype, an op-sweep task its `OpSettings`), unchanged to the worker; the
+body returns an outcome: its rows' data, a model's or a sample's own failures included.
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ class Deferred:
 
 def make_executor(
     job: Any,
-    settings: Any,
     *,
     run_fn: RunFn,
     planner: Planner | None = None,
@@ -89,10 +89,9 @@ def make_executor(
     """The executor `job` (`sweep.settings.JobSettings`) asks for, with its retries."""
     executor: LocalExecutor | RayExecutor
     if job.executor == "local":
-        executor = LocalExecutor(settings, run_fn=run_fn, planner=planner)
+        executor = LocalExecutor(run_fn=run_fn, planner=planner)
     elif job.executor == "ray":
         executor = RayExecutor(
-            settings,
             run_fn=run_fn,
             planner=planner,
             on_oom=on_oom,

@@ -21,7 +21,6 @@ from sweep.executors.protocol import (
     RunDone,
     RunFn,
     finished,
-    task_settings,
     timed,
 )
 from sweep.plan import Planned
@@ -33,8 +32,7 @@ class LocalExecutor:
 
     slots = capacity = 1
 
-    def __init__(self, settings: Any, *, run_fn: RunFn, planner: Planner | None = None):
-        self.settings = settings
+    def __init__(self, *, run_fn: RunFn, planner: Planner | None = None):
         self.retries = 0
         self.run_fn = timed(run_fn)
         self.planner = planner
@@ -75,7 +73,7 @@ class LocalExecutor:
         self._runs += 1
         while True:
             try:
-                outcome, seconds = self.run_fn(task.payload, task_settings(task, self.settings))
+                outcome, seconds = self.run_fn(task.payload, task.settings)
                 break
             except Exception as exc:  # not the model's (a body returns its failures as data)
                 if attempt > self.retries:

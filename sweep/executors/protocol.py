@@ -35,6 +35,12 @@ class Work(Protocol):
         """What the body receives (with the settings) on the worker."""
         ...
 
+    @property
+    def settings(self) -> Any:
+        """What the body runs with (`runners.settings`: `ModelSettings` at the task's dtype,
+        `OpSettings`): every task carries its own."""
+        ...
+
     def names(self) -> list[str]:
         """What it answers for (model ids, OpInfo x dtype): what gets no rows if given up."""
         ...
@@ -42,13 +48,6 @@ class Work(Protocol):
     def fault_keys(self) -> tuple[str | None, ...]:
         """What the test-only fault hook matches it by."""
         ...
-
-
-def task_settings(task: Any, settings: Any) -> Any:
-    """What a task's body runs with: its own settings where it carries them (a model task at
-    one dtype of a run of several), else the executor's."""
-    own = getattr(task, "settings", None)
-    return settings if own is None else own
 
 
 @dataclass

@@ -40,7 +40,6 @@ from sweep.executors.protocol import (
     RunDone,
     RunFn,
     finished,
-    task_settings,
     timed,
 )
 from sweep.plan import Planned
@@ -151,7 +150,6 @@ class RayExecutor:
 
     def __init__(
         self,
-        settings: Any,
         *,
         run_fn: RunFn,
         planner: Planner | None = None,
@@ -159,7 +157,6 @@ class RayExecutor:
         address: str | None = None,
         num_cpus: int | None = None,
     ):
-        self.settings = settings
         self.retries = 0
         self.planner = planner
         self.on_oom = on_oom
@@ -211,8 +208,7 @@ class RayExecutor:
         if faults.ENV in os.environ and self._test_fault("submit", job) == "runtime_env":
             broken = {**(self._runtime_env or {}), **BROKEN_RUNTIME_ENV}
             remote = self._run_base.options(runtime_env=broken)
-        settings = task_settings(job.task, self.settings)
-        ref = remote.remote(job.submitting(), job.task.payload, settings)
+        ref = remote.remote(job.submitting(), job.task.payload, job.task.settings)
         self._runs[ref] = job
 
     def running(self) -> int:
