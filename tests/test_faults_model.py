@@ -17,8 +17,9 @@ import pytest
 
 from reports.errors import EnvironmentFault
 from runners import containment, faults
-from runners.isolation import run_isolated, warm_parent
+from runners.isolation import run_isolated
 from runners.settings import ModelSettings
+from runners.warm import warm_parent
 from tests.conftest import ROOT
 from tests.test_runner import tiny
 
@@ -181,7 +182,7 @@ def test_what_the_model_started_dies_with_it(llama, inject):
 
 WORKER = textwrap.dedent(
     """
-    from runners.isolation import run_isolated, warm_parent
+    from runners.isolation import run_isolated
     from runners.settings import ModelSettings
     from tests.test_runner import tiny
     spec = tiny("llama", "LlamaForCausalLM")

@@ -130,7 +130,7 @@ class Device(ABC):
     compile_dynamic: ClassVar[bool | None] = None  # the backend's `dynamic` (None: default)
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
     # Modules a model process imports for this device on first use: a parent that forks its
-    # model processes imports them once, before forking (`runners.isolation.warm_parent`).
+    # model processes imports them once, before forking (`runners.warm.warm_parent`).
     preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):

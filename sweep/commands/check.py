@@ -228,7 +228,8 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from runners.isolation import run_isolated, warm_parent
+            from runners.isolation import run_isolated
+            from runners.warm import warm_parent
 
             progress.phase("loading the compile stack")
             warm_parent()
