@@ -333,6 +333,9 @@ def _grad_outputs(out: Any) -> list[torch.Tensor]:
     ]
 
 
+Emit = Callable[..., None]  # (phase, dispatched rows, started, **row fields) -> a row out
+
+
 def check_sample(
     ctx: SampleContext,
     index: int,
@@ -343,15 +346,17 @@ def check_sample(
     host_only: frozenset[int] = frozenset(),
     on_row: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Compare one sample's forward (and backward, where it applies) on `device` with the CPU.
+    """Compare one sample's forward (and backward, where it applies) on `device` with the CPU:
+    the CPU reference first (`cpu_reference`), then the forward on the device
+    (`device_forward`), then its backward (`device_backward`).
 
     `device_skip(phase, dtypes)` gives (OpSkipReason, detail) when the device declares it will
-    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample of
-    real tensors whose op computes in complex numbers needs complex support too). Each row goes to `on_row` as soon as it is known (forward before backward), so
-    that a crash during the backward leaves the forward's row.
+    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample
+    of real tensors whose op computes in complex numbers needs complex support too). Each row
+    goes to `on_row` as soon as it is known (forward before backward), so that a crash during
+    the backward leaves the forward's row.
     """
     text = describe(sample)
-    op = ctx.op
     phases = ["forward"] if ctx.backward_skip is not None else ["forward", "backward"]
     start = time.perf_counter()
 
@@ -360,35 +365,69 @@ def check_sample(
 
     # The CPU reference first: it decides whether there is anything to compare at all, and its
     # dispatched ops describe a sample the device skips.
-    cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
-    cpu_fw = DispatchRecorder(track_dtypes=True)
-    _seed(ctx.seed)
-    try:
-        with cpu_fw:
-            expected_raw = op(cpu_input, *cpu_args, **cpu_kwargs)
-        expected = sample.output_process_fn_grad(expected_raw)
-    except Exception as exc:
-        detail = (
-            f"the sample raised on the CPU: {type(exc).__name__}: {short_message(str(exc), 200)}"
-        )
+    ref = cpu_reference(ctx, sample, backward="backward" in phases)
+    if ref.error is not None:
         for phase in phases:
             emit(
                 phase,
-                dispatched_rows(cpu_fw, ctx.lowering, ran=False),
+                dispatched_rows(ref.forward, ctx.lowering, ran=False),
                 start,
                 status=OpStatus.SKIP.value,
                 reason=OpSkipReason.REFERENCE_FAILED.value,
-                detail=detail,
+                detail=ref.error,
             )
         return
-    cpu_bw = DispatchRecorder(track_dtypes=True)
-    backward_ref: tuple[list[torch.Tensor], list[Any]] | None = None
-    backward_skip = ctx.backward_skip
-    if "backward" in phases:
+    ran = device_forward(
+        ctx,
+        sample,
+        device,
+        ref,
+        backward="backward" in phases,
+        device_skip=device_skip,
+        host_only=host_only,
+        emit=emit,
+        started=start,
+    )
+    if ran is not None:
+        device_backward(ctx, device, ref, ran, device_skip=device_skip, emit=emit)
+
+
+@dataclass
+class Reference:
+    """The CPU's answer for one sample: what it dispatched in each phase, its outputs (on the
+    CPU), and for the backward the gradients fed in and those it got, or why there is no
+    backward to compare (`backward_skip`). `error`: the sample raised on the CPU (nothing to
+    compare)."""
+
+    forward: DispatchRecorder
+    backward: DispatchRecorder
+    expected: Any = None
+    grads: tuple[list[torch.Tensor], list[Any]] | None = None  # (fed in, expected)
+    backward_skip: tuple[str, str] | None = None
+    error: str | None = None
+
+
+def cpu_reference(ctx: SampleContext, sample: Any, *, backward: bool) -> Reference:
+    """Run the sample on the CPU (and, with `backward`, its backward from seeded random output
+    gradients), recording what each phase dispatched."""
+    ref = Reference(DispatchRecorder(track_dtypes=True), DispatchRecorder(track_dtypes=True))
+    ref.backward_skip = ctx.backward_skip
+    cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
+    _seed(ctx.seed)
+    try:
+        with ref.forward:
+            expected_raw = ctx.op(cpu_input, *cpu_args, **cpu_kwargs)
+        expected = sample.output_process_fn_grad(expected_raw)
+    except Exception as exc:
+        ref.error = (
+            f"the sample raised on the CPU: {type(exc).__name__}: {short_message(str(exc), 200)}"
+        )
+        return ref
+    if backward:
         outs = _grad_outputs(expected)
         ins = _grad_inputs((cpu_input, cpu_args, cpu_kwargs))
         if not outs or not ins:
-            backward_skip = (
+            ref.backward_skip = (
                 OpSkipReason.NO_AUTOGRAD.value,
                 "this sample's outputs carry no gradient to its inputs",
             )
@@ -396,41 +435,66 @@ def check_sample(
             gen = torch.Generator().manual_seed(ctx.seed + 1)
             grads_out = [torch.randn(o.shape, dtype=o.dtype, generator=gen) for o in outs]
             try:
-                with cpu_bw:
+                with ref.backward:
                     grads = torch.autograd.grad(outs, ins, grads_out, allow_unused=True)
-                backward_ref = (grads_out, list(grads))
+                ref.grads = (grads_out, list(grads))
             except Exception as exc:
-                backward_skip = (
+                ref.backward_skip = (
                     OpSkipReason.REFERENCE_FAILED.value,
                     f"the backward raised on the CPU: {type(exc).__name__}: "
                     f"{short_message(str(exc), 200)}",
                 )
-    expected_cpu = _to_cpu(expected)
+    ref.expected = _to_cpu(expected)
+    return ref
 
-    # ---- forward on the device
-    skip = device_skip("forward", list(cpu_fw.dtypes))
+
+@dataclass
+class DeviceRun:
+    """A forward that passed on the device, for its backward: its outputs and its inputs."""
+
+    outputs: Any
+    inputs: tuple[Any, tuple[Any, ...], dict[str, Any]]
+
+
+def device_forward(
+    ctx: SampleContext,
+    sample: Any,
+    device: Device,
+    ref: Reference,
+    *,
+    backward: bool,
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    host_only: frozenset[int],
+    emit: Emit,
+    started: float,
+) -> DeviceRun | None:
+    """The forward on the device against `ref`: its row (and, where no backward can follow, the
+    backward's: skipped, or not run after a forward that failed). Returns what the backward
+    needs when one is to run."""
+    skip = device_skip("forward", list(ref.forward.dtypes))
     if skip is not None:
         emit(
             "forward",
-            dispatched_rows(cpu_fw, ctx.lowering, ran=False),
-            start,
+            dispatched_rows(ref.forward, ctx.lowering, ran=False),
+            started,
             status=OpStatus.SKIP.value,
             reason=skip[0],
             detail=skip[1],
         )
-        if "backward" in phases:
-            bw_skip = device_skip("backward", list(cpu_bw.dtypes)) or skip
+        if backward:
+            bw_skip = (
+                ref.backward_skip or device_skip("backward", list(ref.backward.dtypes)) or skip
+            )
             emit(
                 "backward",
-                dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+                dispatched_rows(ref.backward, ctx.lowering, ran=False),
                 time.perf_counter(),
                 status=OpStatus.SKIP.value,
-                reason=(backward_skip or bw_skip)[0],
-                detail=(backward_skip or bw_skip)[1],
+                reason=bw_skip[0],
+                detail=bw_skip[1],
             )
-        return
-    dev = device.torch_device
-    d_input, d_args, d_kwargs = moved(sample, dev, host_only)
+        return None
+    d_input, d_args, d_kwargs = moved(sample, device.torch_device, host_only)
     fw = DispatchRecorder()
     actual: Any = None
     forward_ok = False
@@ -440,7 +504,7 @@ def check_sample(
         try:
             faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
             with fw:
-                actual_raw = op(d_input, *d_args, **d_kwargs)
+                actual_raw = ctx.op(d_input, *d_args, **d_kwargs)
             device.synchronize()
             actual = sample.output_process_fn_grad(actual_raw)
             forward_ok = True
@@ -449,44 +513,49 @@ def check_sample(
     fw.attribute(log)
     dispatched = dispatched_rows(fw, ctx.lowering)
     if not forward_ok:
-        emit("forward", dispatched, start, **fields)
-        if "backward" in phases:
+        emit("forward", dispatched, started, **fields)
+        if backward:
             reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
-            if backward_skip is not None:
+            if ref.backward_skip is not None:
                 reason = {
                     "status": OpStatus.SKIP.value,
-                    "reason": backward_skip[0],
-                    "detail": backward_skip[1],
+                    "reason": ref.backward_skip[0],
+                    "detail": ref.backward_skip[1],
                 }
             emit("backward", [], time.perf_counter(), **reason)
-        return
-    cmp = compare(_to_cpu(actual), expected_cpu, atol=ctx.atol, rtol=ctx.rtol)
-    emit(
-        "forward",
-        dispatched,
-        start,
-        **_verdict(cmp),
-    )
-    if "backward" not in phases:
-        return
+        return None
+    cmp = compare(_to_cpu(actual), ref.expected, atol=ctx.atol, rtol=ctx.rtol)
+    emit("forward", dispatched, started, **_verdict(cmp))
+    return DeviceRun(actual, (d_input, d_args, d_kwargs)) if backward else None
 
-    # ---- backward on the device
+
+def device_backward(
+    ctx: SampleContext,
+    device: Device,
+    ref: Reference,
+    ran: DeviceRun,
+    *,
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    emit: Emit,
+) -> None:
+    """The backward on the device, from the forward that passed there (`ran`), fed the CPU
+    reference's output gradients and compared with its input gradients: its row."""
     start = time.perf_counter()
-    skip = backward_skip or device_skip("backward", list(cpu_bw.dtypes))
+    skip = ref.backward_skip or device_skip("backward", list(ref.backward.dtypes))
     if skip is not None:
         emit(
             "backward",
-            dispatched_rows(cpu_bw, ctx.lowering, ran=False),
+            dispatched_rows(ref.backward, ctx.lowering, ran=False),
             start,
             status=OpStatus.SKIP.value,
             reason=skip[0],
             detail=skip[1],
         )
         return
-    assert backward_ref is not None
-    grads_out, expected_grads = backward_ref
-    outs = _grad_outputs(actual)
-    ins = _grad_inputs((d_input, d_args, d_kwargs))
+    assert ref.grads is not None
+    grads_out, expected_grads = ref.grads
+    outs = _grad_outputs(ran.outputs)
+    ins = _grad_inputs(ran.inputs)
     bw = DispatchRecorder()
     if len(outs) != len(grads_out) or [o.shape for o in outs] != [g.shape for g in grads_out]:
         emit(
@@ -501,7 +570,7 @@ def check_sample(
     with device.record_fallbacks() as log:
         bw.log = log
         try:
-            g_out = [g.to(dev) for g in grads_out]
+            g_out = [g.to(device.torch_device) for g in grads_out]
             with bw:
                 grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
             device.synchronize()
@@ -514,12 +583,7 @@ def check_sample(
         emit("backward", dispatched, start, **fields)
         return
     cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
-    emit(
-        "backward",
-        dispatched,
-        start,
-        **_verdict(cmp),
-    )
+    emit("backward", dispatched, start, **_verdict(cmp))
 
 
 def iter_samples(
