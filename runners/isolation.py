@@ -29,6 +29,8 @@ from runners.settings import ModelSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter, peak_rss_bytes
 from runners.warm import warm_parent, warm_peft
 
+CHILD_MODULES = ("runners.stages",)  # what a model's child imports: torch, the model libraries
+
 
 def _model_child(send: Send, spec: TinySpec, settings: ModelSettings) -> None:
     """The child's body: set the device up (any failure until then is the environment's), then
@@ -62,7 +64,7 @@ def run_isolated(
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
     `on_stage` sees each stage's result as the child reports it (progress)."""
     order = list(settings.stages)
-    warm_parent(("runners.stages",), compiles=True)
+    warm_parent(*CHILD_MODULES)
     if Stage.LORA in order:
         warm_peft()
     spawn = fresh_interpreter(settings.device.name, settings.device.options())

@@ -20,34 +20,32 @@ from runners.supervisor import forks
 _WARMED: set[str] = set()  # what this process has warmed itself with: modules, "compile"
 
 
-def warm_parent(modules: tuple[str, ...] = ("runners.stages",), *, compiles: bool = True) -> None:
+def warm_parent(*modules: str) -> None:
     """Import once in this (parent) process what each forked child would otherwise import
-    again: `modules`, the modules its body imports (the default: a model's, `runners.stages`:
-    torch and the model libraries); the devices' own modules (`Device.preload_modules`: their
-    compilers); and with `compiles`, the compile stack (Dynamo looks up its backends by
-    importing every one of them, about half a second; a first compile imports about 0.7 s
-    more)."""
+    again: `modules`, what the child's body imports (a model's: `runners.stages`, torch and the
+    model libraries; the op sweep's: its runner and PyTorch's OpInfo database); the devices'
+    own modules (`Device.preload_modules`: their compilers); and the compile stack, which a
+    model's compile stage imports and so does the emulated device's set-up (Dynamo looks up
+    its backends by importing every one of them, about half a second; a first compile
+    imports about 0.7 s more)."""
     if not forks():
         return
     if os.environ.get("HFSWEEP_WARM_PARENT", "1") == "0":
         for name in modules:  # what the parent always imported before
             importlib.import_module(name)
         return
-    wanted = [*modules, "devices", *(["compile"] if compiles else [])]
-    if not set(wanted) - _WARMED:
+    if _WARMED.issuperset(modules) and "compile" in _WARMED:
         return
-    if compiles:
-        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
     for name in modules:
         importlib.import_module(name)
-    if "devices" not in _WARMED:
+    if "compile" not in _WARMED:
         from runners.devices import preload_modules
 
         for name in preload_modules():  # what the devices' processes import (their compilers)
             importlib.import_module(name)
-    if compiles and "compile" not in _WARMED:
         _warm_compile_stack()
-    _WARMED.update(wanted)
+    _WARMED.update([*modules, "compile"])
 
 
 def warm_peft() -> None:

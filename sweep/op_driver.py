@@ -90,10 +90,8 @@ class OpSweepSummary:
 def op_group_task(units: list[Unit], settings: OpSettings) -> OpOutcome:
     """The body of one op-sweep task: every sample of a few OpInfos, in isolated children."""
     from runners.op_sweep.isolation import run_units_isolated
-    from runners.op_sweep.opdb import op_db
 
     faults.inject("task", *(unit.key for unit in units))
-    op_db()  # import once per worker process, before forking children
     return OpOutcome(list(run_units_isolated(units, settings)))
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from reports.errors import EnvironmentFault
 from runners import containment, faults
-from runners.isolation import run_isolated
+from runners.isolation import CHILD_MODULES, run_isolated
 from runners.settings import ModelSettings
 from runners.warm import warm_parent
 from tests.conftest import ROOT
@@ -86,7 +86,9 @@ def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
 def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "alloc"})
     budget = 512 << 20
-    warm_parent()  # what the child is forked from: this process, warmed as run_isolated does
+    warm_parent(
+        *CHILD_MODULES
+    )  # what the child is forked from: this process, warmed as run_isolated does
     forked_from = resident_bytes()
     start = time.monotonic()
     outcome = run_isolated(

@@ -17,8 +17,9 @@ CHILD = textwrap.dedent(
     """
     import json, os, sys
     import torch
+    from runners.isolation import CHILD_MODULES
     from runners.warm import warm_parent
-    warm_parent()
+    warm_parent(*CHILD_MODULES)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:

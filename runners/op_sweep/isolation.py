@@ -10,8 +10,8 @@ forward that never finished), and a fresh child carries on with the next sample.
 the op's doing (the device failing to set up, a SIGKILL from outside, a device error inside a
 sample) raises `EnvironmentFault` (from the supervisor): the task is retried and none of its
 rows count. Before its first fork the parent imports, once, what every child would otherwise
-import again (`runners.warm.warm_parent`: the op sweep's modules and PyTorch's OpInfo
-database).
+import again (`runners.warm.warm_parent`: the op sweep's modules, PyTorch's OpInfo database and the
+compile stack the emulated device's set-up imports).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter
 from runners.warm import warm_parent
+
+# what an op child imports: its runner, PyTorch's OpInfo database (`runners.op_sweep.opdb`)
+CHILD_MODULES = ("runners.op_sweep.run",)
 
 
 def _op_child(
@@ -54,7 +57,10 @@ class _Progress:
 def run_units_isolated(units: list[Unit], settings: OpSettings) -> Iterator[dict[str, Any]]:
     """Rows for every sample of `units`; never raises for a sample's failure; raises
     `EnvironmentFault` when the environment stopped it (retry the task; record nothing)."""
-    warm_parent(("runners.op_sweep.run",), compiles=False)
+    from runners.op_sweep.opdb import op_db
+
+    warm_parent(*CHILD_MODULES)
+    op_db()  # built once per process, before forking children (about 4 s)
     position = (0, 0, 0)
     while True:
         unit = units[position[0]]
