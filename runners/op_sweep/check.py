@@ -368,14 +368,8 @@ def check_sample(
     ref = cpu_reference(ctx, sample, backward="backward" in phases)
     if ref.error is not None:
         for phase in phases:
-            emit(
-                phase,
-                dispatched_rows(ref.forward, ctx.lowering, ran=False),
-                start,
-                status=OpStatus.SKIP.value,
-                reason=OpSkipReason.REFERENCE_FAILED.value,
-                detail=ref.error,
-            )
+            cause = (OpSkipReason.REFERENCE_FAILED.value, ref.error)
+            _skipped(emit, phase, ref.forward, ctx, start, cause)
         return
     ran = device_forward(
         ctx,
@@ -390,6 +384,40 @@ def check_sample(
     )
     if ran is not None:
         device_backward(ctx, device, ref, ran, device_skip=device_skip, emit=emit)
+
+
+def _skipped(
+    emit: Emit,
+    phase: str,
+    cpu: DispatchRecorder,
+    ctx: SampleContext,
+    started: float,
+    skip: tuple[str, str],
+) -> None:
+    """A phase not run on the device, `skip` (reason, detail) saying why: its row lists the ops
+    the CPU dispatched in it, none of them run."""
+    reason, detail = skip
+    dispatched = dispatched_rows(cpu, ctx.lowering, ran=False)
+    emit(phase, dispatched, started, status=OpStatus.SKIP.value, reason=reason, detail=detail)
+
+
+def _on_device(
+    device: Device, ctx: SampleContext, run: Callable[[DispatchRecorder], Any]
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any] | None]:
+    """`run(recorder)` on the device, the ops it dispatches in `recorder` and what fell back to
+    the CPU charged to them: (its result, the dispatched ops' rows, None or the row fields of
+    its failure: `fail` or `oom`; the environment's errors are raised, never a sample's)."""
+    recorder = DispatchRecorder()
+    result: Any = None
+    error: dict[str, Any] | None = None
+    with device.record_fallbacks() as log:
+        recorder.log = log
+        try:
+            result = run(recorder)
+        except Exception as exc:
+            error = _error_fields(exc, recorder)
+    recorder.attribute(log)
+    return result, dispatched_rows(recorder, ctx.lowering), error
 
 
 @dataclass
@@ -473,47 +501,24 @@ def device_forward(
     needs when one is to run."""
     skip = device_skip("forward", list(ref.forward.dtypes))
     if skip is not None:
-        emit(
-            "forward",
-            dispatched_rows(ref.forward, ctx.lowering, ran=False),
-            started,
-            status=OpStatus.SKIP.value,
-            reason=skip[0],
-            detail=skip[1],
-        )
+        _skipped(emit, "forward", ref.forward, ctx, started, skip)
         if backward:
-            bw_skip = (
-                ref.backward_skip or device_skip("backward", list(ref.backward.dtypes)) or skip
-            )
-            emit(
-                "backward",
-                dispatched_rows(ref.backward, ctx.lowering, ran=False),
-                time.perf_counter(),
-                status=OpStatus.SKIP.value,
-                reason=bw_skip[0],
-                detail=bw_skip[1],
-            )
+            bw_skip = ref.backward_skip or device_skip("backward", list(ref.backward.dtypes))
+            _skipped(emit, "backward", ref.backward, ctx, time.perf_counter(), bw_skip or skip)
         return None
     d_input, d_args, d_kwargs = moved(sample, device.torch_device, host_only)
-    fw = DispatchRecorder()
-    actual: Any = None
-    forward_ok = False
-    with device.record_fallbacks() as log:
-        fw.log = log
+
+    def forward(recorder: DispatchRecorder) -> Any:
         _seed(ctx.seed)
-        try:
-            faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
-            with fw:
-                actual_raw = ctx.op(d_input, *d_args, **d_kwargs)
-            device.synchronize()
-            actual = sample.output_process_fn_grad(actual_raw)
-            forward_ok = True
-        except Exception as exc:
-            fields = _error_fields(exc, fw)
-    fw.attribute(log)
-    dispatched = dispatched_rows(fw, ctx.lowering)
-    if not forward_ok:
-        emit("forward", dispatched, started, **fields)
+        faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
+        with recorder:
+            raw = ctx.op(d_input, *d_args, **d_kwargs)
+        device.synchronize()
+        return sample.output_process_fn_grad(raw)
+
+    actual, dispatched, error = _on_device(device, ctx, forward)
+    if error is not None:
+        emit("forward", dispatched, started, **error)
         if backward:
             reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
             if ref.backward_skip is not None:
@@ -543,20 +548,12 @@ def device_backward(
     start = time.perf_counter()
     skip = ref.backward_skip or device_skip("backward", list(ref.backward.dtypes))
     if skip is not None:
-        emit(
-            "backward",
-            dispatched_rows(ref.backward, ctx.lowering, ran=False),
-            start,
-            status=OpStatus.SKIP.value,
-            reason=skip[0],
-            detail=skip[1],
-        )
+        _skipped(emit, "backward", ref.backward, ctx, start, skip)
         return
     assert ref.grads is not None
     grads_out, expected_grads = ref.grads
     outs = _grad_outputs(ran.outputs)
     ins = _grad_inputs(ran.inputs)
-    bw = DispatchRecorder()
     if len(outs) != len(grads_out) or [o.shape for o in outs] != [g.shape for g in grads_out]:
         emit(
             "backward",
@@ -566,21 +563,17 @@ def device_backward(
             detail="the device's outputs carry gradients unlike the CPU's",
         )
         return
-    grads_ok = False
-    with device.record_fallbacks() as log:
-        bw.log = log
-        try:
-            g_out = [g.to(device.torch_device) for g in grads_out]
-            with bw:
-                grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
-            device.synchronize()
-            grads_ok = True
-        except Exception as exc:
-            fields = _error_fields(exc, bw)
-    bw.attribute(log)
-    dispatched = dispatched_rows(bw, ctx.lowering)
-    if not grads_ok:
-        emit("backward", dispatched, start, **fields)
+
+    def backward(recorder: DispatchRecorder) -> Any:
+        g_out = [g.to(device.torch_device) for g in grads_out]
+        with recorder:
+            grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
+        device.synchronize()
+        return grads
+
+    grads, dispatched, error = _on_device(device, ctx, backward)
+    if error is not None:
+        emit("backward", dispatched, start, **error)
         return
     cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
     emit("backward", dispatched, start, **_verdict(cmp))
