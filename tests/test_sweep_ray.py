@@ -156,8 +156,9 @@ def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(
     each new beat of the worker reached the driver through Ray's key-value store; it comes
     back on its first attempt. Nothing here depends on how soon a beat comes."""
     from runners.settings import ModelSettings
-    from sweep import executors
-    from sweep.executors import RayExecutor, RunDone
+    from sweep.executors import ray_cluster
+    from sweep.executors.protocol import RunDone
+    from sweep.executors.ray_cluster import RayExecutor
     from tests.test_executor_faults import Clock, task
 
     release = tmp_path / "release"
@@ -170,10 +171,10 @@ def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(
         return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
 
     clock = Clock()
-    monkeypatch.setattr(executors, "time", clock)
-    ex = RayExecutor(ModelSettings(stages=stage_list("load")), run_fn=held)
+    monkeypatch.setattr(ray_cluster, "time", clock)
+    ex = RayExecutor(run_fn=held)
     ex.guard_s = 7.0
-    ex.submit_run(task("slow"))
+    ex.submit_run(task("slow", ModelSettings(stages=stage_list("load"))))
     (job,) = ex._runs.values()
     beats: list[bytes] = []
     deadline = time.monotonic() + 600  # a guard against a hang, not a speed
