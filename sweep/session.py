@@ -15,7 +15,9 @@ run already has (a resume) to say what the run row and the progress line count. 
   (`sweep.settings.check_same_settings`: every setting that changes a row).
 - `RunRow`: the run's row in its runs table, written `running` at the start and, however the
   driver leaves, `finished`, `incomplete` (tasks the environment kept from running have no
-  rows yet) or `interrupted`.
+  rows yet) or `interrupted`. Before its first row, every other table of the store that the run
+  has no part of yet gets a part of no rows (`Store.create_tables`): whatever a run wrote,
+  every table of the store is a dataset a reader can open, rows or none.
 - The device check (`runners.devices.preflight`): a device that fails it stops the run with one
   error (exit 3) before anything is written. A driver given a stand-in task body (tests and
   benches of the driver) runs no task on the device and skips it.
@@ -114,6 +116,7 @@ class RunRow:
         self.status = "interrupted"
 
     def __enter__(self) -> RunRow:
+        self.store.create_tables(self.row["run_id"], tuple(t for t in TABLES if t != self.table))
         self.store.write_run({**self.row, "status": "running"}, self.table)
         return self
 

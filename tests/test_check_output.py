@@ -125,13 +125,21 @@ def test_passing_and_skips() -> None:
     assert "generate (device_unsupported_feature) skipped" in verdict.verdict(partial)
 
 
+def _wait_for_text(stream: io.StringIO, text: str) -> None:
+    """Until the progress thread wrote `text` (its timing is the thread's, not the test's)."""
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+    while text not in stream.getvalue():
+        assert time.monotonic() < deadline, f"never written: {text!r}"
+        time.sleep(0.05)
+
+
 def test_progress_off_a_terminal_prints_a_line_per_stage_and_a_heartbeat() -> None:
     stream = io.StringIO()
     with StageProgress(stream=stream, interactive=False, heartbeat_s=1.0) as progress:
         progress.phase("setting up neuron and running load")
         progress.stage_done({"stage": "load", "status": "pass", "duration_s": 0.42}, "forward")
         assert progress.phase_text == "running forward"
-        time.sleep(2.3)  # the heartbeat wakes once a second
+        _wait_for_text(stream, "[check] still running forward (")  # it wakes once a second
         progress.stage_done(
             {"stage": "forward", "status": "fail", "duration_s": 3.0, **UNLOWERABLE}, None
         )
@@ -145,7 +153,7 @@ def test_progress_on_a_terminal_draws_a_spinner_and_keeps_the_stage_lines() -> N
     stream = io.StringIO()
     with StageProgress(stream=stream, interactive=True) as progress:
         progress.phase("loading torch and the device")
-        time.sleep(0.6)  # redrawn four times a second
+        _wait_for_text(stream, "loading torch and the device")  # redrawn four times a second
         progress.stage_done({"stage": "load", "status": "pass", "duration_s": 0.1}, "forward")
     text = stream.getvalue()
     assert "loading torch and the device" in text  # the live line was drawn

@@ -6,7 +6,6 @@ a plan batch that fails is planned again one entry at a time."""
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 import pytest
@@ -204,18 +203,44 @@ def test_retries_back_off_1_s_2_s_4_s_at_most_30_s():
     assert fault_policy.backoff_s(20) == 30.0
 
 
-def test_a_retry_waits_for_its_backoff(make, monkeypatch):
+class Clock:
+    """The Ray executor's clock, moved by the test (`ray_cluster.time` while patched): what
+    the executor does at a time is then decided by the time, never by how fast the machine
+    got there."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(ray_cluster, "time", fake)
+    return fake
+
+
+def test_a_retry_waits_for_its_backoff(make, monkeypatch, clock):
     ex, fake = make({"m": [rex.WorkerCrashedError()]})
     monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.5)
     ex.submit_run(task("m"))
     assert ex.wait(0) == [] and fake.calls == ["m"]  # the fault: a retry is queued
+    clock.now += 0.49
     assert ex.wait(0) == [] and fake.calls == ["m"]  # not before its backoff
-    time.sleep(0.6)
+    clock.now += 0.02
     (done,) = ex.wait(0)
     assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]
 
 
-def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch):
+def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch, clock):
     """Before: a task was given up once its wall time passed a guard (2.5 timeouts + 120 s),
     however alive its worker was: on a loaded machine a slow model was retried, then lost. Now
     only silence counts: the worker's beat, or before the task starts, the others'."""
@@ -226,18 +251,19 @@ def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkey
     monkeypatch.setattr(ex, "_beats", lambda keys: {k: str(next(beats)).encode() for k in keys})
     ex.submit_run(task("m"))
     for _ in range(5):  # five guards long, and it beats
-        time.sleep(0.1)
+        clock.now += 0.3
         assert ex.wait(0) == []
     assert not fake.cancelled and ex.running() == 1
     monkeypatch.setattr(ex, "_beats", lambda keys: {k: b"still" for k in keys})
-    deadline = time.monotonic() + 5
-    while not fake.cancelled and time.monotonic() < deadline:
-        time.sleep(0.1)
-        ex.wait(0)
+    clock.now += 0.3
+    ex.wait(0)  # its last new beat
+    assert not fake.cancelled
+    clock.now += 0.3
+    ex.wait(0)  # the same beat a guard later
     assert fake.cancelled  # silent for its guard: cancelled, retry queued
 
 
-def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
+def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch, clock):
     from reports.errors import SystemFaultError
 
     ex, fake = make({})
@@ -245,8 +271,9 @@ def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
     monkeypatch.setattr(ray_cluster, "GONE_AFTER_S", 0.5)
     monkeypatch.setattr(ex, "_beats", lambda keys: None)  # the GCS does not answer
     ex._embedded = False
+    clock.now += 0.4
     ex.wait(0)  # not for long enough yet
-    time.sleep(0.6)
+    clock.now += 0.2
     with pytest.raises(SystemFaultError, match="the Ray cluster stopped under the driver"):
         ex.wait(0)
     ex.close()  # nothing to cancel on a cluster that is gone

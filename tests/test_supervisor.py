@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -38,9 +39,14 @@ def _starved(send, cpu_s: float) -> None:
 
 
 def _hog() -> subprocess.Popen:
-    """A CPU-bound process on CPU 0 at normal priority (the test stops it by its pid)."""
-    code = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"
-    return subprocess.Popen([sys.executable, "-c", code])
+    """A CPU-bound process on CPU 0 at normal priority, returned once it spins (it says so
+    first; the test stops it by its pid)."""
+    code = (
+        "import os; os.sched_setaffinity(0, {0})\nprint('spinning', flush=True)\nwhile True: pass"
+    )
+    hog = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert hog.stdout is not None and hog.stdout.readline().strip() == "spinning"
+    return hog
 
 
 def test_a_child_starved_of_cpu_is_slow_not_timed_out():
@@ -48,7 +54,6 @@ def test_a_child_starved_of_cpu_is_slow_not_timed_out():
     CPU was a `timeout` (the fault matrix's allocation and device-error trials under load)."""
     hog = _hog()
     try:
-        time.sleep(0.5)
         with Child(_starved, (0.05,)) as child:
             child.deadline(1.0)
             message = child.receive()
@@ -74,7 +79,7 @@ def test_a_child_that_hangs_uses_up_its_own_time():
         assert child.receive() == ("ready", None)
         assert child.receive() is None
     assert child.ending is not None and child.ending.timed_out
-    assert 1.0 <= child.ending.own_s < 10.0
+    assert 1.0 <= child.ending.own_s < 600.0  # ended by its deadline, not by its own end
 
 
 def _last_word_then_die(send) -> None:
@@ -86,7 +91,7 @@ def test_a_message_sent_before_a_death_is_read_before_the_death():
     with Child(_last_word_then_die, (), process="the model's process") as child:
         child.doing, child.stage = "forward", "forward"
         child.deadline(60.0)
-        time.sleep(1.0)  # the child is dead by the time the parent looks
+        child.proc.join(600)  # the child is dead by the time the parent looks
         assert not child.proc.is_alive()
         assert child.receive() == (Kind.DONE, 42)
         # a SIGKILL from outside: the environment's, raised by the supervisor itself
@@ -121,7 +126,8 @@ def _word_then_hang(send) -> None:
 def test_a_message_sent_before_the_deadline_is_read_after_it_passed():
     with Child(_word_then_hang, ()) as child:
         child.deadline(0.5)
-        time.sleep(2.0)  # the parent looks only after the deadline passed
+        while child.clock.elapsed_s() <= 0.5:  # the parent looks only after the deadline passed
+            time.sleep(0.05)
         assert child.receive() == ("stage", "load")
         assert child.receive() is None
     assert child.ending is not None and child.ending.timed_out
@@ -153,7 +159,9 @@ def test_what_escapes_the_body_is_the_environment_until_ready():
 
 
 def test_the_own_time_clock_counts_wall_time_where_the_kernel_does_not_say(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(supervisor, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(supervisor, "_run_delay_s", lambda pid: None)
     clock = OwnClock(os.getpid())
-    time.sleep(0.3)
-    assert 0.25 < clock.elapsed_s() == pytest.approx(clock.wall_s(), abs=0.05)
+    now[0] += 0.3
+    assert clock.elapsed_s() == clock.wall_s() == pytest.approx(0.3)
