@@ -65,7 +65,8 @@ def results_table(pages: list[tuple[str, str]]) -> str:
     rows = ["| date | page |", "|---|---|"]
     for path, title in pages:
         date = Path(path).name[:10]
-        rows.append(f"| {date} | [{title}]({Path(path).name}) |")
+        topic = title.removeprefix(f"{date}:").strip()  # the date has its own column
+        rows.append(f"| {date} | [{topic}]({Path(path).name}) |")
     return "\n".join(rows)
 
 
