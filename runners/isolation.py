@@ -27,7 +27,7 @@ from model_configs.spec import TinySpec
 from reports.errors import EnvironmentFault
 from reports.schema import Stage, Status
 from runners import containment, faults
-from runners.outcome import ModelOutcome, StageResult, failed_before
+from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Send, forks, fresh_interpreter, peak_rss_bytes
 
@@ -189,8 +189,9 @@ def run_isolated(
         )
     rest = order[len(results) :]
     ending = child.ending
+    na = not_applicable_to(spec)
     if child_error is not None:
-        tail = failed_before(rest, Status.FAIL, child_error[0], child_error[1], duration_s=elapsed)
+        tail = failed_before(rest, Status.FAIL, *child_error, duration_s=elapsed, not_applicable=na)
     elif ending is not None and ending.timed_out:
         tail = failed_before(
             rest,
@@ -198,13 +199,21 @@ def run_isolated(
             "Timeout",
             f"{rest[0].value} did not finish within {settings.timeout_s:g} s (model timeout)",
             duration_s=elapsed,
+            not_applicable=na,
         )
     else:
         doing = rest[0].value
         death = ending.death(doing) if ending else containment.death_of(None, doing, None)
         if death.status is None:
             raise EnvironmentFault(death.message, stage=rest[0].value)
-        tail = failed_before(rest, death.status, "WorkerCrashed", death.message, duration_s=elapsed)
+        tail = failed_before(
+            rest,
+            death.status,
+            "WorkerCrashed",
+            death.message,
+            duration_s=elapsed,
+            not_applicable=na,
+        )
     return ModelOutcome(
         stages=results + tail.stages,
         param_count=param_count,

@@ -1,10 +1,12 @@
-"""Turn one model's outcome into store rows (results + per-op fallbacks + its config pair)."""
+"""Turn one model's outcome into store rows (results + per-op fallbacks + the alternatives it was
+run again with + its config pair)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from reports.schema import ALTERNATIVES_SCHEMA
 from reports.store import utcnow
 from runners.outcome import ModelOutcome
 from sweep.plan import Planned, changes_json, config_json
@@ -87,6 +89,46 @@ def model_rows(
                 }
             )
     return results, fallbacks
+
+
+def alternative_rows(
+    run: RunContext,
+    planned: Planned,
+    outcome: ModelOutcome,
+    *,
+    attempt: int = 1,
+    dedup_of: str | None = None,
+    task_key: str | None = None,
+    reused_from: str | None = None,
+) -> list[dict[str, Any]]:
+    """The `alternatives` table's rows of one model: a row per stage of each switch of its
+    own code it was run again with (none for a model that passed or was skipped)."""
+    if not outcome.alternatives:
+        return []
+    columns = set(ALTERNATIVES_SCHEMA.names)
+    base = {
+        "run_id": run.run_id,
+        "model_id": planned.entry.model_id,
+        "downloads": planned.entry.downloads,
+        "device": run.device,
+        "device_emulated": run.device_emulated,
+        "dtype": run.dtype,
+        "dedup_of": dedup_of,
+        "task_key": task_key,
+        "reused_from": reused_from,
+        "attempt": attempt,
+        "finished_at": utcnow(),
+    }
+    return [
+        {
+            **base,
+            **{k: v for k, v in stage.row().items() if k in columns},
+            "implementation": alt.implementation,
+            "wall_s": alt.wall_s,
+        }
+        for alt in outcome.alternatives
+        for stage in alt.stages
+    ]
 
 
 def config_row(run: RunContext, planned: Planned) -> dict[str, Any] | None:
