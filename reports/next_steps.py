@@ -331,14 +331,14 @@ def step_for_row(
     passing = next((a for a in alternatives if a.passed), None)
     tried = tuple(a.describe() for a in alternatives if not a.passed)
     if passing is not None:  # proven: the model was run with it and every stage passed
-        key, _, value = passing.implementation.partition("=")
         return NextStep(
             failure=found.failure,
             title=found.title,
             text=f"passes with {passing.label} (run: every stage passed with it); "
             f"the default fails: {found.title}",
             command=f"{base} --implementation {shlex.quote(passing.implementation)}",
-            why=f"transformers' {key} selects the model's own code for that part; {found.reason}",
+            why=f"{passing.label} was run in a process of its own and every stage passed; "
+            f"the default failed with {found.title}: {found.reason}",
             proven=passing.implementation,
             tried=tried,
             at_full_size=note,

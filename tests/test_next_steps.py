@@ -280,3 +280,11 @@ def test_the_report_s_summary_row_classifies_as_the_stage_rows_do() -> None:
         "passes_with_fallbacks"
     )
     assert Status.PASS.value == "pass"
+
+
+def test_the_docs_page_lists_every_class() -> None:
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs" / "next-steps.md").read_text()
+    missing = [c.failure for c in classes() if f"| `{c.failure}` |" not in page]
+    assert not missing, f"docs/next-steps.md lacks {missing}"
