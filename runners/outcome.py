@@ -104,6 +104,16 @@ def skipped(stages: list[Stage] | list[str], reason: str, message: str) -> Model
     )
 
 
+def not_applicable_result(stage: str, architecture: str | None = None) -> StageResult:
+    """A stage that does not apply to the model: `skip` / `not_applicable` (read `n/a`)."""
+    return StageResult(
+        stage=stage,
+        status=Status.SKIP.value,
+        reason=SkipReason.NOT_APPLICABLE.value,
+        error_message=f"{stage} does not apply to {architecture or 'this model'}",
+    )
+
+
 def not_applicable_to(spec: Any) -> frozenset[str]:
     """The stages the tiny model's spec alone says do not apply, whatever ran before them:
     generate on a model that does not generate (its row is `skip` / `not_applicable`, never
@@ -128,14 +138,7 @@ def failed_before(
     results = []
     for i, stage in enumerate(order):
         if i and stage.value in not_applicable:
-            results.append(
-                StageResult(
-                    stage=stage.value,
-                    status=Status.SKIP.value,
-                    reason=SkipReason.NOT_APPLICABLE.value,
-                    error_message=f"{stage.value} does not apply to this model",
-                )
-            )
+            results.append(not_applicable_result(stage.value))
             continue
         if i == 0:
             results.append(
