@@ -804,7 +804,12 @@ def not_found_answer(found: Found, check: str, where: str) -> dict[str, Any]:
     for: whether the catalog has it (its rank), the command that checks it, and the nearest
     ids; a dict for JSON, with `message` and `hint` lines for text."""
     entry = found.in_catalog
-    if entry is not None:
+    if found.model_id is not None:  # the store has it, not where (or at the dtype) asked
+        message = (
+            f"no results for model {found.model_id!r} in {where}; other runs or dtypes of the "
+            "store have it (lookup without --run / --dtype shows the newest)"
+        )
+    elif entry is not None:
         message = (
             f"{entry.model_id} is in the catalog (rank {entry.rank or '-'}"
             + (f", {fmt.downloads(entry.downloads)} downloads" if entry.downloads else "")

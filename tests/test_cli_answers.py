@@ -295,3 +295,29 @@ def test_lookup_of_a_catalog_model_not_in_the_store_is_no_error(store, capsys) -
     assert code == 5 and data["found"] is False and data["in_catalog"]["rank"] == 230
     assert data["check"] == "hfsweep check meta-llama/Llama-3.1-8B --device neuron"
     assert data["did_you_mean"][0]["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_the_id_meant_is_found_in_order() -> None:
+    from reports.model_search import CatalogModel, find_model
+
+    stored = ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "bert-x"]
+    catalog = [
+        CatalogModel("meta-llama/Llama-3.1-8B-Instruct", 39, 900),
+        CatalogModel("meta-llama/Llama-3.1-8B", 230, 100),
+        CatalogModel("unsloth/Llama-3.1-8B", 400, 10),
+    ]
+    assert find_model("bert-x", stored, catalog).how == "exact"
+    case = find_model("qwen/qwen2.5-vl-3b-instruct", stored, catalog)
+    assert (case.model_id, case.how) == ("Qwen/Qwen2.5-VL-3B-Instruct", "case")
+    found = find_model("meta-llama/Llama-3.1-8B", stored, catalog)
+    assert found.model_id is None and found.in_catalog == catalog[1]
+    # the same repo name under another owner first, then the stored -Instruct variant
+    assert [(s.model_id, s.where) for s in found.suggestions] == [
+        ("unsloth/Llama-3.1-8B", "catalog"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "store"),
+    ]
+    assert found.did_you_mean() == (
+        "did you mean: unsloth/Llama-3.1-8B (catalog rank 400), "
+        "meta-llama/Llama-3.1-8B-Instruct (has results)"
+    )
+    assert find_model("zzz/completely-else", stored, catalog).suggestions == []

@@ -169,6 +169,8 @@ def test_lookup_exit_codes(store: str) -> None:
     p = hfsweep("lookup", "ORG/C-FAIL-COMPILE", "--store", store)  # the id in another case
     assert p.returncode == 1 and "org/c-fail-compile: failed" in p.stdout
     assert "differs in case" in p.stdout
+    p = hfsweep("lookup", "org/old", "--store", store, "--run", "r2")  # only r1 has it
+    assert p.returncode == 5 and "other runs or dtypes of the store have it" in p.stdout
     p = hfsweep("lookup", "", "--store", store)
     assert p.returncode == 2 and "MODEL_ID is empty" in p.stderr
 
