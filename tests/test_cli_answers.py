@@ -321,3 +321,17 @@ def test_the_id_meant_is_found_in_order() -> None:
         "meta-llama/Llama-3.1-8B-Instruct (has results)"
     )
     assert find_model("zzz/completely-else", stored, catalog).suggestions == []
+
+
+def test_check_refuses_a_switch_the_model_does_not_take() -> None:
+    proc = hfsweep(
+        "check", "google-bert/bert-base-uncased", "--stages", "load",
+        "--implementation", "experts_implementation=batched_mm",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        "error: --implementation experts_implementation=batched_mm: BertForMaskedLM takes "
+        "attn_implementation (default sdpa)"
+    ) in proc.stderr
+    proc = hfsweep("check", "google-bert/bert-base-uncased", "--implementation", "eager")
+    assert proc.returncode == 2 and "give SWITCH=VALUE" in proc.stderr
