@@ -30,19 +30,19 @@ class RunContext:
         return cls(run_id, device.name, device.emulated, profile, profile_hash, dtype)
 
 
-def model_rows(
+def _base(
     run: RunContext,
     planned: Planned,
     outcome: ModelOutcome,
     *,
-    attempt: int = 1,
-    dedup_of: str | None = None,
-    task_key: str | None = None,
-    reused_from: str | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    attempt: int,
+    dedup_of: str | None,
+    task_key: str | None,
+    reused_from: str | None,
+) -> dict[str, Any]:
+    """What every stage row of one model repeats (the results table's columns)."""
     entry, spec = planned.entry, planned.spec
-    finished = utcnow()
-    base = {
+    return {
         "run_id": run.run_id,
         "model_id": entry.model_id,
         "rank": entry.rank,
@@ -71,8 +71,25 @@ def model_rows(
         "reused_from": reused_from,
         "attempt": attempt,
         "worker": outcome.worker,
-        "finished_at": finished,
+        "finished_at": utcnow(),
     }
+
+
+def model_rows(
+    run: RunContext,
+    planned: Planned,
+    outcome: ModelOutcome,
+    *,
+    attempt: int = 1,
+    dedup_of: str | None = None,
+    task_key: str | None = None,
+    reused_from: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    entry = planned.entry
+    base = _base(
+        run, planned, outcome, attempt=attempt, dedup_of=dedup_of, task_key=task_key,
+        reused_from=reused_from,
+    )  # fmt: skip
     results, fallbacks = [], []
     for stage in outcome.stages:
         results.append({**base, **stage.row()})
@@ -106,19 +123,11 @@ def alternative_rows(
     if not outcome.alternatives:
         return []
     columns = set(ALTERNATIVES_SCHEMA.names)
-    base = {
-        "run_id": run.run_id,
-        "model_id": planned.entry.model_id,
-        "downloads": planned.entry.downloads,
-        "device": run.device,
-        "device_emulated": run.device_emulated,
-        "dtype": run.dtype,
-        "dedup_of": dedup_of,
-        "task_key": task_key,
-        "reused_from": reused_from,
-        "attempt": attempt,
-        "finished_at": utcnow(),
-    }
+    whole = _base(
+        run, planned, outcome, attempt=attempt, dedup_of=dedup_of, task_key=task_key,
+        reused_from=reused_from,
+    )  # fmt: skip
+    base = {k: v for k, v in whole.items() if k in columns}
     return [
         {
             **base,
