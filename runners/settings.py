@@ -96,14 +96,7 @@ def _set(obj: Any, name: str, value: Any) -> None:
 
 
 def _device_identity(name: str, known: Mapping[str, Any]) -> dict[str, Any]:
-    device = known["device"]
-    profile, digest = device.profile_info()
-    return {
-        "device": device.name,
-        "device_emulated": bool(device.emulated),
-        "device_profile": profile,
-        "device_profile_hash": digest,
-    }
+    return known["device"].identity()
 
 
 _BUILT: dict[tuple[int, DeviceChoice], Device] = {}

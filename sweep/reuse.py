@@ -53,7 +53,6 @@ CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
 NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version", "dtype"})
 NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
-MODES = ("latest", "all")
 
 
 @cache

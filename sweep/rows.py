@@ -26,8 +26,7 @@ class RunContext:
     @classmethod
     def of(cls, run_id: str, device: Any, dtype: str) -> RunContext:
         """What the rows of run `run_id` on the built `device` repeat."""
-        profile, profile_hash = device.profile_info()
-        return cls(run_id, device.name, device.emulated, profile, profile_hash, dtype)
+        return cls(run_id=run_id, dtype=dtype, **device.identity())
 
 
 def _base(

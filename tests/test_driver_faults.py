@@ -21,9 +21,9 @@ from reports.store import Store
 from runners import faults
 from runners.outcome import ModelOutcome, StageResult
 from runners.settings import DeviceChoice, ModelSettings
-from sweep import executors
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
+from sweep.executors import fault_policy, liveness, ray_cluster
 from sweep.settings import JobSettings, ModelRun
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 
@@ -46,7 +46,7 @@ def catalog(tmp_path) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.0)
 
 
 JOB = {"run_id", "executor", "flush_s", "progress", "retries"}
@@ -440,7 +440,7 @@ def test_the_defaults_the_readme_promises():
     assert defaults.task.memory_limit == 4 << 30
     assert OpRun().job.flush_s == 2.0 and OpRun().task.memory_limit == 4 << 30
     assert locks.HEARTBEAT_S == 5.0
-    assert (executors.BEAT_S, executors.GUARD_S, executors.GONE_AFTER_S) == (5.0, 300.0, 20.0)
+    assert (liveness.BEAT_S, liveness.GUARD_S, ray_cluster.GONE_AFTER_S) == (5.0, 300.0, 20.0)
 
 
 def test_a_lease_goes_stale_after_30_s_without_a_heartbeat(tmp_path):

@@ -17,9 +17,10 @@ from reports.errors import EnvironmentFault
 from reports.schema import Stage
 from runners.outcome import ModelOutcome, StageResult
 from runners.settings import ModelSettings
-from sweep import executors
 from sweep.driver import model_oom
-from sweep.executors import Abandoned, PlanDone, Planner, RayExecutor, RunDone
+from sweep.executors import fault_policy, ray_cluster
+from sweep.executors.protocol import Abandoned, PlanDone, Planner, RunDone
+from sweep.executors.ray_cluster import RayExecutor
 from sweep.plan import Planned, Task
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
@@ -96,23 +97,27 @@ def plan_fn(entries, stages, config_dir) -> list[Planned]:
 
 @pytest.fixture
 def make(monkeypatch):
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.0)
 
     def build(faults: dict[str, list[BaseException]], retries: int = 2):
         fake = FakeRay(faults)
-        monkeypatch.setattr(executors, "init_ray", lambda address, num_cpus: fake)
-        settings = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+        monkeypatch.setattr(ray_cluster, "init_ray", lambda address, num_cpus: fake)
         planner = Planner(plan_fn, [s.value for s in STAGES])
-        ex = RayExecutor(settings, run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
+        ex = RayExecutor(run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
         ex.retries = retries
         return ex, fake
 
     return build
 
 
-def task(name: str) -> Task:
+SETTINGS = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+
+
+def task(name: str, settings: ModelSettings = SETTINGS) -> Task:
+    """A model task of one member, carrying the settings its body runs with."""
     spec = TinySpec("transformers", name, "X", {"id": name})
-    return Task(spec=spec, members=[Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)])
+    member = Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)
+    return Task(spec=spec, members=[member], settings=settings)
 
 
 def drain(ex) -> list:
@@ -195,13 +200,13 @@ def test_a_task_that_never_returns_is_cancelled_and_retried(make, monkeypatch):
 
 
 def test_retries_back_off_1_s_2_s_4_s_at_most_30_s():
-    assert [executors.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
-    assert executors.backoff_s(20) == 30.0
+    assert [fault_policy.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert fault_policy.backoff_s(20) == 30.0
 
 
 def test_a_retry_waits_for_its_backoff(make, monkeypatch):
     ex, fake = make({"m": [rex.WorkerCrashedError()]})
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.5)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.5)
     ex.submit_run(task("m"))
     assert ex.wait(0) == [] and fake.calls == ["m"]  # the fault: a retry is queued
     assert ex.wait(0) == [] and fake.calls == ["m"]  # not before its backoff
@@ -236,8 +241,8 @@ def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
     from reports.errors import SystemFaultError
 
     ex, fake = make({})
-    monkeypatch.setattr(executors, "PING_S", 0.0)
-    monkeypatch.setattr(executors, "GONE_AFTER_S", 0.5)
+    monkeypatch.setattr(ray_cluster, "PING_S", 0.0)
+    monkeypatch.setattr(ray_cluster, "GONE_AFTER_S", 0.5)
     monkeypatch.setattr(ex, "_beats", lambda keys: None)  # the GCS does not answer
     ex._embedded = False
     ex.wait(0)  # not for long enough yet

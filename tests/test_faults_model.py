@@ -17,8 +17,9 @@ import pytest
 
 from reports.errors import EnvironmentFault
 from runners import containment, faults
-from runners.isolation import run_isolated, warm_parent
+from runners.isolation import CHILD_MODULES, run_isolated
 from runners.settings import ModelSettings
+from runners.warm import warm_parent
 from tests.conftest import ROOT
 from tests.test_runner import tiny
 
@@ -85,7 +86,9 @@ def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
 def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "alloc"})
     budget = 512 << 20
-    warm_parent()  # what the child is forked from: this process, warmed as run_isolated does
+    warm_parent(
+        *CHILD_MODULES
+    )  # what the child is forked from: this process, warmed as run_isolated does
     forked_from = resident_bytes()
     start = time.monotonic()
     outcome = run_isolated(
@@ -181,7 +184,7 @@ def test_what_the_model_started_dies_with_it(llama, inject):
 
 WORKER = textwrap.dedent(
     """
-    from runners.isolation import run_isolated, warm_parent
+    from runners.isolation import run_isolated
     from runners.settings import ModelSettings
     from tests.test_runner import tiny
     spec = tiny("llama", "LlamaForCausalLM")

@@ -23,7 +23,7 @@ from reports.locks import RunLock, RunLocked
 from reports.store import Store
 from runners import faults
 from runners.settings import DeviceChoice, OpSettings
-from sweep import executors
+from sweep.executors import fault_policy
 from sweep.op_driver import OpOutcome, run_op_sweep
 from sweep.settings import JobSettings, OpRun
 from tests.conftest import HFSWEEP, ROOT
@@ -44,7 +44,7 @@ def passing(units, settings) -> OpOutcome:
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.0)
 
 
 JOB = {"run_id", "executor", "flush_s", "progress", "retries"}

@@ -134,7 +134,7 @@ def test_the_embedded_rays_workers_run_at_the_drivers_niceness():
     fault matrix under load went from 62 s to over 5 minutes, and wall-clock timeouts fired)."""
     code = (
         "import os\n"
-        "from sweep.executors import init_ray\n"
+        "from sweep.executors.ray_cluster import init_ray\n"
         "ray = init_ray(None, 1)\n"
         "print(ray.get(ray.remote(lambda: os.nice(0)).remote()), os.nice(0))\n"
     )

@@ -157,7 +157,8 @@ def test_text_and_markdown_side_by_side(q: StoreQuery) -> None:
     r = run_report(q, "d1")
     out = text.render(r)
     assert out.splitlines()[0].endswith("dtypes fp32, bf16")
-    assert "fp32 % downloads" in out and "bf16 % dl no fallback" in out
+    wide = text.render(r, width=1000)  # every header on one line
+    assert "fp32 % downloads" in wide and "bf16 % dl no fallback" in wide
     assert "== Models that differ between dtypes ==" in out
     assert "bf16 only falls back on aten::erfinv" in out
     assert "== Missing ops per dtype" in out and "0.0% (wrong)" in out

@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from reports.errors import EnvironmentFault
+from reports.schema import Status
 from runners import supervisor
-from runners.supervisor import Child, OwnClock
+from runners.supervisor import Child, Kind, OwnClock
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="run-queue delay is read from Linux's /proc"
@@ -81,14 +83,34 @@ def _last_word_then_die(send) -> None:
 
 
 def test_a_message_sent_before_a_death_is_read_before_the_death():
-    with Child(_last_word_then_die, ()) as child:
+    with Child(_last_word_then_die, (), process="the model's process") as child:
+        child.doing, child.stage = "forward", "forward"
         child.deadline(60.0)
         time.sleep(1.0)  # the child is dead by the time the parent looks
         assert not child.proc.is_alive()
-        assert child.receive() == ("done", 42)
-        assert child.receive() is None
+        assert child.receive() == (Kind.DONE, 42)
+        # a SIGKILL from outside: the environment's, raised by the supervisor itself
+        with pytest.raises(EnvironmentFault, match="running forward was killed with SIGKILL") as e:
+            child.receive()
+    assert e.value.stage == "forward"
     assert child.ending is not None and not child.ending.timed_out
-    assert child.ending.death("forward").status is None  # SIGKILL from outside: environment
+    assert child.ending.death is not None and child.ending.death.status is None
+
+
+def _crash(send) -> None:
+    send(("ready", None))
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_death_of_the_childs_own_is_its_ending_not_a_fault():
+    with Child(_crash, ()) as child:
+        child.doing = "the sample"
+        child.deadline(60.0)
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() is None
+    assert child.ending is not None and child.ending.death is not None
+    assert child.ending.death.status == Status.CRASH
+    assert "running the sample died with SIGSEGV" in child.ending.death.message
 
 
 def _word_then_hang(send) -> None:
@@ -115,13 +137,19 @@ def _raise_after_ready(send) -> None:
 
 
 def test_what_escapes_the_body_is_the_environment_until_ready():
-    with Child(_raise_before_ready, ()) as child:
+    with Child(_raise_before_ready, (), process="the op sweep's process") as child:
+        child.doing = "the sample"
         child.deadline(60.0)
-        assert child.receive() == ("env", ("ValueError", "the device would not set up"))
+        with pytest.raises(EnvironmentFault) as e:
+            child.receive()
+    assert e.value.message == (
+        "the op sweep's process could not run the sample: ValueError: the device would not set up"
+    )
+    assert e.value.fields == {"cause_type": "ValueError"}
     with Child(_raise_after_ready, ()) as child:
         child.deadline(60.0)
-        assert child.receive() == ("ready", None)
-        assert child.receive() == ("error", ("ValueError", "a bug outside any stage"))
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() == (Kind.ERROR, ("ValueError", "a bug outside any stage"))
 
 
 def test_the_own_time_clock_counts_wall_time_where_the_kernel_does_not_say(monkeypatch):

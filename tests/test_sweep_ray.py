@@ -166,12 +166,13 @@ def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(ray_sessi
     """The guard counts silence, not time: with a guard of 7 s, a 12 s task whose worker beats
     every 5 s through Ray's key-value store comes back on its first attempt."""
     from runners.settings import ModelSettings
-    from sweep.executors import RayExecutor, RunDone
+    from sweep.executors.protocol import RunDone
+    from sweep.executors.ray_cluster import RayExecutor
     from tests.test_executor_faults import task
 
-    ex = RayExecutor(ModelSettings(stages=stage_list("load")), run_fn=slow_pass)
+    ex = RayExecutor(run_fn=slow_pass)
     ex.guard_s = 7.0
-    ex.submit_run(task("slow"))
+    ex.submit_run(task("slow", ModelSettings(stages=stage_list("load"))))
     events: list = []
     deadline = time.monotonic() + 120
     while not events and time.monotonic() < deadline:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 
 def count(n: int | None) -> str:
     return "-" if n is None else f"{int(n):,}"
+
+
+def counted(n: int | None, noun: str, plural: str | None = None) -> str:
+    """`1 model`, `2 models`, `1,234 models` (`plural` for a noun that does not add an s)."""
+    if n is None:
+        return f"- {plural or noun + 's'}"
+    return f"{count(n)} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def downloads(n: int | float | None) -> str:
@@ -86,6 +94,31 @@ def byte_size(n: int | float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.{2 if n / size < 10 else 1}f} {unit}"
     return f"{int(n)} B"
+
+
+def duration(s: float | None) -> str:
+    """A span of wall time in whole units: 42 s; 6 min 23 s; 1 h 6 min; 2 d 3 h."""
+    if s is None:
+        return "-"
+    n = int(round(s))
+    if n < 60:
+        return f"{n} s"
+    if n < 3600:
+        return f"{n // 60} min {n % 60} s"
+    if n < 86400:
+        return f"{n // 3600} h {n % 3600 // 60} min"
+    return f"{n // 86400} d {n % 86400 // 3600} h"
+
+
+def when(t: Any) -> str:
+    """A UTC timestamp to the minute: `2026-12-04 21:17 UTC` (`-` for none)."""
+    if t is None:
+        return "-"
+    if isinstance(t, str):
+        return t
+    if getattr(t, "tzinfo", None) is not None:
+        t = t.astimezone(dt.UTC)
+    return f"{t:%Y-%m-%d %H:%M} UTC"
 
 
 def seconds(s: float | None) -> str:

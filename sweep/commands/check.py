@@ -236,10 +236,11 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from runners.isolation import run_isolated, warm_parent
+            from runners.isolation import CHILD_MODULES, run_isolated
+            from runners.warm import warm_parent
 
             progress.phase("loading the compile stack")
-            warm_parent()
+            warm_parent(*CHILD_MODULES)
             names = [s.value for s in stages]
             label = f" at {dtype}" if len(dtypes) > 1 else ""
             progress.phase(f"setting up {args.device} and running {names[0]}{label}")
