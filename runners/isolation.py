@@ -24,7 +24,7 @@ from collections.abc import Callable
 from model_configs.spec import TinySpec
 from reports.schema import Stage, Status
 from runners import containment, faults
-from runners.outcome import ModelOutcome, StageResult, failed_before
+from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter, peak_rss_bytes
 from runners.warm import warm_parent, warm_peft
@@ -108,8 +108,9 @@ def run_isolated(
         )
     rest = order[len(results) :]
     ending = child.ending
+    na = not_applicable_to(spec)
     if child_error is not None:
-        tail = failed_before(rest, Status.FAIL, child_error[0], child_error[1], duration_s=elapsed)
+        tail = failed_before(rest, Status.FAIL, *child_error, duration_s=elapsed, not_applicable=na)
     elif ending is not None and ending.timed_out:
         tail = failed_before(
             rest,
@@ -117,12 +118,20 @@ def run_isolated(
             "Timeout",
             f"{rest[0].value} did not finish within {settings.timeout_s:g} s (model timeout)",
             duration_s=elapsed,
+            not_applicable=na,
         )
     else:  # dead of its own doing (a death from outside raised EnvironmentFault in `receive`)
         death = ending.death if ending else None
         death = death or containment.death_of(None, rest[0].value, None)
         assert death.status is not None
-        tail = failed_before(rest, death.status, "WorkerCrashed", death.message, duration_s=elapsed)
+        tail = failed_before(
+            rest,
+            death.status,
+            "WorkerCrashed",
+            death.message,
+            duration_s=elapsed,
+            not_applicable=na,
+        )
     return ModelOutcome(
         stages=results + tail.stages,
         param_count=param_count,

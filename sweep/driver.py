@@ -83,11 +83,15 @@ class RunSummary:
 
 
 def model_task(spec: TinySpec, settings: ModelSettings) -> ModelOutcome:
-    """The body of one model task: its stages in an isolated child process."""
+    """The body of one model task: its stages in an isolated child process, then, if they
+    failed, the switches of the model's own code worth a run (`runners.alternatives`)."""
+    from runners.alternatives import try_alternatives
     from runners.isolation import run_isolated
 
     faults.inject_spec("task", spec)
-    return run_isolated(spec, settings)
+    outcome = run_isolated(spec, settings)
+    outcome.alternatives = try_alternatives(spec, settings, outcome)
+    return outcome
 
 
 def plan_task(

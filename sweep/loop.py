@@ -35,7 +35,7 @@ from sweep.executors.protocol import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.plans import PlanCache, plan_row
-from sweep.rows import RunContext, config_row, model_rows
+from sweep.rows import RunContext, alternative_rows, config_row, model_rows
 from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
 
@@ -256,21 +256,23 @@ class RunLoop:
         reused_from: str | None = None,
     ) -> None:
         assert member.spec is not None
+        key = self.key_of(member.spec, dtype) if self.key_of else None
+        run = self.contexts[dtype]
         results, fallbacks = model_rows(
-            self.contexts[dtype],
-            member,
-            outcome,
-            attempt=attempt,
-            dedup_of=dedup_of,
-            task_key=self.key_of(member.spec, dtype) if self.key_of else None,
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
             reused_from=reused_from,
-        )
+        )  # fmt: skip
+        alternatives = alternative_rows(
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
+            reused_from=reused_from,
+        )  # fmt: skip
         pair = self._configs.pop(member.entry.model_id, None)
         plan = self._plan_rows.pop(member.entry.model_id, None)
         self.writer.add(
             {
                 "results": results,
                 "fallbacks": fallbacks,
+                "alternatives": alternatives,
                 "configs": [pair] if pair else None,
                 "plans": [plan] if plan else None,
             }

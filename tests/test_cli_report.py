@@ -158,9 +158,21 @@ def test_lookup_exit_codes(store: str) -> None:
         "lookup", "org/b-pass-fallback", "--store", store, "--run", "r1", "--format", "json"
     )
     assert p.returncode == 1 and json.loads(p.stdout)["summary"]["failed_stage"] == "backward"
+    # no results is not bad usage (2): exit 5, the answer on stdout with the command for the
+    # store's device (not --device DEVICE) and the ids meant
     p = hfsweep("lookup", "nobody/nothing", "--store", store)
-    assert p.returncode == 2 and "no results for model 'nobody/nothing'" in p.stderr
-    assert "hfsweep check nobody/nothing" in p.stderr
+    assert p.returncode == 5 and "no results for model 'nobody/nothing'" in p.stdout
+    assert "run it with: hfsweep check nobody/nothing --device neuron" in p.stdout
+    assert "DEVICE" not in p.stdout and "Traceback" not in p.stderr
+    p = hfsweep("lookup", "org/c-fail", "--store", store)
+    assert p.returncode == 5 and "did you mean: org/c-fail-compile (has results)" in p.stdout
+    p = hfsweep("lookup", "ORG/C-FAIL-COMPILE", "--store", store)  # the id in another case
+    assert p.returncode == 1 and "org/c-fail-compile: failed" in p.stdout
+    assert "differs in case" in p.stdout
+    p = hfsweep("lookup", "org/old", "--store", store, "--run", "r2")  # only r1 has it
+    assert p.returncode == 5 and "other runs or dtypes of the store have it" in p.stdout
+    p = hfsweep("lookup", "", "--store", store)
+    assert p.returncode == 2 and "MODEL_ID is empty" in p.stderr
 
 
 def _free_port() -> int:

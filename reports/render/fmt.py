@@ -132,3 +132,24 @@ def seconds(s: float | None) -> str:
     if s < 3600:
         return f"{s / 60:.1f} min"
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+def time_taken(stages_s: float | None, wall_s: float | None) -> str:
+    """One model's time, in the words `check`, `lookup` and the model page share: the sum of
+    its stages' own seconds, and the wall time of the process that ran it (set-up, every stage,
+    start and exit), which grows when the machine is busy."""
+    parts = []
+    if stages_s is not None:
+        parts.append(f"stages {seconds(stages_s)}")
+    if wall_s is not None:
+        parts.append(f"model process {seconds(wall_s)} (wall: set-up, stages, exit)")
+    return "; ".join(parts) or "-"
+
+
+def short_value(value: Any, limit: int = 60) -> str:
+    """A config value on one line: a long list as its length and first items
+    (`[36 items: 'sliding_attention', 'full_attention', ...]`), anything else clipped."""
+    if isinstance(value, (list, tuple)) and len(repr(value)) > limit:
+        head = ", ".join(repr(v) for v in value[:2])
+        return f"[{len(value)} items: {head}, ...]"
+    return clip(repr(value) if isinstance(value, str) else str(value), limit)

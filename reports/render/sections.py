@@ -504,6 +504,34 @@ def skips_section(report: dict[str, Any]) -> Section:
     )
 
 
+def next_steps_section(report: dict[str, Any]) -> Section:
+    """Every model that is not a clean pass, by failure class, with the class's next step
+    (reports/data/next_steps.json) and the models a switch of their own code made pass."""
+    classes = report.get("next_steps") or []
+    rows = [
+        [
+            c["title"],
+            fmt.count(c["models"]),
+            fmt.pct(c["downloads_share"]),
+            ", ".join(f"{n} with {k}" for k, n in c["proven"].items()) or "-",
+            fmt.text(c["top_models"][:2]),
+        ]
+        for c in classes
+    ]
+    return Section(
+        "next_steps",
+        "Next steps by failure class",
+        ["failure class", "models", "% dl", "pass when run with", "most downloaded"],
+        rows,
+        [f"{c['title']}: {c['step']}" for c in classes]
+        + [
+            "Each class's step is its most downloaded model's (hfsweep lookup MODEL gives each "
+            "model's own); 'pass when run with': models run again with a switch of their own "
+            "code, every stage passing (the alternatives table)."
+        ],
+    )
+
+
 def ops_section(report: dict[str, Any]) -> Section:
     rows = [
         [
@@ -608,6 +636,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
         *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
         failures_section,
         skips_section,
+        next_steps_section,
         ops_section,
         *(partial(_breakdown_of, key) for key in report["breakdowns"]),
         trend_section,
