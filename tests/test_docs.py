@@ -225,3 +225,12 @@ def test_every_results_page_says_how_it_was_measured():
         assert "```" in text, f"{page.name}: no command"
         assert "commit" in text, f"{page.name}: no commit"
         assert "machine" in text, f"{page.name}: no machine"
+
+
+def test_the_store_page_lists_every_table():
+    """docs/store.md's table of tables names exactly the tables of `reports/schema.py`."""
+    from reports.schema import TABLES
+
+    text = (ROOT / "docs" / "store.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M))
+    assert listed == set(TABLES)
