@@ -106,14 +106,14 @@ class TransformersAdapter(Adapter):
         return model.to(dtype)
 
     def implementation_switches(self, spec: TinySpec) -> dict[str, str]:
-        from model_configs import transformers_models
+        from model_configs.libraries.transformers import build
 
-        return transformers_models.implementation_switches(spec)
+        return build.implementation_switches(spec)
 
     def set_implementation(self, model: Any, switch: str, value: str) -> None:
-        from model_configs import transformers_models
+        from model_configs.libraries.transformers import build
 
-        transformers_models.set_implementation(model, switch, value)
+        build.set_implementation(model, switch, value)
 
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         from model_configs.libraries.transformers import build
