@@ -82,9 +82,9 @@ def missing_package(exc: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
-def count_on_meta(spec: TinySpec) -> int | None:
-    """The tiny model's parameter count from a build on the `meta` device (no memory), or
-    None when the library cannot build it there."""
+def build_on_meta(spec: TinySpec) -> Any:
+    """The model of `spec` built on the `meta` device (shapes only, no memory) through its
+    library's adapter; raises what the build raises."""
     import torch
 
     adapter = get_adapter(spec.library)
@@ -93,9 +93,15 @@ def count_on_meta(spec: TinySpec) -> int | None:
             with contextlib.suppress(Exception):
                 module = importlib.import_module(name)
                 getattr(module, spec.architecture, None)  # a lazy package imports the class
+    with torch.device("meta"):
+        return adapter.build_model(spec)
+
+
+def count_on_meta(spec: TinySpec) -> int | None:
+    """The tiny model's parameter count from a build on the `meta` device (no memory), or
+    None when the library cannot build it there."""
     try:
-        with torch.device("meta"):
-            model = adapter.build_model(spec)
+        model = build_on_meta(spec)
         return sum(p.numel() for p in model.parameters())
     except Exception:
         return None

@@ -5,6 +5,7 @@ Layout::
     STORE/results/run_id=<id>/part-<time>-<uuid>.parquet
     STORE/fallbacks/run_id=<id>/part-...
     STORE/configs/run_id=<id>/part-...
+    STORE/sizing/run_id=<id>/part-...
     STORE/runs/run_id=<id>/part-...
 
 Every read and every write goes through one pyarrow filesystem (`Store.fs`): a local folder, or an
@@ -42,9 +43,9 @@ from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
-COMMITTED_BY_RESULTS = ("fallbacks", "configs", "plans")
+COMMITTED_BY_RESULTS = ("fallbacks", "configs", "plans", "sizing")
 # What each sweep writes into a run (what a resume checks for damaged parts).
-MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "plans", "runs")
+MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "plans", "sizing", "runs")
 OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
 
 
