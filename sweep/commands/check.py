@@ -17,6 +17,7 @@ from typing import Any
 
 from reports import settings
 from reports.render import fmt
+from reports.render.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
 
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     options.add_limit_arguments(p, timeout=600.0, per="model")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--architecture", help="transformers/diffusers class to build (optional)")
+    options.add_sizing_arguments(p)
 
 
 def _plan(args: argparse.Namespace, stages: list) -> Any:
@@ -130,12 +132,14 @@ def run(args: argparse.Namespace) -> int:
                         "stages": rows,
                         "fallbacks": fallbacks,
                         "config": _config(planned, device, dtype),
+                        "full_size": _full_size(args, planned, device),
                     }
                 )
             )
         else:
             _print_text(planned, rows, fallbacks, device)
             _print_facts(facts)
+            _print_full_size(args, planned, device)
         return 0 if ok else 1
     # several dtypes: each one's stages and verdict, then what differs between them
     ok_at = {d: verdict.passed(rows) for d, (rows, _, _) in per_dtype.items()}
@@ -159,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
                     "differences": _differences(per_dtype),
                     "by_dtype": by_dtype,
                     "config": _config(planned, device, first),
+                    "full_size": _full_size(args, planned, device),
                 }
             )
         )
@@ -171,7 +176,31 @@ def run(args: argparse.Namespace) -> int:
             _print_facts(_facts(args, rows, fallbacks, outcome))
         print()
         print(f"dtypes:  {_differences(per_dtype)}")
+        _print_full_size(args, planned, device)
     return 0 if all(ok_at.values()) else 1
+
+
+def _full_size(args: argparse.Namespace, planned: Any, device: Any) -> list[dict]:
+    """The model's sizing rows (docs/sizing.md) on the device's hardware types."""
+    from sweep.rows import RunContext, sizing_rows
+
+    return sizing_rows(
+        RunContext.of("check", device, "bf16"),
+        planned,
+        context=args.serve_context,
+        batch=args.serve_batch,
+    )
+
+
+def _print_full_size(args: argparse.Namespace, planned: Any, device: Any) -> None:
+    from reports.coverage import DEFAULT_CONFIG_SOURCES
+    from reports.render.sizing import full_size_lines
+
+    default = planned.config_source in DEFAULT_CONFIG_SOURCES
+    lines = full_size_lines(_full_size(args, planned, device), config_is_default=default)
+    if lines:
+        print()
+        print("\n".join(lines))
 
 
 def _json(doc: dict) -> str:
@@ -370,6 +399,8 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             detail += f" [evidence {r['compile_evidence']}]"
         if r.get("unverified_ops"):
             detail += f" unverified (no evidence either way): {', '.join(r['unverified_ops'][:4])}"
+        if shape_detail(r):
+            detail += f" [{shape_detail(r)}]"
         print(
             f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
