@@ -412,7 +412,7 @@ SIZING_SCHEMA = pa.schema(
         pa.field("lora_parameters", pa.int64()),
         pa.field("sizing_s", pa.float64()),  # the meta build's time (where it was built)
         pa.field("hardware", pa.string()),  # trn2, h100-80gb, ...
-        pa.field("primary", pa.bool_()),  # the run device's main hardware type
+        pa.field("primary_hardware", pa.bool_()),  # the run device's main hardware type
         pa.field("core_memory_bytes", pa.int64()),
         pa.field("cores_per_chip", pa.int32()),
         pa.field("cores_per_instance", pa.int32()),

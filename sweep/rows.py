@@ -155,7 +155,7 @@ def sizing_rows(
             {
                 **base,
                 "hardware": hw.name,
-                "primary": hw.primary,
+                "primary_hardware": hw.primary,
                 "core_memory_bytes": hw.core_memory_bytes,
                 "cores_per_chip": hw.cores_per_chip,
                 "cores_per_instance": hw.cores_per_instance,

@@ -1,6 +1,5 @@
 """The "At full size" block: a model's sizing rows (the sizing table's, one per hardware type)
-as text lines, for `hfsweep check` and `hfsweep lookup`; and the cores of one row in words,
-for the model page and the models table."""
+as text lines, for `hfsweep check` and `hfsweep lookup`."""
 
 from __future__ import annotations
 
@@ -10,32 +9,11 @@ from reports.render import fmt
 from reports.schema import SizingStatus
 
 
-def params_short(n: int | None) -> str:
-    """8030261248 -> 8.03B (as model cards write it)."""
-    if n is None:
-        return "-"
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(n)
-
-
 def cores_cell(row: dict[str, Any] | None, what: str) -> str:
-    """`1`, `8 (2 chips)`, `none fits`: the cores `what` (serve, finetune, lora) needs."""
+    """The cores `what` (serve, finetune, lora) needs, in words (`fmt.cores`)."""
     if not row or row.get("hardware") is None:
         return "-"
-    cores = row.get(f"{what}_cores")
-    if cores is None:
-        return "none fits"
-    per_chip = row.get("cores_per_chip") or 1
-    per_instance = row.get("cores_per_instance") or 0
-    if cores > per_chip > 1:
-        chips = -(-cores // per_chip)
-        where = f"{chips} chips" + (", over one instance" if cores > per_instance else "")
-        return f"{cores} ({where})"
-    if per_chip == 1 and cores > per_instance:
-        return f"{cores} (over one instance)"
-    return str(cores)
+    return fmt.cores(row.get(f"{what}_cores"), row["cores_per_chip"], row["cores_per_instance"])
 
 
 def full_size_lines(rows: list[dict[str, Any]], *, config_is_default: bool = False) -> list[str]:
@@ -54,7 +32,7 @@ def full_size_lines(rows: list[dict[str, Any]], *, config_is_default: bool = Fal
     )
     lines = [
         f"at full size: {fmt.count(first['parameters'])} parameters "
-        f"({params_short(first['parameters'])}; {first['architecture']}, from {source})",
+        f"({fmt.params(first['parameters'])}; {first['architecture']}, from {source})",
         f"  weights:  {fmt.byte_size(first['bytes_fp32'])} fp32, "
         f"{fmt.byte_size(first['bytes_bf16'])} bf16/fp16, {fmt.byte_size(first['bytes_fp8'])} fp8",
     ]

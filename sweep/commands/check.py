@@ -17,7 +17,7 @@ from typing import Any
 
 from reports import settings
 from reports.render import fmt
-from reports.render.shapes import shape_detail
+from reports.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
 

@@ -116,6 +116,11 @@ def render_text(d: dict[str, Any]) -> str:
         if d.get("by_dtype"):
             lines.append(f"at {dtype}:")
         lines += _stage_lines(v["stages"], v["fallbacks"])
+    if d.get("full_size"):
+        from reports.render.sizing import full_size_lines
+
+        default = bool(d.get("config_is_default"))
+        lines += ["", *full_size_lines(d["full_size"], config_is_default=default)]
     if d["shrink_changes"]:
         base = "the library's default config" if d.get("config_is_default") else "the original"
         lines += ["", f"shrunk from {base}:"]
@@ -157,6 +162,8 @@ def _stage_lines(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) 
             f"{r['stage']:<16}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
+        if r.get("shape_detail"):
+            lines.append(f"{'':<10}{r['shape_detail']}")
         if r["error_message"]:
             kind = f"{r['error_type']}: " if r["error_type"] else ""
             lines.append(f"{'':<10}{fmt.clip(kind + fmt.first_line(r['error_message']), 200)}")
