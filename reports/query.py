@@ -28,7 +28,7 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
-from reports.sizing import SUMMARY_SIZING_COLUMNS, with_sizing
+from reports.sizing_columns import SUMMARY_SIZING_COLUMNS, with_sizing
 from reports.store import Store
 
 T = TypeVar("T")

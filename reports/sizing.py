@@ -2,7 +2,7 @@
 
 - each model's summary row (`model_runs`) gets its full-size config's parameters and, on the
   run device's primary hardware type, the cores it needs to serve, fine-tune and train LoRA
-  (`with_sizing`, joined by `config_hash` when a run is summarised);
+  (`reports.sizing_columns`, joined by `config_hash` when a run is summarised);
 - `model_sizing`: a model's sizing rows, every hardware type (the model page, `lookup`);
 - `cores_needed`: the report's "Cores needed, by downloads": models and downloads per count of
   cores, for serving, a full fine-tune and LoRA, and per hardware type the shares that serve on
@@ -12,35 +12,15 @@ Counts are over the run's models that were sized (`status` ok); the others are l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from reports.coverage import DEFAULT_CONFIG_SOURCES
+from reports.query import IN_DTYPE, Scan, StoreQuery
 from reports.schema import SizingStatus
-
-if TYPE_CHECKING:
-    from reports.query import StoreQuery
 
 WORKLOADS = ("serve", "finetune", "lora")
 LABELS = {"serve": "serve (bf16)", "finetune": "full fine-tune (AdamW)", "lora": "LoRA"}
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # then "more", "none fits"
-
-# What each model's summary row holds of its sizing (primary hardware type).
-SUMMARY_SIZING_COLUMNS = (
-    "sizing_status VARCHAR, parameters BIGINT, sizing_hardware VARCHAR, serve_cores INTEGER, "
-    "finetune_cores INTEGER, lora_cores INTEGER, cores_per_chip INTEGER, "
-    "cores_per_instance INTEGER"
-)
-_SIZING_SQL = """
-SELECT config_hash,
-  any_value(status) AS sizing_status,
-  any_value(parameters) AS parameters,
-  any_value(hardware) FILTER (WHERE primary_hardware) AS sizing_hardware,
-  any_value(serve_cores) FILTER (WHERE primary_hardware) AS serve_cores,
-  any_value(finetune_cores) FILTER (WHERE primary_hardware) AS finetune_cores,
-  any_value(lora_cores) FILTER (WHERE primary_hardware) AS lora_cores,
-  any_value(cores_per_chip) FILTER (WHERE primary_hardware) AS cores_per_chip,
-  any_value(cores_per_instance) FILTER (WHERE primary_hardware) AS cores_per_instance
-FROM sizing_parts GROUP BY config_hash
-"""
 
 # `fit` filter of the models table: the condition on a summary row
 FITS: dict[str, str] = {
@@ -62,18 +42,9 @@ PARAMS: dict[str, str] = {
 }
 
 
-def with_sizing(summary_sql: str) -> str:
-    """The summary query with each model's sizing joined by its config (`sizing_parts`)."""
-    return (
-        f"WITH base AS ({summary_sql}), sz AS ({_SIZING_SQL})\n"
-        "SELECT base.*, sz.* EXCLUDE (config_hash) FROM base LEFT JOIN sz USING (config_hash)"
-    )
-
-
 def run_sizing(q: StoreQuery, run_id: str) -> dict[str, list[dict[str, Any]]]:
     """Every config's sizing rows in a run, the primary hardware type first (a resumed run
     may hold a config's rows twice: once each)."""
-    from reports.query import Scan
 
     def build() -> dict[str, list[dict[str, Any]]]:
         files = q.store.part_files("sizing", run_id)
@@ -108,7 +79,6 @@ def bucket(cores: int | None) -> str:
 
 def cores_needed(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
     """The report's "Cores needed, by downloads" (`ran` False: the run has no sizing)."""
-    from reports.query import IN_DTYPE, Scan
 
     def build() -> dict[str, Any]:
         q.ensure_summaries([run_id])
@@ -139,8 +109,6 @@ def cores_needed(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
 
 
 def _figures(models: list[dict[str, Any]], sizing: list[dict[str, Any]]) -> dict[str, Any]:
-    from reports.coverage import DEFAULT_CONFIG_SOURCES  # (coverage imports the query module)
-
     total = len(models)
     total_dl = sum(m["downloads"] or 0 for m in models)
     by_config: dict[str, list[dict[str, Any]]] = {}
