@@ -9,9 +9,6 @@ import pytest
 import torch
 
 from model_configs.input_shapes import larger_batch, longer_sequence, sequence_length
-from model_configs.resolve import transformers_default_config
-from model_configs.shrink import shrink
-from model_configs.spec import ResolvedConfig
 from reports.schema import SHAPE_STAGES, STAGE_NEEDS, Stage
 from reports.shapes import shape_advice, shape_detail
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
@@ -20,18 +17,9 @@ from runners.settings import ModelSettings
 from runners.shape_stages import data_dependent_op
 from sweep.commands.options import stage_list
 from tests.neuron_support import forked
+from tests.test_runner import tiny
 
 SHAPES = ["load", "forward", "compile", "shapes"]
-
-
-def tiny(model_type: str, arch: str | None = None):
-    resolved = ResolvedConfig(
-        model_id=f"test/{model_type}",
-        library="transformers",
-        config=transformers_default_config(model_type),
-        source="transformers_default",
-    )
-    return shrink(resolved, architecture_hint=arch)
 
 
 @pytest.fixture(scope="module")
