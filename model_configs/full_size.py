@@ -4,13 +4,14 @@ adapter (`Adapter.build_model`).
 
 One builder per library that can be sized, keyed by the spec's library (the Hub's
 `library_name`, as the adapters are). A library with no entry is not sized (its sizing row says
-`unsupported`). What each builder rests on:
+`unsupported`: timm, open_clip, Chronos, pyannote, SpeechBrain and YOLO, whose adapters shrink
+inside their build or build from other files). What each builder rests on:
 - transformers: the resolved config.json is what the tiny config was shrunk from; the spec's
   class (and, for a part such as a thinker or a text model, the part the adapter picks) is
   built from it;
 - sentence-transformers: its backbone, a transformers model, at full size (the Pooling, Dense
   and Normalize modules after it are not counted: a few hundred thousand parameters at most);
-- diffusers (and repackaged single files, which resolve to a diffusers class): the component
+- diffusers (and repackaged single files, which map by name to a diffusers class): the component
   the tiny spec runs (the denoiser of a pipeline), from its config over the class defaults, as
   the shrinker starts from.
 """
@@ -56,6 +57,7 @@ FULL_SIZE: dict[str, Callable[[ResolvedConfig, TinySpec], TinySpec]] = {
     "transformers": _transformers,
     "sentence-transformers": _sentence_transformers,
     "diffusers": _diffusers,
+    "diffusion-single-file": _diffusers,  # mapped by name to a diffusers class's config
 }
 
 

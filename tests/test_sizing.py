@@ -378,3 +378,27 @@ def test_a_run_writes_one_sizing_row_per_config_and_hardware_and_the_reports_joi
     )  # fmt: skip
     again = Store(store).read("sizing", "s2").to_pylist()
     assert {r["config_hash"] for r in again} == configs
+
+
+@pytest.mark.parametrize(
+    ("model_id", "published", "source"),
+    [
+        (
+            "stable-diffusion-v1-5/stable-diffusion-v1-5",
+            860e6,
+            "https://huggingface.co/stable-diffusion-v1-5/stable-diffusion-v1-5 (an 860M UNet)",
+        ),
+        (
+            "stabilityai/stable-diffusion-xl-base-1.0",
+            2.6e9,
+            "https://arxiv.org/abs/2307.01952 (SDXL: a UNet of 2.6B parameters)",
+        ),
+    ],
+)
+def test_a_diffusion_unet_matches_its_published_count(model_id, published, source):
+    """The bundled known component configs (model_configs/data/diffusers_configs/)."""
+    from model_configs.catalog import load_catalog
+
+    planned = plan_entry(load_catalog("bundled").get(model_id), list(DEFAULT_STAGES))
+    assert planned.size.status == "ok", planned.size
+    assert significant(planned.size.parameters, 2) == published, (planned.size.parameters, source)
