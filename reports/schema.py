@@ -394,6 +394,8 @@ SIZING_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("config_hash", pa.string(), nullable=False),
+        # ConfigSource: the repo's own config, or a library's default (as the results rows say)
+        pa.field("config_source", pa.string()),
         pa.field("architecture", pa.string()),  # the class sized
         pa.field("status", pa.string(), nullable=False),  # SizingStatus
         pa.field("error_type", pa.string()),

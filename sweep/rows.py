@@ -125,6 +125,8 @@ def sizing_rows(
     base: dict[str, Any] = {
         "run_id": run.run_id,
         "config_hash": planned.config_hash,
+        "config_source": (planned.spec.config_source if planned.spec else None)
+        or planned.config_source,
         "architecture": size.architecture,
         "status": size.status,
         "error_type": size.error_type,
