@@ -39,11 +39,11 @@ from runners.stages import (
 )
 
 MAX_REASONS = 8  # recompile reasons kept per row
-# Dynamo's graph-break messages for an op whose output size depends on its input's values
+# Dynamo's graph-break messages for an op whose output size or value depends on its input's
+# values (not data-dependent branching, which is control flow, not a shape)
 _DATA_DEPENDENT = re.compile(
-    r"Dynamic shape operator|depends on input Tensor data|data.dependent|Tensor\.item\(\)|"
-    r"Tensor\.tolist\(\)",
-    re.IGNORECASE,
+    r"Dynamic shape operator|Data dependent operator|depends on input Tensor data|"
+    r"Tensor\.item\(\)|Tensor\.tolist\(\)",
 )
 _OP = re.compile(r"aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?")
 
@@ -68,16 +68,17 @@ def recompile_reasons() -> list[str]:
 
 
 def data_dependent_op(break_reasons: list[str]) -> str | None:
-    """The op (`aten::name.overload`) a data-dependent graph break names, or "" when a break
-    is data-dependent without naming one; None when no break is."""
+    """The op (`aten::name.overload`) a data-dependent graph break names (the first that names
+    one), "" when such breaks name none (`Tensor.item()`), None when no break is one."""
+    found: str | None = None
     for reason in break_reasons:
         if _DATA_DEPENDENT.search(reason):
-            found = _OP.search(reason)
-            if found is None:
-                return ""
-            name, overload = found.groups()
-            return f"aten::{name}" + (f".{overload}" if overload else "")
-    return None
+            op = _OP.search(reason)
+            if op is not None:
+                name, overload = op.groups()
+                return f"aten::{name}" + (f".{overload}" if overload else "")
+            found = ""
+    return found
 
 
 def _variants(inputs: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
