@@ -269,8 +269,9 @@ def cores_needed_section(report: dict[str, Any]) -> Section:
         f"bf16 with a {fmt.count(c.get('serve_context'))}-token context and a batch of "
         f"{c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed precision, LoRA "
         "at peft's default rank. The formula and its constants: docs/sizing.md.",
-        f"Sized: {fmt.of(c.get('sized'), c.get('models'))} models, "
-        f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads, the base of every share"
+        "Shares are of all the run's downloads. Sized: "
+        f"{fmt.of(c.get('sized'), c.get('models'))} models, "
+        f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads"
         + (
             "; not sized: "
             + ", ".join(f"{r['status']} {fmt.count(r['models'])}" for r in c["not_sized"])
