@@ -251,9 +251,9 @@ def _model_type(config: Any) -> str | None:
 
 
 def lora_parameters(model: Any, model_type: str | None, rank: int = LORA_RANK) -> int:
-    """LoRA's trainable parameters: `rank x (in + out)` per targeted Linear layer (peft's
-    default targets for the model type; where peft names none, every Linear layer but the
-    output head, as peft's `all-linear` picks)."""
+    """LoRA's trainable parameters: `rank x (in + out)` per targeted layer with a 2-D weight
+    (peft's default targets for the model type, Linear or transformers' Conv1D; where peft
+    names none, every Linear layer but the output head, as peft's `all-linear` picks)."""
     import torch
 
     targets: set[str] | None = None
@@ -273,9 +273,16 @@ def lora_parameters(model: Any, model_type: str | None, rank: int = LORA_RANK) -
             head = None
     total = 0
     for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or module is head:
+        if module is head:
             continue
-        if targets is not None and name.rsplit(".", 1)[-1] not in targets:
-            continue
-        total += rank * (module.in_features + module.out_features)
+        weight = getattr(module, "weight", None)
+        if targets is None:
+            if isinstance(module, torch.nn.Linear):
+                total += rank * (module.in_features + module.out_features)
+        elif (
+            name.rsplit(".", 1)[-1] in targets
+            and isinstance(weight, torch.Tensor)
+            and weight.dim() == 2
+        ):
+            total += rank * (weight.shape[0] + weight.shape[1])
     return total

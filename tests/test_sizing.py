@@ -402,3 +402,13 @@ def test_a_diffusion_unet_matches_its_published_count(model_id, published, sourc
     planned = plan_entry(load_catalog("bundled").get(model_id), list(DEFAULT_STAGES))
     assert planned.size.status == "ok", planned.size
     assert significant(planned.size.parameters, 2) == published, (planned.size.parameters, source)
+
+
+def test_lora_counts_peft_targets_of_any_two_dimensional_weight():
+    """GPT-2's peft target, `c_attn`, is transformers' Conv1D (weight in x out), not Linear."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(GPT2Config())
+    assert sizing.lora_parameters(model, "gpt2") == 12 * sizing.LORA_RANK * (768 + 3 * 768)

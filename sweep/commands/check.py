@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             _print_text(planned, rows, fallbacks, device)
-            _print_facts(facts)
             _print_full_size(args, planned, device)
+            _print_facts(facts)
         return 0 if ok else 1
     # several dtypes: each one's stages and verdict, then what differs between them
     ok_at = {d: verdict.passed(rows) for d, (rows, _, _) in per_dtype.items()}
@@ -168,15 +168,14 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
-        for i, (dtype, (rows, fallbacks, outcome)) in enumerate(per_dtype.items()):
-            if i:
-                print()
+        _print_full_size(args, planned, device)
+        for dtype, (rows, fallbacks, outcome) in per_dtype.items():
+            print()
             print(f"== at {dtype} ==")
             _print_text(planned, rows, fallbacks, device)
             _print_facts(_facts(args, rows, fallbacks, outcome))
         print()
         print(f"dtypes:  {_differences(per_dtype)}")
-        _print_full_size(args, planned, device)
     return 0 if all(ok_at.values()) else 1
 
 
@@ -386,7 +385,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     )
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
-    print(f"{'stage':<16} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
+    print(f"{'stage':<17} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
     for r in rows:
         secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
         detail = r["reason"] or ""
@@ -402,7 +401,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
         if shape_detail(r):
             detail += f" [{shape_detail(r)}]"
         print(
-            f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
+            f"{r['stage']:<17} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
             file=out,
         )

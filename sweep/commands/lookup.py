@@ -154,12 +154,12 @@ def render_text(d: dict[str, Any]) -> str:
 def _stage_lines(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[str]:
     from reports.render import fmt
 
-    lines = [f"{'stage':<16}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
+    lines = [f"{'stage':<18}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
     for r in stages:
         detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
         secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
         lines.append(
-            f"{r['stage']:<16}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"{r['stage']:<18}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
         if r.get("shape_detail"):
@@ -170,5 +170,5 @@ def _stage_lines(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) 
     if fallbacks:
         lines += ["", "CPU fallbacks:"]
         for f in fallbacks:
-            lines.append(f"  {f['stage']:<16}{f['op']:<48}{f['count']:>8}  {f['source']}")
+            lines.append(f"  {f['stage']:<18}{f['op']:<48}{f['count']:>8}  {f['source']}")
     return lines
