@@ -1,6 +1,6 @@
 """Build a tiny model from a TinySpec, feed it and train it, through the spec's library adapter.
 
-Every adapter (`model_configs.adapters`, one per Hub library) provides:
+Every adapter (`model_configs.libraries`, one package per Hub library) provides:
 
 - `build_model(spec) -> torch.nn.Module`: fp32, on the CPU, weights from a fixed seed, eval mode.
 - `make_inputs(spec, model, *, seed=0, purpose="train") -> dict[str, Any]`: CPU tensors for
@@ -80,6 +80,14 @@ def set_implementation(spec: TinySpec, model: Any, implementation: str) -> None:
     """Run the loaded model with `implementation` (`"switch=value"`), the library's way."""
     switch, _, value = implementation.partition("=")
     get_adapter(spec.library).set_implementation(model, switch, value)
+
+
+def compiled_generate(
+    spec: TinySpec, model: Any, *, backend: Any, dynamic: bool | None
+) -> dict[str, Any]:
+    """The `generate` arguments for a static KV cache and a compiled forward, the library's
+    way (raises `NoCompiledGenerate` where it has none)."""
+    return get_adapter(spec.library).compiled_generate(model, backend=backend, dynamic=dynamic)
 
 
 def missing_package(exc: BaseException) -> str | None:

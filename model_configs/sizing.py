@@ -13,6 +13,11 @@ A `meta` build makes every module and parameter with its shape and no memory, so
 - attention heads and KV heads (what tensor parallelism must divide);
 - LoRA's trainable parameters at peft's default rank on peft's default target modules for the
   model type (every Linear layer but the output head where peft names none).
+What is built is the library adapter's `full_size_spec`: the class the tiny spec builds with
+the model's own unshrunk config (transformers; sentence-transformers' backbone; diffusers'
+denoiser, and the diffusers class a single file maps to). A library whose adapter gives none
+(timm, open_clip, Chronos, pyannote, SpeechBrain, YOLO: they shrink inside their build or build
+from other files) is `unsupported`.
 The formula that turns these into memory and cores is `runners.hardware` (docs/sizing.md).
 
 Guards, before anything is built: a config whose largest size-like integer is past
@@ -29,8 +34,9 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from model_configs.adapters import get_adapter
 from model_configs.build import build_on_meta, largest_dimension
-from model_configs.full_size import NotSizable, full_size_spec
+from model_configs.libraries.base import NotSizable
 from model_configs.spec import ResolvedConfig, TinySpec
 from reports.errors import safe_text
 from reports.schema import SizingStatus
@@ -107,7 +113,7 @@ def size_model(resolved: ResolvedConfig, spec: TinySpec) -> ModelSize:
 
 def _size(resolved: ResolvedConfig, spec: TinySpec) -> ModelSize:
     try:
-        full = full_size_spec(resolved, spec)
+        full = get_adapter(spec.library).full_size_spec(resolved, spec)
     except NotSizable as exc:
         return ModelSize(SizingStatus.UNSUPPORTED.value, spec.architecture, error_message=str(exc))
     except Exception as exc:  # the config does not give a full-size spec

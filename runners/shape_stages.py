@@ -10,8 +10,8 @@
   op named), `rejected` when the device's compiler refuses a later shape (the stage fails
   with its error: TorchNeuron's "Dynamic shapes detected ..." on the emulated neuron);
 - `generate_compiled`: greedy `generate` with a static KV cache and the forward compiled by
-  the device's backend (transformers' own path: `cache_implementation="static"` and a
-  `CompileConfig`), twice: the first call warms up, the second's recompiles are recorded (0
+  the device's backend, the library's own way (`Adapter.compiled_generate`; transformers':
+  `cache_implementation="static"` and a `CompileConfig`), twice: the first call warms up, the second's recompiles are recorded (0
   for a model whose static cache works); its tokens must equal eager greedy decoding's on
   the same weights (else `fail_accuracy`). Fallbacks are recorded as in every stage.
 What differs between devices (backend, `dynamic`, what the compiler reports and raises) comes
@@ -175,16 +175,17 @@ class GenerateCompiledStage(StageRunner):
         import torch._dynamo as dynamo
         from torch._dynamo.utils import counters
 
+        from model_configs.libraries.base import NoCompiledGenerate
+
+        watch = RecompileWatch(ctx.compile_backend)
+        options = ctx.device.compile_options()
+        dynamic = options.dynamic if ctx.compile_backend == options.backend else None
         try:
-            from transformers import CompileConfig
-        except ImportError as exc:
-            raise StageSkipped(SkipReason.NOT_APPLICABLE, "no transformers generate") from exc
-        if not getattr(ctx.model, "_can_compile_fullgraph", False):
-            raise StageSkipped(
-                SkipReason.NOT_APPLICABLE,
-                f"{type(ctx.model).__name__} does not support a static cache with a compiled "
-                "forward (transformers' _can_compile_fullgraph is False)",
+            compiled_options = build.compiled_generate(
+                ctx.spec, ctx.model, backend=watch, dynamic=dynamic
             )
+        except NoCompiledGenerate as exc:
+            raise StageSkipped(SkipReason.NOT_APPLICABLE, str(exc)) from exc
         host_model = ctx.reference if ctx.reference is not None else ctx.model
         cpu_inputs = _cast_inputs(
             build.make_inputs(ctx.spec, host_model, seed=ctx.seed, purpose="generate"), ctx.dtype
@@ -199,12 +200,7 @@ class GenerateCompiledStage(StageRunner):
             eager = _sequences(ctx.model.generate(**inputs, **greedy))
         dynamo.reset()
         counters.clear()
-        watch = RecompileWatch(ctx.compile_backend)
-        options = ctx.device.compile_options()
-        dynamic = options.dynamic if ctx.compile_backend == options.backend else None
-        config = CompileConfig(backend=watch, dynamic=dynamic, fullgraph=False, mode="default")
-        config._compile_all_devices = True  # type: ignore[assignment]  # the CPU included
-        compiled_run = {**greedy, "cache_implementation": "static", "compile_config": config}
+        compiled_run = {**greedy, **compiled_options}
         seen: dict[str, Any] = {}
         try:
             with ctx.device.compiling() as seen, torch.no_grad():

@@ -50,7 +50,7 @@ class PlanKeys:
     def of(cls, stages: Iterable[str], config_dir: str | Path | None) -> PlanKeys:
         from reports import settings
         from runners import faults
-        from sweep.reuse import adapter_versions, code_hash
+        from sweep.reuse import KEY_VERSION, adapter_versions, code_hash
         from sweep.settings import package_version
 
         versions = dict(adapter_versions())
@@ -59,6 +59,7 @@ class PlanKeys:
         offline = settings.hub_offline()
         shared = {
             "record": RECORD_VERSION,
+            "keys": KEY_VERSION,
             "code_hash": code_hash(),
             "python": platform.python_version(),
             "versions": versions,

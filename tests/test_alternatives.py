@@ -18,6 +18,7 @@ from runners.alternatives import candidates, switches, try_alternatives, worth_t
 from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 from runners.settings import ModelSettings
 from tests.conftest import HFSWEEP, ROOT
+from tests.neuron_support import forked
 
 THREE = (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD)
 
@@ -78,6 +79,7 @@ def gpt_oss():
     return planned.spec
 
 
+@forked  # neuron in a fresh process: this one may have run a backward before (see neuron_support)
 def test_gpt_oss_passes_with_batched_mm_where_grouped_mm_fails_the_precondition(gpt_oss) -> None:
     from runners.isolation import run_isolated
 

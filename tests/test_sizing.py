@@ -402,7 +402,7 @@ def test_a_run_writes_one_sizing_row_per_config_and_hardware_and_the_reports_joi
     ],
 )
 def test_a_diffusion_unet_matches_its_published_count(model_id, published, source):
-    """The bundled known component configs (model_configs/data/diffusers_configs/)."""
+    """The bundled known component configs (model_configs/libraries/diffusers/data/configs/)."""
     from model_configs.catalog import load_catalog
 
     planned = plan_entry(load_catalog("bundled").get(model_id), list(DEFAULT_STAGES))
