@@ -55,6 +55,9 @@ CODE = (
     "sweep/rows.py",
 )
 CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
+# In those folders but deciding no task's rows: the hardware data and the cores-needed formula,
+# which the driver applies to each run's sizing rows (a corrected figure reruns no model).
+NOT_CODE = frozenset({"runners/hardware.py", "runners/data/hardware.json"})
 # Run settings that are not part of a task's content: the catalog (a model's content is its
 # resolved config, in the shrunk config's hash) and where the run was made.
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
@@ -74,7 +77,7 @@ def code_hash() -> str:
             else sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES)
         )
         for f in files:
-            if "__pycache__" in f.parts:
+            if "__pycache__" in f.parts or str(f.relative_to(ROOT)) in NOT_CODE:
                 continue
             digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

@@ -27,6 +27,15 @@ from reports.schema import ConfigSource, SkipReason
 TABLES = Path("data") / "tables.json"  # a library's tables, inside its package
 
 
+class NotSizable(Exception):
+    """No full-size spec for this library or this kind of spec (`Adapter.full_size_spec`)."""
+
+
+class NoCompiledGenerate(Exception):
+    """The model has no generate with a static KV cache and a compiled forward (the message
+    says why: `Adapter.compiled_generate`)."""
+
+
 class Adapter(ABC):
     """One library: resolve -> shrink -> build -> inputs -> loss -> save/load."""
 
@@ -136,6 +145,25 @@ class Adapter(ABC):
     def to_dtype(self, spec: TinySpec, model: Any, dtype: Any) -> Any:
         """The loaded model in the run's dtype (its floating-point tensors cast)."""
         return model.to(dtype)
+
+    # ----- at full size (model_configs/sizing.py) -----
+    def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
+        """The spec of `spec`'s model (its class, the part it runs) with the model's own
+        unshrunk config from `resolved`, for `model_configs.sizing` to build on the `meta`
+        device with `build_model`. Default: NotSizable (a library that shrinks inside its
+        build or builds from other files cannot say)."""
+        raise NotSizable(f"no full-size builder for {self.library} models")
+
+    # ----- generate compiled (the generate_compiled stage) -----
+    def compiled_generate(
+        self, model: Any, *, backend: Any, dynamic: bool | None
+    ) -> dict[str, Any]:
+        """The `generate` arguments that decode with a static KV cache and the forward
+        compiled by `torch.compile(backend=backend, dynamic=dynamic)`, the library's own way;
+        raises NoCompiledGenerate where the library or the model has none (the default)."""
+        raise NoCompiledGenerate(
+            f"{self.library} models have no generate with a static cache and a compiled forward"
+        )
 
     # ----- the model's own implementation switches -----
     def implementation_switches(self, spec: TinySpec) -> dict[str, str]:

@@ -199,6 +199,16 @@ class ChronosAdapter(Adapter):
             raise RuntimeError(f"{spec.architecture} returned no loss for a target")
         return loss
 
+    def compiled_generate(
+        self, model: Any, *, backend: Any, dynamic: bool | None
+    ) -> dict[str, Any]:
+        """Chronos generates with its inner T5, a transformers model: transformers' way."""
+        from model_configs.libraries import get_adapter
+
+        return get_adapter("transformers").compiled_generate(
+            model, backend=backend, dynamic=dynamic
+        )
+
     def save_and_load(self, spec: TinySpec, model: Any, folder: Path) -> Any:
         return save_pretrained_round_trip(model, folder)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from model_configs.config_files import from_file
-from model_configs.libraries.base import Adapter, save_pretrained_round_trip
+from model_configs.libraries.base import Adapter, NotSizable, save_pretrained_round_trip
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -59,6 +60,16 @@ class DiffusersAdapter(Adapter):
         return shrink_diffusers(
             resolved, architecture_hint=architecture_hint, pipeline_tag=pipeline_tag
         )
+
+    def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
+        """The component the tiny spec runs (a pipeline's denoiser), from its config over the
+        class defaults, as the shrinker starts from."""
+        from model_configs.libraries.diffusers.shrink import default_config, select_model_config
+
+        class_name, config, _ = select_model_config(resolved)
+        if class_name != spec.architecture:
+            raise NotSizable(f"the tiny spec builds {spec.architecture}, the config {class_name}")
+        return replace(spec, config={**default_config(class_name), **config}, changes={})
 
     def build_model(self, spec: TinySpec) -> Any:
         from model_configs.libraries.diffusers import build

@@ -106,7 +106,7 @@ def _init_unset_weights(model: Any, suffixes: list[str]) -> None:
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if param.numel() == 0:
+            if param.numel() == 0 or param.is_meta:  # a meta build (sizing) has no values
                 continue
             unset = any(name.endswith(suffix) for suffix in suffixes)
             if unset or not bool(torch.isfinite(param).all()) or bool(param.abs().max() > 1e4):
@@ -126,6 +126,8 @@ def _randomize_zero_weights(model: Any) -> None:
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for param in model.parameters():
+            if param.is_meta:  # a meta build (sizing) has no values
+                continue
             if param.ndim >= 2 and param.numel() > 1 and not bool(param.any()):
                 noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
                 param.copy_(noise.to(param.dtype) * 0.02)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from model_configs.config_files import read_json_file
-from model_configs.libraries.base import Adapter, no_config, read_json
+from model_configs.libraries.base import Adapter, NotSizable, no_config, read_json
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
 from reports.schema import ConfigSource, SkipReason
@@ -197,6 +197,19 @@ class SentenceTransformersAdapter(Adapter):
         changes = {k: v for k, v in spec.changes.items() if not k.startswith("backbone.")}
         changes.update({f"backbone.{k}": v for k, v in backbone.changes.items()})
         return replace(spec, config={**spec.config, "backbone": entry}, changes=changes)
+
+    def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
+        """The backbone, a transformers model, at full size (the Pooling, Dense and Normalize
+        modules after it are not counted: a few hundred thousand parameters at most)."""
+        from model_configs.libraries import get_adapter
+
+        backbone = resolved.config.get("backbone")
+        if not isinstance(backbone, dict) or not isinstance(spec.config.get("backbone"), dict):
+            raise NotSizable("a sentence-transformers model without a transformers backbone")
+        full = ResolvedConfig(resolved.model_id, "transformers", backbone, resolved.source)
+        return get_adapter("transformers").full_size_spec(
+            full, TinySpec.from_dict(spec.config["backbone"])
+        )
 
     def build_model(self, spec: TinySpec) -> Any:
         import torch

@@ -86,6 +86,10 @@ class SingleFileAdapter(Adapter):
         spec = self._diffusers.shrink(replace(resolved, library="diffusers"))
         return replace(spec, library=self.library)
 
+    def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
+        """The diffusers class the name maps to, at the config `default_config` resolved."""
+        return self._diffusers.full_size_spec(replace(resolved, library="diffusers"), spec)
+
     def build_model(self, spec: TinySpec) -> Any:
         return self._diffusers.build_model(spec)
 

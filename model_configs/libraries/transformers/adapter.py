@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from model_configs.config_files import from_file
-from model_configs.libraries.base import Adapter, save_pretrained_round_trip
+from model_configs.libraries.base import Adapter, NoCompiledGenerate, save_pretrained_round_trip
 from model_configs.libraries.transformers.canonical import CANONICAL
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError
@@ -72,6 +73,31 @@ class TransformersAdapter(Adapter):
         from model_configs.libraries.transformers.canonical import canonical
 
         return canonical(spec)
+
+    def compiled_generate(
+        self, model: Any, *, backend: Any, dynamic: bool | None
+    ) -> dict[str, Any]:
+        """transformers' own path: `cache_implementation="static"` and a `CompileConfig`, which
+        `generate` applies to the forward (on every device, the CPU included), for a model whose
+        class says it compiles in full with a static cache (`_can_compile_fullgraph`)."""
+        from transformers import CompileConfig
+
+        if not getattr(model, "_can_compile_fullgraph", False):
+            raise NoCompiledGenerate(
+                f"{type(model).__name__} does not support a static cache with a compiled "
+                "forward (transformers' _can_compile_fullgraph is False)"
+            )
+        config = CompileConfig(backend=backend, dynamic=dynamic, fullgraph=False, mode="default")
+        config._compile_all_devices = True  # type: ignore[assignment]  # the CPU included
+        return {"cache_implementation": "static", "compile_config": config}
+
+    def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
+        """The spec's class (and, for a part such as a thinker or a text model, the part the
+        build picks) from the resolved config.json the tiny config was shrunk from; sized
+        unquantized (bytes are given per dtype)."""
+        config = dict(resolved.config)
+        config.pop("quantization_config", None)
+        return replace(spec, config=config, changes={})
 
     def build_model(self, spec: TinySpec) -> Any:
         from model_configs.libraries.transformers import build, quantized
