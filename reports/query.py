@@ -28,6 +28,7 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
+from reports.sizing_columns import SUMMARY_SIZING_COLUMNS, with_sizing
 from reports.store import Store
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ _RESULT_COLUMN_NAMES = (
     "architecture",
     "config_source",
     "quantization",
+    "config_hash",
     "shrunk_config_hash",
     "device",
     "device_emulated",
@@ -124,6 +126,7 @@ SELECT
   any_value(architecture) AS architecture,
   any_value(config_source) AS config_source,
   any_value(quantization) AS quantization,
+  any_value(config_hash) AS config_hash,
   any_value(shrunk_config_hash) AS shrunk_config_hash,
   any_value(device) AS device,
   bool_or(device_emulated) AS device_emulated,
@@ -143,6 +146,8 @@ SELECT
   arg_min(error_type, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_type,
   arg_min(error_signature, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_signature,
   arg_min(failing_op, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failing_op,
+  arg_min(compile_evidence, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL}))
+    AS failed_evidence,
   arg_min(error_message, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_message,
   -- (a skip's message repeats on every model skipped for the same reason: kept short)
   left(arg_min(error_message, stage_idx)
@@ -200,15 +205,18 @@ _MODEL_RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS model_runs (
   run_id VARCHAR, model_id VARCHAR, rank INTEGER, downloads BIGINT, library VARCHAR,
   pipeline_tag VARCHAR, model_type VARCHAR, architecture VARCHAR, config_source VARCHAR,
-  quantization VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN,
+  quantization VARCHAR, config_hash VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR,
+  device_emulated BOOLEAN,
   dtype VARCHAR,
   {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER, n_{s} BOOLEAN" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
-  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, error_message VARCHAR,
+  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, failed_evidence VARCHAR,
+  error_message VARCHAR,
   skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
   peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
-  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR
+  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR,
+  {SUMMARY_SIZING_COLUMNS}
 )
 """
 
@@ -232,6 +240,7 @@ class RunFiles:
     fallbacks: tuple[str, ...]
     fingerprint: tuple[tuple[str, int, int], ...]
     configs: tuple[str, ...] = ()
+    alternatives: tuple[str, ...] = ()  # a failing model run again with its own switches
 
 
 class StoreQuery:
@@ -269,26 +278,27 @@ class StoreQuery:
             now = time.monotonic()
             if not force and self._listed_at >= 0 and now - self._listed_at < self.refresh_s:
                 return
-            listed = {
-                t: self.store.part_infos(t) for t in ("results", "fallbacks", "configs", "runs")
-            }
+            tables = ("results", "fallbacks", "configs", "alternatives", "runs")
+            listed = {t: self.store.part_infos(t) for t in tables}
             stats = {p: (mtime, size) for infos in listed.values() for p, mtime, size in infos}
-            results, fallbacks, configs, runs = (
-                [p for p, _, _ in listed[t]] for t in ("results", "fallbacks", "configs", "runs")
+            results, fallbacks, configs, alternatives, runs = (
+                [p for p, _, _ in listed[t]] for t in tables
             )
-            by_run: dict[str, tuple[list[str], list[str], list[str]]] = {}
-            for i, paths in enumerate((results, fallbacks, configs)):
+            by_run: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {}
+            for i, paths in enumerate((results, fallbacks, configs, alternatives)):
                 for path in paths:
-                    by_run.setdefault(_run_of(path), ([], [], []))[i].append(path)
-            # configs parts are written with their results part: results fingerprint them
+                    by_run.setdefault(_run_of(path), ([], [], [], []))[i].append(path)
+            # configs and alternatives parts are written with their results part: results
+            # fingerprint them
             self._files = {
                 run: RunFiles(
                     tuple(res),
                     tuple(fb),
                     tuple((p, *stats[p]) for p in (*res, *fb)),
                     tuple(cf),
+                    tuple(alt),
                 )
-                for run, (res, fb, cf) in by_run.items()
+                for run, (res, fb, cf, alt) in by_run.items()
                 if res
             }
             runs_fp = tuple((p, *stats[p]) for p in runs)
@@ -416,6 +426,10 @@ class StoreQuery:
                     ).fetchall()[0][0]
                 )
             sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
+            sizing = self.store.part_files("sizing", run_id)
+            if sizing:  # each model's full size, by its config (any part of the run has it)
+                sql = with_sizing(sql)
+                scans["sizing_parts"] = Scan("sizing", sizing)
             cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
             try:
                 if replace_run:

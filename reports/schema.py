@@ -29,6 +29,11 @@ class Stage(str, enum.Enum):
     OPTIMIZER_FUSED = "optimizer_fused"
     AMP = "amp"
     LORA = "lora"
+    # The shape stages (docs/stages-shapes.md): the compiled forward at a second sequence
+    # length and batch size (graphs, recompiles and their reasons, the device's compile rule),
+    # and greedy generation with a static KV cache and the compiled forward.
+    SHAPES = "shapes"
+    GENERATE_COMPILED = "generate_compiled"
     # Sharding as users shard, on a group of ranks of the device (`--world-size`, one process
     # each): a DistributedDataParallel training step, two FSDP2 steps (`fully_shard` per
     # block), the model's own tensor-parallel plan; each against a single process.
@@ -52,6 +57,7 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     Stage.GENERATE,
 )
 TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
+SHAPE_STAGES: tuple[Stage, ...] = (Stage.SHAPES, Stage.GENERATE_COMPILED)
 # Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
 # many as the run's world size (`--world-size`).
 DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)
@@ -62,6 +68,9 @@ DEFAULT_WORLD_SIZE = 2
 STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
     **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
     **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
+    # shapes recompiles what compile compiled; generate_compiled compares with generate's tokens
+    Stage.SHAPES: (Stage.LOAD, Stage.FORWARD, Stage.COMPILE),
+    Stage.GENERATE_COMPILED: (Stage.LOAD, Stage.FORWARD, Stage.GENERATE),
     **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES},
 }
 
@@ -172,6 +181,40 @@ EVIDENCE_STRENGTH: tuple[CompileEvidence, ...] = (
     CompileEvidence.TORCH_MLIR,
     CompileEvidence.NONE,
 )
+
+
+class ShapeVerdict(str, enum.Enum):
+    """What the `shapes` stage found about new input shapes (`shape_verdict`); `SHAPE_ADVICE`
+    says what to do about each."""
+
+    STATIC = "static"  # every new input shape compiled a graph of its own
+    DYNAMIC = "dynamic"  # later shapes reused a graph with symbolic sizes
+    DATA_DEPENDENT = "data_dependent"  # an op whose output size depends on values (failing_op)
+    REJECTED = "rejected"  # the device's compile rule refused the shapes (its error)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SHAPE_ADVICE: dict[str, str] = {
+    ShapeVerdict.STATIC.value: "static: one graph per input shape; pad inputs to fixed buckets",
+    ShapeVerdict.DYNAMIC.value: "dynamic: one graph serves every input shape",
+    ShapeVerdict.DATA_DEPENDENT.value: "data-dependent shapes at {op}: cannot be compiled",
+    ShapeVerdict.REJECTED.value: "the device's compiler refuses symbolic shapes: compile with "
+    "dynamic=False and pad inputs to fixed buckets",
+}
+
+
+class SizingStatus(str, enum.Enum):
+    """How the full-size model's sizing went (`sizing.status`)."""
+
+    OK = "ok"
+    ERROR = "error"  # building it on the meta device raised (the error as raised)
+    REFUSED = "refused"  # the config claims sizes past the guards: nothing was built
+    UNSUPPORTED = "unsupported"  # no full-size builder for the model's library
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class OpStatus(str, enum.Enum):
@@ -298,6 +341,10 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("peak_host_memory_bytes", pa.int64()),
         pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
         pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
+        # shapes / generate_compiled: why each recompile happened (Dynamo's guard failures), and
+        # the shapes stage's ShapeVerdict
+        pa.field("recompile_reasons", pa.list_(pa.string())),
+        pa.field("shape_verdict", pa.string()),
         # optimizer stages: native op calls of the optimizer's part of the last step (clip,
         # step, zero_grad), where the device counts its calls (the emulated device); else null
         pa.field("step_op_calls", pa.int64()),
@@ -348,6 +395,28 @@ FALLBACKS_SCHEMA = pa.schema(
     ]
 )
 
+# A model whose default implementation failed, run again with one switch of its own code
+# (`experts_implementation=batched_mm`, `attn_implementation=eager`: runners/alternatives.py):
+# one row per model x dtype x switch value x stage, with the results table's columns for a
+# stage's outcome. The results table keeps the default implementation's rows alone (the
+# headline and the funnel count those); a next step that says "passes with ..." rests on these.
+_ALTERNATIVE_STAGE_COLUMNS = (
+    "stage", "status", "reason", "error_type", "error_message", "error_signature", "failing_op",
+    "duration_s", "fallback_op_count", "fallback_call_count", "max_abs_error",
+    "compile_evidence", "unverified_ops", "wall_s",
+    "dedup_of", "task_key", "reused_from", "attempt", "finished_at",
+)  # fmt: skip
+ALTERNATIVES_SCHEMA = pa.schema(
+    [
+        *(RESULTS_SCHEMA.field(n) for n in ("run_id", "model_id", "downloads", "device")),
+        RESULTS_SCHEMA.field("device_emulated"),
+        RESULTS_SCHEMA.field("dtype"),
+        # the switch and its value, `experts_implementation=batched_mm`
+        pa.field("implementation", pa.string(), nullable=False),
+        *(RESULTS_SCHEMA.field(n) for n in _ALTERNATIVE_STAGE_COLUMNS),
+    ]
+)
+
 # What a dedup group shares, stored once per run and (original, shrunk) config pair instead of
 # on every stage row of every member; readers join it back on both hashes.
 CONFIGS_SCHEMA = pa.schema(
@@ -370,6 +439,50 @@ PLANS_SCHEMA = pa.schema(
         pa.field("model_id", pa.string(), nullable=False),
         pa.field("plan_key", pa.string(), nullable=False),  # the hash of what it planned from
         pa.field("plan", pa.string(), nullable=False),  # JSON: the spec or decided outcome
+    ]
+)
+
+# The model at full size, once per run and full-size config (`config_hash`, the results rows'),
+# one row per hardware type of the run's device (null `hardware`: a device with none, or a
+# failed sizing): its parameters and bytes, and the cores needed to serve and fine-tune it by
+# the formula of docs/sizing.md.
+SIZING_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string(), nullable=False),
+        # ConfigSource: the repo's own config, or a library's default (as the results rows say)
+        pa.field("config_source", pa.string()),
+        pa.field("architecture", pa.string()),  # the class sized
+        pa.field("status", pa.string(), nullable=False),  # SizingStatus
+        pa.field("error_type", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("parameters", pa.int64()),  # tied weights once
+        pa.field("buffers", pa.int64()),  # elements
+        pa.field("bytes_fp32", pa.int64()),  # weights and buffers at each dtype
+        pa.field("bytes_bf16", pa.int64()),
+        pa.field("bytes_fp16", pa.int64()),
+        pa.field("bytes_fp8", pa.int64()),
+        pa.field("kv_bytes_per_token", pa.int64()),  # bf16, layers without a window
+        pa.field("kv_window_bytes_per_token", pa.int64()),  # bf16, layers with a window
+        pa.field("sliding_window", pa.int64()),
+        pa.field("attention_heads", pa.int32()),
+        pa.field("kv_heads", pa.int32()),
+        pa.field("lora_parameters", pa.int64()),
+        pa.field("sizing_s", pa.float64()),  # the meta build's time (where it was built)
+        pa.field("hardware", pa.string()),  # trn2, h100-80gb, ...
+        pa.field("primary_hardware", pa.bool_()),  # the run device's main hardware type
+        pa.field("core_memory_bytes", pa.int64()),
+        pa.field("cores_per_chip", pa.int32()),
+        pa.field("cores_per_instance", pa.int32()),
+        pa.field("serve_context", pa.int64()),
+        pa.field("serve_batch", pa.int32()),
+        pa.field("serve_bytes", pa.int64()),
+        pa.field("finetune_bytes", pa.int64()),
+        pa.field("lora_bytes", pa.int64()),
+        pa.field("serve_cores", pa.int32()),  # null: no degree up to the largest domain fits
+        pa.field("finetune_cores", pa.int32()),
+        pa.field("lora_cores", pa.int32()),
+        pa.field("note", pa.string()),  # why a count is null, how KV heads are replicated
     ]
 )
 
@@ -424,6 +537,9 @@ RUNS_SCHEMA = pa.schema(
         pa.field("nightly", pa.string()),
         # what the run reused (`--reuse`: latest, a run id, all; null: nothing)
         pa.field("reuse", pa.string()),
+        # which implementation switches a failing model was run again with (auto / all /
+        # none: runners/alternatives.py); null in runs written before the column existed
+        pa.field("alternatives", pa.string()),
         *(pa.field(name, pa.string()) for name in LIBRARY_VERSION_FIELDS),
         *_PROVENANCE_FIELDS,
     ]
@@ -530,8 +646,10 @@ OP_RUNS_SCHEMA = pa.schema(
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
+    "alternatives": ALTERNATIVES_SCHEMA,
     "configs": CONFIGS_SCHEMA,
     "plans": PLANS_SCHEMA,
+    "sizing": SIZING_SCHEMA,
     "runs": RUNS_SCHEMA,
     "ops": OPS_SCHEMA,
     "op_summary": OP_SUMMARY_SCHEMA,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops, sharding
+from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops, sharding, sizing
 from reports.query import StoreQuery
 
 
@@ -13,8 +13,8 @@ def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
     """Denominators, funnel, headline, fine-tuning (the training stages), sharding (the
-    distributed stages), breakdowns, failure
-    clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
+    distributed stages), breakdowns, failure clusters, skips, next steps by failure class,
+    missing ops, trend, and the op sweep on the same device (`op_run_id`, else
     the newest) joined to them.
 
     A run of several dtypes (`dtypes`) has every figure per dtype in `by_dtype` (the missing
@@ -33,6 +33,7 @@ def run_report(
             "band": coverage.band(q, run_id, dtype),
             "headline": coverage.headline(q, run_id, dtype=dtype),
             "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
+            "cores_needed": sizing.cores_needed(q, run_id, dtype),
             "sharding": sharding.sharding(q, run_id, dtype),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
@@ -41,6 +42,7 @@ def run_report(
             "failure_clusters": failures.failure_clusters(q, run_id, limit=top, dtype=dtype),
             "failures_by_op": failures.failures_by_op(q, run_id, limit=top, dtype=dtype),
             "skip_reasons": failures.skip_reasons(q, run_id, dtype),
+            "next_steps": failures.next_step_classes(q, run_id, dtype),
             "missing_ops": op_sweep.with_op_sweep(
                 q, run_id, ops.missing_ops(q, run_id, limit=top, dtype=dtype), op_run, dtype
             ),

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from runners.devices.base import Device
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+ALTERNATIVES_MODES = ("auto", "all", "none")
 
 
 def dtype_names(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -101,14 +102,7 @@ def _set(obj: Any, name: str, value: Any) -> None:
 
 
 def _device_identity(name: str, known: Mapping[str, Any]) -> dict[str, Any]:
-    device = known["device"]
-    profile, digest = device.profile_info()
-    return {
-        "device": device.name,
-        "device_emulated": bool(device.emulated),
-        "device_profile": profile,
-        "device_profile_hash": digest,
-    }
+    return known["device"].identity()
 
 
 _BUILT: dict[tuple[int, DeviceChoice], Device] = {}
@@ -203,11 +197,26 @@ class ModelSettings:
     # ranks of the distributed stages, one process each; None where the run asks for none of
     # them (a run without them does not depend on it: its rows, keys and runs row say none)
     world_size: int | None = field(default=DEFAULT_WORLD_SIZE, metadata=row(encode=_world_size))
+    # a model whose default implementation fails is run again with the switches of its own
+    # code (runners/alternatives.py): `auto` those its failure's class names, `all`, `none`
+    alternatives: str = field(default="auto", metadata=row())
+    # this run's switch of the model's own code (`experts_implementation=batched_mm`); None:
+    # the model's default. Set per alternative run (its rows say it), or by `check`.
+    implementation: str | None = None
     seed: int = 0
     threads: int = 1  # torch threads in the model's process (each rank's too)
 
     def __post_init__(self) -> None:
         _set(self, "device", _device_choice(self.device))
+        if self.alternatives not in ALTERNATIVES_MODES:
+            raise UsageError(
+                f"--alternatives {self.alternatives!r}; one of {', '.join(ALTERNATIVES_MODES)}"
+            )
+        if self.implementation is not None and "=" not in self.implementation:
+            raise UsageError(
+                f"--implementation {self.implementation!r}: give SWITCH=VALUE, e.g. "
+                "experts_implementation=batched_mm"
+            )
         try:
             wanted = {Stage(s) for s in self.stages}
         except ValueError:

@@ -32,7 +32,7 @@ from reports.schema import STAGE_NEEDS, TRAINING_STAGES, SkipReason, Stage, Stat
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
-from runners.outcome import StageResult
+from runners.outcome import StageResult, not_applicable_result, not_applicable_to
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
@@ -47,7 +47,7 @@ GENERATE_TOKENS = 3
 class AccuracyError(Exception):
     """Outputs or gradients differ from the CPU reference beyond the dtype's tolerance."""
 
-    def __init__(self, message: str, max_abs_error: float):
+    def __init__(self, message: str, max_abs_error: float | None):
         super().__init__(message)
         self.max_abs_error = max_abs_error
 
@@ -134,7 +134,8 @@ def cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
 def load_on_host(ctx: StageContext) -> Any:
     """The model as users load it, on the CPU: built from the shrunk config through its
     library's adapter from the run's seed, saved and loaded back the library's way, in the
-    run's dtype, in eval mode (a package it needs missing: a skip)."""
+    run's dtype, in eval mode, with the run's switch of the model's own code if it has one (a
+    package it needs missing: a skip)."""
     torch.manual_seed(ctx.seed)
     try:
         built = build.build_model(ctx.spec)
@@ -149,6 +150,8 @@ def load_on_host(ctx: StageContext) -> Any:
     with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
         loaded = build.save_and_load(ctx.spec, built, Path(tmp))
     del built
+    if ctx.settings.implementation:  # a switch of the model's own code (an alternative)
+        build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)
     return build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
 
 
@@ -345,6 +348,8 @@ STAGES: dict[Stage, str] = {
     Stage.OPTIMIZER_FUSED: "runners.training:FusedOptimizerStage",
     Stage.AMP: "runners.training:AmpStage",
     Stage.LORA: "runners.training:LoraStage",
+    Stage.SHAPES: "runners.shape_stages:ShapesStage",
+    Stage.GENERATE_COMPILED: "runners.shape_stages:GenerateCompiledStage",
     Stage.DDP: "runners.distributed.stages:DdpStage",
     Stage.FSDP: "runners.distributed.stages:FsdpStage",
     Stage.TP: "runners.distributed.stages:TpStage",
@@ -486,6 +491,12 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             )
             yield results[-1]
             continue
+        if blocked_by is not None and stage.value in not_applicable_to(ctx.spec):
+            results.append(
+                not_applicable_result(stage.value, ctx.spec.architecture)
+            )  # n/a, not not_run
+            yield results[-1]
+            continue
         if blocked_by is not None:
             results.append(
                 StageResult(
@@ -498,14 +509,7 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             yield results[-1]
             continue
         if not runner.applies(ctx):
-            results.append(
-                StageResult(
-                    stage=stage.value,
-                    status=Status.SKIP.value,
-                    reason=SkipReason.NOT_APPLICABLE.value,
-                    error_message=f"{stage.value} does not apply to {ctx.spec.architecture}",
-                )
-            )
+            results.append(not_applicable_result(stage.value, ctx.spec.architecture))
             yield results[-1]
             continue
         results.append(runner.own_result(ctx) or run_stage(runner, ctx))
@@ -591,6 +595,9 @@ _EXTRA_COLUMNS = {
     "compile_s",
     "step_s",
     "step_op_calls",
+    "recompile_reasons",
+    "shape_verdict",
+    "failing_op",  # the op a passing stage's verdict names (shapes: a data-dependent op)
     "world_size",
     "collectives",
     "unsharded_peak_memory_bytes",

@@ -29,11 +29,13 @@ from typing import Any
 from model_configs.spec import CatalogEntry
 from reports.schema import Status
 from runners.outcome import ModelOutcome
-from sweep.executors import Abandoned, Executor, GiveUp, PlanDone, RunDone
+from runners.settings import ModelSettings
+from sweep.executors.fault_policy import GiveUp
+from sweep.executors.protocol import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.plans import PlanCache, plan_row
-from sweep.rows import RunContext, config_row, model_rows
+from sweep.rows import RunContext, alternative_rows, config_row, model_rows, sizing_rows
 from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
 
@@ -48,26 +50,30 @@ class RunLoop:
         writer: RowWriter,
         run: RunContext,
         *,
+        settings_at: Callable[[str], ModelSettings],
         plan_batch: int = PLAN_BATCH,
         on_model: Callable[[str, int], None] | None = None,
         dtypes: Sequence[str] = (),
-        settings_at: Callable[[str], Any] | None = None,
         pending: dict[str, tuple[str, ...]] | None = None,
         plans: PlanCache | None = None,
     ):
         self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
-        # the run's dtypes (default: its context's one), each with its rows' context and its
-        # tasks' settings (None: the executor's); `pending`: the dtypes a model still needs
+        # the run's dtypes (default: its context's one), each with its rows' context and the
+        # settings its tasks carry (`settings_at`); `pending`: the dtypes a model still needs
         # where that is not every dtype (a resumed run), read as its plan is admitted
         self.dtypes = tuple(dtypes) or (run.dtype,)
         self.contexts = {d: replace(run, dtype=d) for d in self.dtypes}
-        self.settings_at = settings_at or (lambda dtype: None)
+        self.settings_at = settings_at
         self.pending = pending if pending is not None else {}
         self.key_of = ledger.key_of  # each task's content key, in its rows
         self.plan_batch = plan_batch
         self.on_model = on_model or (lambda outcome, n: None)
         self.queue: deque[Task] = deque()
         self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
+        # the full-size configs sized in this run so far, and each model's sizing rows (its
+        # config's first model's) until its first rows are written
+        self._sized: set[str] = set()
+        self._sizing: dict[str, list[dict[str, Any]]] = {}
         # earlier plans by content (None: plan everything, keep no plans), the batches whose
         # entries are partly planned from them (key -> each entry's plan, None: being planned)
         # and each model's plans row until its first rows are written
@@ -193,11 +199,22 @@ class RunLoop:
                 if self.plans is not None
                 else None
             )
+            if p.size is not None and p.config_hash and p.config_hash not in self._sized:
+                self._sized.add(p.config_hash)
+                self._sizing[p.entry.model_id] = sizing_rows(self.run, p)
             if p.outcome is not None:
                 for dtype in dtypes:
                     results, fallbacks = model_rows(self.contexts[dtype], p, p.outcome)
                     plans, plan = [plan] if plan else None, None
-                    self.writer.add({"results": results, "fallbacks": fallbacks, "plans": plans})
+                    sizing = self._sizing.pop(p.entry.model_id, None)
+                    self.writer.add(
+                        {
+                            "results": results,
+                            "fallbacks": fallbacks,
+                            "plans": plans,
+                            "sizing": sizing,
+                        }
+                    )
                     self.skipped += 1
                     self.on_model(headline(p.outcome), 1)
                 continue
@@ -254,23 +271,26 @@ class RunLoop:
         reused_from: str | None = None,
     ) -> None:
         assert member.spec is not None
+        key = self.key_of(member.spec, dtype) if self.key_of else None
+        run = self.contexts[dtype]
         results, fallbacks = model_rows(
-            self.contexts[dtype],
-            member,
-            outcome,
-            attempt=attempt,
-            dedup_of=dedup_of,
-            task_key=self.key_of(member.spec, dtype) if self.key_of else None,
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
             reused_from=reused_from,
-        )
+        )  # fmt: skip
+        alternatives = alternative_rows(
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
+            reused_from=reused_from,
+        )  # fmt: skip
         pair = self._configs.pop(member.entry.model_id, None)
         plan = self._plan_rows.pop(member.entry.model_id, None)
         self.writer.add(
             {
                 "results": results,
                 "fallbacks": fallbacks,
+                "alternatives": alternatives,
                 "configs": [pair] if pair else None,
                 "plans": [plan] if plan else None,
+                "sizing": self._sizing.pop(member.entry.model_id, None),
             }
         )
 

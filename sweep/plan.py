@@ -15,12 +15,16 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, is_environment_error, safe_text
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
+from runners.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from model_configs.sizing import ModelSize
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Planned:
     model_type: str | None = None
     quantization: str | None = None  # the method a quantized checkpoint needs (its rows say it)
     plan_key: str | None = None  # the key of what it was planned from (`sweep.plans`)
+    size: ModelSize | None = None  # the model at full size (`model_configs.sizing`)
 
     def slim(self) -> Planned:
         return replace(self, resolved=None)
@@ -59,7 +64,7 @@ class Task:
     members: list[Planned] = field(default_factory=list)
     key: str = ""  # the dedup key: the shrunk config's hash (or, without dedup, the model id)
     dtype: str | None = None  # the dtype it runs at (a run of several: one task per dtype)
-    settings: Any = None  # its own ModelSettings (at `dtype`); None: the executor's
+    settings: ModelSettings = field(kw_only=True)  # what its body runs with (at `dtype`)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.spec.hash
@@ -70,7 +75,7 @@ class Task:
 
     @property
     def payload(self) -> TinySpec:
-        """What the task's body runs (`sweep.executors.Work`)."""
+        """What the task's body runs (`sweep.executors.protocol.Work`)."""
         return self.spec
 
     def names(self) -> list[str]:
@@ -94,6 +99,7 @@ def plan_entry(
     from model_configs.quantization import method_of_entry
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
+    from model_configs.sizing import size_model
     from runners import faults
 
     planned = Planned(entry=entry, resolved=resolved)
@@ -108,6 +114,7 @@ def plan_entry(
         planned.spec = shrink(
             planned.resolved, architecture_hint=arch, pipeline_tag=entry.pipeline_tag
         )
+        planned.size = size_model(planned.resolved, planned.spec)  # never fails the model
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
     except Exception as exc:  # the shrinker failed: the model could not be loaded
@@ -137,13 +144,14 @@ def plan_batch(
     return [plan_entry(e, order, config_dir=folder).slim() for e in entries]
 
 
-def group_tasks(planned: Iterable[Planned]) -> list[Task]:
-    """One task per unique shrunk config, in the order of each group's best-ranked member."""
+def group_tasks(planned: Iterable[Planned], settings: ModelSettings) -> list[Task]:
+    """One task per unique shrunk config, in the order of each group's best-ranked member, each
+    run with `settings`."""
     tasks: dict[str, Task] = {}
     for p in planned:
         if p.spec is None:
             continue
-        tasks.setdefault(p.spec.hash, Task(spec=p.spec)).members.append(p)
+        tasks.setdefault(p.spec.hash, Task(spec=p.spec, settings=settings)).members.append(p)
     return list(tasks.values())
 
 

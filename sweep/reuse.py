@@ -1,7 +1,9 @@
 """Result reuse by content: a unique tiny-model task's key, and the earlier rows a run may copy.
 
 A task's key is everything that can change its rows (DESIGN.md, Contracts):
-- the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config);
+- the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config, in its
+  canonical form: fields that change no op set to one value, `Adapter.canonical`), and what a
+  key means (`KEY_VERSION`);
 - the library's adapter package version, and torch, transformers, diffusers and the device
   package versions (the run's settings);
 - the task's dtype (a run of several dtypes has a task per dtype);
@@ -13,10 +15,11 @@ A task's key is everything that can change its rows (DESIGN.md, Contracts):
   every edit where the project version would not; the Python version; and the test-only fault
   rules that act inside a task (`runners.faults`).
 Equal keys give equal rows. `hfsweep run --reuse latest|RUN_ID|all` copies the rows of every
-task whose key an earlier run of the store has (its results and fallbacks) into this run, with
-`reused_from` naming the run that ran it, and runs only the new keys. A task whose outcome has a
-`timeout`, `crash` or `oom` stage is never copied: those may be the machine's doing (a starved
-worker, a neighbour's memory), so the task runs again.
+task whose key an earlier run of the store has (its results, fallbacks and alternatives) into
+this run, with `reused_from` naming the run that ran it, and runs only the new keys. A task
+whose outcome has a `timeout`, `crash` or `oom` stage (its alternatives' included) is never
+copied: those may be the machine's doing (a starved worker, a neighbour's memory), so the task
+runs again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from reports.schema import Status
 from reports.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a task key and a plan key mean. A new version whenever a key would map the same content to
+# other rows or another plan, so that an older store's keys match nothing: its tasks run again
+# and its entries are planned again, never read as if they meant what they mean now.
+# 2: tiny configs in canonical form (`Adapter.canonical`), a tiny model's hash names the ops.
+KEY_VERSION = 2
 # What decides a row: resolving, shrinking, building and running a model (with their data
 # files), the stages' status vocabulary and error signatures, and the mapping of an outcome to
 # rows. Not: the driver, executors, writer, reports and dashboard, which move rows or read them.
@@ -47,12 +55,14 @@ CODE = (
     "sweep/rows.py",
 )
 CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
+# In those folders but deciding no task's rows: the hardware data and the cores-needed formula,
+# which the driver applies to each run's sizing rows (a corrected figure reruns no model).
+NOT_CODE = frozenset({"runners/hardware.py", "runners/data/hardware.json"})
 # Run settings that are not part of a task's content: the catalog (a model's content is its
 # resolved config, in the shrunk config's hash) and where the run was made.
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
 NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version", "dtype"})
 NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
-MODES = ("latest", "all")
 
 
 @cache
@@ -67,7 +77,7 @@ def code_hash() -> str:
             else sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES)
         )
         for f in files:
-            if "__pycache__" in f.parts:
+            if "__pycache__" in f.parts or str(f.relative_to(ROOT)) in NOT_CODE:
                 continue
             digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -75,7 +85,7 @@ def code_hash() -> str:
 
 def adapter_versions() -> dict[str, str | None]:
     """The installed version of each library adapter's package (None: not installed)."""
-    from model_configs.adapters import ADAPTERS, get_adapter
+    from model_configs.libraries import ADAPTERS, get_adapter
     from sweep.settings import package_version
 
     out: dict[str, str | None] = {}
@@ -119,7 +129,7 @@ class KeyContext:
     def key(self, spec: Any, dtype: str) -> str:
         """The key of the task that runs `spec` (a TinySpec) at `dtype` in this run."""
         package = dict(self.versions).get(spec.library)
-        text = f"{self.run_part}\0{spec.library}\0{package}\0{spec.hash}\0{dtype}"
+        text = f"{KEY_VERSION}\0{self.run_part}\0{spec.library}\0{package}\0{spec.hash}\0{dtype}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -161,7 +171,9 @@ def reusable(store: Store, runs: Iterable[str]) -> Iterator[Reusable]:
     with their fallbacks; none with a `timeout`, `crash` or `oom` stage."""
     for run_id in runs:
         for lead, rows, outcome in lead_outcomes(store, run_id, keyed=True):
-            if any(r["status"] in NOT_REUSED for r in rows):
+            if any(r["status"] in NOT_REUSED for r in rows) or any(
+                s.status in NOT_REUSED for a in outcome.alternatives for s in a.stages
+            ):
                 continue
             first = rows[0]
             yield Reusable(
@@ -179,10 +191,11 @@ def lead_outcomes(
     """(model, its stage rows, its ModelOutcome) of every model of `run_id` whose task ran (or
     was reused) for it, not a dedup member's copy, once per dtype of the run (its rows say
     which); `keyed`: only those with a task key."""
-    from runners.outcome import ModelOutcome, StageResult
+    from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 
     fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
     fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
+    alternative_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("alternatives", run_id)}
     for part in store.part_files("results", run_id):
         rows = store.dataset("results", [part]).to_table().to_pylist()
         # a lead per (model, dtype): a run of several dtypes ran a task for each
@@ -202,6 +215,14 @@ def lead_outcomes(
                     ops.setdefault((f["model_id"], f.get("dtype"), f["stage"]), []).append(
                         {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
                     )
+        # the switches of its own code each lead was run again with, stage rows in order
+        tried: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+        alt = alternative_parts.get(part.rsplit("/", 1)[-1])
+        if alt:
+            for a in store.dataset("alternatives", [alt]).to_table().to_pylist():
+                if a["dedup_of"] is None and (a["model_id"], a["dtype"]) in leads:
+                    by = tried.setdefault((a["model_id"], a["dtype"]), {})
+                    by.setdefault(a["implementation"], []).append(a)
         for (model, dtype), stage_rows in leads.items():
             stages = [
                 StageResult(
@@ -219,5 +240,13 @@ def lead_outcomes(
                 first["worker"],
                 timings=timings,
                 peak_host_memory_bytes=first.get("peak_host_memory_bytes"),
+                alternatives=[
+                    AlternativeRun(
+                        implementation,
+                        [StageResult(**{k: v for k, v in r.items() if k in fields}) for r in rows],
+                        rows[0]["wall_s"],
+                    )
+                    for implementation, rows in tried.get((model, dtype), {}).items()
+                ],
             )
             yield model, stage_rows, outcome

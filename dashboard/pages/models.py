@@ -14,15 +14,25 @@ from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_ur
 from reports.coverage import run_stages
 from reports.errors import UsageError
 from reports.ids import unsafe_model_id
-from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
+from reports.models import (
+    OUTCOME_FILTERS,
+    SORT_COLUMNS,
+    ModelFilter,
+    facets,
+    find_stored_model,
+    model_detail,
+    not_found_answer,
+)
 from reports.models import model_table as model_table_query
 from reports.schema import Status
+from reports.sizing import FITS, PARAMS
 
 router = APIRouter()
 API = {
     "/api/models?run=&search=&outcome=&stage=&status=&library=&task=&model_type="
-    "&sort=&order=&page=&per_page=": "one page of the models table (a run of several dtypes: "
-    "a row per model and dtype; &dtype= one of them, &differs=true the models that differ)",
+    "&fit=&params=&sort=&order=&page=&per_page=": "one page of the models table (a run of several "
+    "dtypes: a row per model and dtype; &dtype= one of them, &differs=true the models that "
+    "differ; &fit= and &params= filter by the cores and parameters at full size)",
     "/api/models/{org}/{name}?run=": "one model (ids without an org: /api/models/{name}; "
     "&dtype= the top level at one dtype of a run of several)",
 }
@@ -42,6 +52,8 @@ def table_params(
     signature: str | None = None,
     dtype: str | None = None,
     differs: bool = False,
+    fit: str | None = None,
+    params: str | None = None,
     sort: str = "downloads",
     order: str = "desc",
     page: int = Query(1),
@@ -61,6 +73,8 @@ def table_params(
         "signature": signature,
         "dtype": dtype,
         "differs": differs,
+        "fit": fit,
+        "params": params,
         "sort": sort,
         "order": order,
         "page": page,
@@ -84,6 +98,8 @@ def table_data(dash: Dashboard, params: dict[str, Any]) -> tuple[dict[str, Any],
         error_signature=params["signature"] or None,
         dtype=params["dtype"] or None,
         differs=bool(params["differs"]),
+        fit=params["fit"] or None,
+        params=params["params"] or None,
         sort=params["sort"],
         order=params["order"],
         page=params["page"],
@@ -136,6 +152,8 @@ def models(
         outcomes=OUTCOME_FILTERS,
         statuses=[s.value for s in Status],
         sort_columns=SORT_COLUMNS,
+        fits=FITS,
+        param_ranges=PARAMS,
         denominators=dash.denominators(data["run_id"]),
         stages=run_stages(dash.q, data["run_id"]),
     )
@@ -158,8 +176,13 @@ def detail_data(
     found = model_detail(dash.q, model_id, run_id, dtype or None)
     if found is None:
         where = f"run {run_id}" if run_id else "any run"
-        at = f" at dtype {dtype}" if dtype else ""
-        raise NotFound(f"no results for model {model_id!r}{at} in {where}")
+        where += f" at dtype {dtype}" if dtype else ""
+        meant, check = find_stored_model(dash.q, model_id, dash.catalog)
+        if meant.how == "case":  # the one stored id that differs only in case: its page
+            found = model_detail(dash.q, str(meant.model_id), run_id, dtype or None)
+        if found is None:
+            answer = not_found_answer(meant, check, where)
+            raise NotFound(answer["message"], hint=answer["hint"], answer=answer)
     return found
 
 

@@ -15,7 +15,8 @@
   failed before one that ran out of time, a rank out of time while waiting for a peer last;
   with that rank (`failed_rank`) and, in the message, what every other rank did. A rank killed
   from outside (SIGKILL that was not the OOM killer), or one whose set-up failed, is the
-  environment's (`EnvironmentFault`: the task is retried, nothing recorded). Otherwise the
+  environment's: its supervisor raises `EnvironmentFault` as soon as it sees it, and leaving
+  the group kills every rank (the task is retried, nothing recorded). Otherwise the
   ranks' results are merged: fallbacks summed per op, collectives per op (calls per rank,
   bytes over ranks), each rank's peak device memory, the largest error.
 """
@@ -30,14 +31,13 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from model_configs.spec import TinySpec
-from reports.errors import EnvironmentFault
 from reports.schema import DISTRIBUTED_STAGES, STAGE_NEEDS, Stage, Status
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
-from runners.supervisor import JOIN_S, POLL_S, Child, Ending
+from runners.supervisor import JOIN_S, POLL_S, Child, Ending, Kind
 
 HOST = "127.0.0.1"
 # how long a failed group's other ranks are watched for an exit already under way
@@ -51,7 +51,6 @@ class RankEnd:
     rank: int
     result: StageResult | None = None  # what the rank reported for the stage
     error: tuple[str, str] | None = None  # an exception that escaped it after set-up
-    env: tuple[str, str] | None = None  # its set-up failed (the environment's)
     ending: Ending | None = None  # it ended without a word: past its deadline, or dead
     stopped: str | None = None  # killed with the group: what it was doing then
     order: int = 0  # when its end was seen (failures are told in this order)
@@ -80,13 +79,13 @@ class RankEnd:
 
     @property
     def over(self) -> bool:
-        return bool(self.result is not None or self.error or self.env or self.ending is not None)
+        return bool(self.result is not None or self.error or self.ending is not None)
 
     @property
     def failed(self) -> bool:
         if self.result is not None:
             return self.result.status not in (Status.PASS.value, Status.SKIP.value)
-        return bool(self.error or self.env or self.ending is not None)
+        return bool(self.error or self.ending is not None)
 
 
 @contextlib.contextmanager
@@ -117,7 +116,9 @@ def run_group(spec: TinySpec, settings: ModelSettings, stage: Stage, *, spawn: b
                 (spec, settings, stage.value, rank, world, port, board),
                 spawn=spawn,
                 memory_limit=settings.memory_limit,
+                process=f"rank {rank} of {world}",
             )
+            child.doing = child.stage = stage.value  # what its faults and death say
             group.enter_context(child)  # leaving kills it and its process group
             child.deadline(settings.timeout_s)
             children.append(child)
@@ -132,12 +133,10 @@ def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
         for end, child in zip(ends, children, strict=True):
             while not end.over and (message := child.poll()) is not None:
                 kind, payload = message
-                if kind == "result":
+                if kind == Kind.STAGE:
                     end.result = payload
-                elif kind == "error":
+                elif kind == Kind.ERROR:
                     end.error = payload
-                elif kind == "env":
-                    end.env = payload
             if not end.over and child.ending is not None:
                 end.ending = child.ending
             if end.over and not end.order:
@@ -245,13 +244,6 @@ def _failure(
         merged.error_signature = r.error_signature
         merged.sharding_evidence = r.sharding_evidence
         return
-    if first.env is not None:
-        raise EnvironmentFault(
-            f"rank {first.rank} of {world} could not set up for {stage.value}: "
-            f"{first.env[0]}: {first.env[1]}",
-            stage=stage.value,
-            cause_type=first.env[0],
-        )
     if first.error is not None:
         status, error_type, text = Status.FAIL, first.error[0], first.error[1]
     else:
@@ -262,9 +254,8 @@ def _failure(
             if first.state is not None:
                 text += f", {first.state.describe()}"
         else:
-            death = first.ending.death(f"{stage.value} on {where}")
-            if death.status is None:
-                raise EnvironmentFault(death.message, stage=stage.value)
+            death = first.ending.death  # a death from outside raised EnvironmentFault
+            assert death is not None and death.status is not None
             status, error_type, text = death.status, "WorkerCrashed", death.message
     message = f"{where}: {text}{tail}"
     merged.status, merged.error_type = status.value, error_type
@@ -282,8 +273,6 @@ def _what_it_did(end: RankEnd) -> str:
         return f"{end.result.status}: {end.result.error_type}"
     if end.error is not None:
         return f"raised {end.error[0]}"
-    if end.env is not None:
-        return f"could not set up ({end.env[0]})"
     if end.ending is not None and end.ending.timed_out:
         waiting = f", {end.state.describe()}" if end.state is not None else ""
         return f"ran past its deadline{waiting}"

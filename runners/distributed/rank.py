@@ -23,7 +23,7 @@ from runners import faults
 from runners.distributed.status import SETUP, Board, RankStatus, attach
 from runners.distributed.verdict import with_evidence
 from runners.settings import ModelSettings
-from runners.supervisor import Send, peak_rss_bytes
+from runners.supervisor import Kind, Send, peak_rss_bytes
 
 HOST = "127.0.0.1"
 GROUP_TIMEOUT_MARGIN_S = 120.0  # the group's own timeout: the stage's deadline and this
@@ -75,14 +75,14 @@ def rank_main(
     device.setup_rank(rank, world)
     status.exact = bool(getattr(device, "collective_waits", False))
     collective_log.watch(status.collective)
-    send(("ready", time.perf_counter() - started))
+    send((Kind.READY, time.perf_counter() - started))
     status.phase(stage)
     ctx = StageContext(spec=spec, device=device, settings=settings, compare=True)
     runner = stage_runner(Stage(stage))()
     result = run_stage(runner, ctx)  # the stage joins the group once its model is loaded
     with_evidence(result, device)
-    send(("peak", peak_rss_bytes()))
-    send(("result", result))
+    send((Kind.PEAK, peak_rss_bytes()))
+    send((Kind.STAGE, result))
     if result.status not in ("pass", "skip"):
         # A peer may be waiting for this rank in a collective: leaving would close its
         # connections and make it fail too. The launcher ends the whole group.

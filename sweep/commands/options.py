@@ -16,17 +16,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from reports import settings
 from reports.errors import UsageError
 from reports.schema import (
     DEFAULT_STAGES,
     DISTRIBUTED_STAGES,
+    SHAPE_STAGES,
     STAGE_NEEDS,
     TRAINING_STAGES,
     Stage,
 )
 from runners.settings import (
+    ALTERNATIVES_MODES,
     DEFAULT_WORLD_SIZE,
     DTYPE_NAMES,
     DeviceChoice,
@@ -192,6 +195,43 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--compile-backend",
         help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
     )
+    group.add_argument(
+        "--alternatives",
+        choices=ALTERNATIVES_MODES,
+        default="auto",
+        help="a model that fails is run again with switches of its own code (transformers' "
+        "experts_implementation, attn_implementation), each as rows of its own: auto (the "
+        "default) those its failure's class names (docs/next-steps.md), all, none",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 < value <= 1 << 24:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {1 << 24:,}, not {value:,}")
+    return value
+
+
+def add_sizing_arguments(p: argparse.ArgumentParser) -> None:
+    """What the full-size serving memory assumes (docs/sizing.md)."""
+    from runners.hardware import SERVE_BATCH, SERVE_CONTEXT
+
+    group = p.add_argument_group("at full size (docs/sizing.md)")
+    group.add_argument(
+        "--serve-context",
+        type=_positive_int,
+        default=SERVE_CONTEXT,
+        help=f"tokens of KV cache per served sequence (default {SERVE_CONTEXT})",
+    )
+    group.add_argument(
+        "--serve-batch",
+        type=_positive_int,
+        default=SERVE_BATCH,
+        help=f"sequences served at once (default {SERVE_BATCH})",
+    )
 
 
 def dtypes(args: argparse.Namespace) -> tuple[str, ...]:
@@ -210,6 +250,8 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
         memory_limit=memory_limit(args),
         compile_backend=args.compile_backend,
         world_size=args.world_size,
+        alternatives=args.alternatives,
+        implementation=getattr(args, "implementation", None),
     )
 
 
@@ -217,19 +259,21 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
 STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
     "default": DEFAULT_STAGES,
     "training": TRAINING_STAGES,
+    "shapes": SHAPE_STAGES,
     "distributed": DISTRIBUTED_STAGES,
     "all": tuple(Stage),
 }
 STAGES_HELP = (
     "comma-separated stages: load,forward,backward,compile,generate (the default), "
-    "optimizer,optimizer_fused,amp,lora (training), ddp,fsdp,tp (distributed: on "
-    "--world-size ranks); a training or distributed stage brings load,forward,backward; or "
-    "the groups default, training, distributed, all"
+    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward), "
+    "shapes,generate_compiled (shapes: each brings the stages it builds on), ddp,fsdp,tp "
+    "(distributed: on --world-size ranks; each brings load,forward,backward); or the groups "
+    "default, training, shapes, distributed, all"
 )
 
 
 def stage_list(text: str | None) -> list[Stage]:
-    """`--stages`: stage names and groups (`default`, `training`, `distributed`, `all`),
+    """`--stages`: stage names and groups (`default`, `training`, `shapes`, `distributed`, `all`),
     comma-separated; none: the default stages. A training or distributed stage brings the
     stages it builds on (load, forward, backward). Returned once each, in stage order."""
     if not text:
@@ -247,7 +291,7 @@ def stage_list(text: str | None) -> list[Stage]:
                 f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
                 f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
-    for stage in wanted & {*TRAINING_STAGES, *DISTRIBUTED_STAGES}:
+    for stage in wanted & {*TRAINING_STAGES, *SHAPE_STAGES, *DISTRIBUTED_STAGES}:
         wanted.update(STAGE_NEEDS[stage])
     return [s for s in Stage if s in wanted]
 
@@ -261,3 +305,16 @@ def names(text: str | None) -> tuple[str, ...] | None:
 
 def command_line() -> str:
     return " ".join(["hfsweep", *sys.argv[1:]])
+
+
+def catalog_models(source: str) -> list[Any]:
+    """The catalog's entries as the reading side takes them (none when it cannot be read)."""
+    from model_configs.catalog import load_catalog
+    from reports.errors import SweepError
+    from reports.model_search import CatalogModel
+
+    try:
+        catalog = load_catalog(source)
+    except (SweepError, OSError):
+        return []
+    return [CatalogModel(e.model_id, e.rank, e.downloads) for e in catalog.entries]
