@@ -201,6 +201,9 @@ def test_the_world_size_is_a_setting_only_where_a_distributed_stage_runs():
         def profile_info(self):
             return None, None
 
+        def identity(self):
+            return {"device": self.name, "device_emulated": False, "device_profile": None}
+
     from runners.settings import row_settings
 
     rows = {w: row_settings(s, {"device": Known()}) for w, s in ((2, two), (4, four))}
@@ -295,7 +298,7 @@ def test_the_ranks_results_merge_into_one_row():
 def test_a_task_asking_for_more_than_the_cluster_has_is_refused(ray_session):
     from sweep.executors import RayExecutor
 
-    executor = RayExecutor(ModelSettings(), run_fn=lambda payload, settings: None)
+    executor = RayExecutor(run_fn=lambda payload, settings: None)
     executor._check_feasible({"num_cpus": 2})  # the session's Ray has two
     with pytest.raises(UsageError, match="asks for 3 CPU"):
         executor._check_feasible({"num_cpus": 3})
