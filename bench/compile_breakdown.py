@@ -171,9 +171,9 @@ def main() -> int:
     from sweep.plan import group_tasks, plan_entries
 
     torch.set_num_threads(1)  # as each sweep child runs
-    tasks = group_tasks(plan_entries(load_catalog("bundled").top(args.top), list(Stage)))
     stages = [Stage.LOAD, Stage.FORWARD, Stage.BACKWARD, Stage.COMPILE]
     settings = ModelSettings(device=args.device, stages=tuple(stages))
+    tasks = group_tasks(plan_entries(load_catalog("bundled").top(args.top), list(Stage)), settings)
     in_child: dict[str, float] = {}
     if args.children:  # before this process sets the device up: forks must not inherit it
         from runners.isolation import run_isolated

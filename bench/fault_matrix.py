@@ -8,18 +8,19 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
          again (nothing to do, nothing doubled)
   node   a real two-node cluster on loopback (token auth): during one sweep the worker node is
          killed (SIGKILL of every process of its `ray start`) whenever it holds a model task,
-         and started again, `--trials` times
+         and started again, `--trials` times (each model waits in its load stage until the
+         bench releases it or kills its node: what runs where is seen, never raced)
   env    `--trials` sweeps (`--local`) where the environment keeps failing for one model (its
          device does not set up): no row for it, exit 3 naming it, then the same command
          without the fault writes its rows
   kill   one run (embedded Ray) whose driver is killed with SIGKILL at a random moment,
-         `--kills` times, each time resumed with the same run id, then finished
+         `--kills` times, each time resumed with the same run id, then finished (its last
+         model waits until the kills are done, so that no kill comes after the run's end)
   ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
          round, one OpInfo per fault type, its first sample faulted (matched by its name),
          beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
   ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
-  ops-kill  as `kill`, for one op run (`--kills` times; a kill that comes after the run
-         finished is not a trial)
+  ops-kill  as `kill`, for one op run (`--kills` times; its last OpInfo waits likewise)
 Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
 row and then the right rows), rows lost, rows duplicated, processes left behind (model
 children, what they started, Ray processes of a killed driver), and environment errors
@@ -429,10 +430,42 @@ def _kill_session(proc: subprocess.Popen) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
+def _alive_nodes(address: str, env: dict[str, str]) -> int:
+    """How many nodes of the cluster at `address` are alive (0: it does not answer yet)."""
+    code = (
+        "import sys, ray\n"
+        "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+        "print(sum(1 for n in ray.nodes() if n['Alive']))"
+    )
+    quiet = {k: v for k, v in env.items() if k not in (faults.ENV, faults.STATE_ENV)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, address], env=quiet, capture_output=True, text=True
+    )
+    last = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
+    return int(last[0]) if last and last[0].isdigit() else 0
+
+
+def _wait_for_nodes(address: str, env: dict[str, str], n: int, seconds: float = 600.0) -> None:
+    """Until `n` nodes are alive (the deadline guards against a hang, it is not a speed)."""
+    deadline = time.monotonic() + seconds
+    while _alive_nodes(address, env) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster at {address} never had {n} nodes alive")
+        time.sleep(1.0)
+
+
+def _fired_rules(state: Path) -> list[tuple[int, int]]:
+    """(rule, pid) of every firing recorded in the fault hook's state folder."""
+    names = os.listdir(state) if state.is_dir() else []
+    return [(int(n.split("-")[1]), int(n.split("-")[2])) for n in names if n.startswith("fired-")]
+
+
 def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
     catalog, ids = write_trial_catalog(work / "node", max(6, 7 * trials), "nn")
     hashes = shrunk_hashes(catalog)
-    rules = [{"at": "stage:load", "match": hashes[m], "fault": "sleep:3"} for m in ids]
+    # each model waits in its load stage until the bench sees where it runs: on the head it is
+    # released, on the worker node the node is killed under it (a trial), whatever the speed
+    rules = [{"at": "stage:load", "match": hashes[m], "fault": "wait"} for m in ids]
     state, store, mark = work / "node-state", work / "node-store", uuid.uuid4().hex
     env = bench_env(mark, rules, state)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
@@ -441,9 +474,9 @@ def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
     worker = None
     line = Line("a node that leaves the cluster")
     try:
-        time.sleep(8)
+        _wait_for_nodes(address, env, 1)
         worker = _start_node([f"--address={address}"], env)
-        time.sleep(8)
+        _wait_for_nodes(address, env, 2)
         driver = subprocess.Popen(
             [
                 *HFSWEEP,
@@ -473,21 +506,27 @@ def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
             text=True,
         )
         killed_children: list[int] = []
-        deadline = time.monotonic() + 60 * trials + 300
+        seen: set[int] = set()  # firings already released or killed
+        deadline = time.monotonic() + 600 * trials + 600  # a guard against a hang
         while line.trials < trials and driver.poll() is None and time.monotonic() < deadline:
-            on_node = [
-                pid
-                for pid in faults.fired(str(state))
-                if alive(pid) and worker is not None and _session_of(pid) == worker.pid
-            ]
-            if not on_node:
+            waiting = [(i, pid) for i, pid in _fired_rules(state) if pid not in seen]
+            waiting = [(i, pid) for i, pid in waiting if alive(pid)]
+            if not waiting:
                 time.sleep(0.2)
+                continue
+            on_node = [pid for _, pid in waiting if worker and _session_of(pid) == worker.pid]
+            for index, pid in waiting:
+                seen.add(pid)
+                if pid not in on_node:
+                    faults.release(str(state), index)  # on the head: it goes on
+            if not on_node:
                 continue
             _kill_session(worker)  # the node leaves: raylet, its workers, their children
             killed_children += on_node
             line.trials += 1
-            time.sleep(1.0)
             worker = _start_node([f"--address={address}"], env)
+            _wait_for_nodes(address, env, 2)
+        faults.release(str(state))  # the trials are done: every model goes on
         _, err = driver.communicate(timeout=1800)
         rows = read_rows(store, "node")
         counts = pair_counts(rows)
@@ -580,17 +619,20 @@ def kill_and_resume(
     kills: int,
     rng: random.Random,
     work: Path,
+    waiting: dict[str, Any],
 ) -> None:
     """Start `cmd` (a driver) and SIGKILL it at a random moment, `kills` times, each time
     counting what it lost (rows there before, gone after), doubled or left behind; then run it
-    to the end. A driver that finished before its kill is no trial (what it did still counts)."""
+    to the end. In the killed runs the `waiting` fault rule (the last task's `wait`) holds the
+    run open, so every kill lands mid-run, however fast the rest ran; the final run has no
+    fault. A driver that finished before its kill anyway is no trial."""
     seen: Counter = Counter()
     for _ in range(kills):
         mark = uuid.uuid4().hex
         driver = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=bench_env(mark, None, work),
+            env=bench_env(mark, [waiting], work / "kill-state"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -632,14 +674,17 @@ def kill_and_resume(
 
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
-    # Large enough that every kill lands mid-run (on the 2-core machine 150 models took 19
-    # kills of 1-20 s each, with Ray starting again after every one, to finish: about 8 per
-    # kill), and no larger: `--fast`'s 2 kills get 50.
+    # The kills land at many points of the run (on the 2-core machine 150 models took 19
+    # kills of 1-20 s each, with Ray starting again after every one, to finish); the last
+    # model waits until the kills are done, so none lands after the run's end. `--fast`'s 2
+    # kills get 50 models.
     catalog, ids = write_trial_catalog(work / "kill", max(50, 25 * kills), "kk")
+    waiting = {"at": "stage:load", "match": shrunk_hashes(catalog)[ids[-1]], "fault": "wait"}
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")
     cmd = run_command(catalog, store, "kill", "--num-cpus", "2")
-    kill_and_resume(line, cmd, lambda: pair_counts(read_rows(store, "kill")), kills, rng, work)
+    counts = lambda: pair_counts(read_rows(store, "kill"))  # noqa: E731
+    kill_and_resume(line, cmd, counts, kills, rng, work, waiting)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
     missing = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
@@ -812,7 +857,8 @@ def section_ops_kill(kills: int, work: Path, seed: int) -> list[Line]:
     cmd = [*HFSWEEP, "ops", "--ops", ",".join(ops), "--dtypes", "fp32", "--device", "cpu"]
     cmd += ["--store", str(store), "--run-id", "kill", "--num-cpus", "2", "--group-size", "1"]
     cmd += ["--no-report"]
-    kill_and_resume(line, cmd, lambda: op_keys(op_rows(store, "kill")), kills, rng, work)
+    waiting = {"at": "sample", "match": ops[-1], "fault": "wait"}
+    kill_and_resume(line, cmd, lambda: op_keys(op_rows(store, "kill")), kills, rng, work, waiting)
     counts = op_keys(op_rows(store, "kill"))
     missing = sum(1 for op in ops if not any(k[0] == op for k in counts))
     line.lost += missing

@@ -28,7 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CATALOG = Path("/work/shared/data/hub-top1000-2026-02-09.csv")
+# the bundled catalog (`model_configs.catalog`'s offline snapshot), read from this repository
+CATALOG = ROOT / "model_configs" / "data" / "catalogs" / "hub-top1000-2026-02-09.csv"
 TOWER_INPUTS = {
     "vision_config": ("pixel_values", "pixel_values_videos", "images", "image_embeds", "flattened_patches",
                       "image_pixel_values"),

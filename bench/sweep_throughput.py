@@ -61,8 +61,8 @@ def floor(top: int, device: str, stages: list[str]) -> dict[str, Any]:
     start = time.perf_counter()
     planned = plan_entries(load_catalog("bundled").top(top), order)
     plan_s = time.perf_counter() - start
-    tasks = group_tasks(planned)
     settings = ModelSettings(device=device, stages=order)
+    tasks = group_tasks(planned, settings)
     dev = settings.device.build()
     dev.setup()
     per_model, per_stage = [], {s: 0.0 for s in stages}

@@ -12,6 +12,7 @@ Each page family is one `APIRouter` in `dashboard/pages/` (listed in `dashboard.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from dashboard.errors import add_error_handlers
 from dashboard.pages import FAMILIES
 from dashboard.site import Dashboard, NotFound, model_url, op_url
+from reports.model_search import CatalogModel
 from reports.query import STAGES, StoreQuery
 from reports.render import site_pages
 from reports.summary import run_report
@@ -33,10 +35,16 @@ __all__ = ["NotFound", "create_app", "model_url", "op_url"]
 
 
 def create_app(
-    store: str, *, refresh_s: float = 2.0, warm: bool = True, threads: int | None = None
+    store: str,
+    *,
+    refresh_s: float = 2.0,
+    warm: bool = True,
+    threads: int | None = None,
+    catalog: Sequence[CatalogModel] = (),
 ) -> FastAPI:
     """The app over `store`. `warm` summarises every run in the background at start-up, so the
-    first visitor does not pay for it."""
+    first visitor does not pay for it. `catalog`: what a model page with no results searches
+    (its rank, the ids meant)."""
     q = StoreQuery(store, refresh_s=refresh_s, threads=threads)
 
     @asynccontextmanager
@@ -65,7 +73,7 @@ def create_app(
         nav=[link for family in FAMILIES for link in family.NAV],
     )
     endpoints = {path: what for family in FAMILIES for path, what in family.API.items()}
-    app.state.dashboard = Dashboard(q, env, endpoints)
+    app.state.dashboard = Dashboard(q, env, endpoints, tuple(catalog))
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     add_error_handlers(app)

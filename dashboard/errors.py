@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -12,15 +14,30 @@ from dashboard.site import Dashboard, NotFound
 from reports.errors import StoreError, UsageError
 
 
-def error(request: Request, status: int, message: str, hint: str | None = None) -> Response:
+def error(
+    request: Request,
+    status: int,
+    message: str,
+    hint: str | None = None,
+    answer: dict[str, Any] | None = None,
+) -> Response:
+    """The error as JSON under `/api/` (with `answer`'s fields: a model's catalog entry, the
+    command that checks it, the ids meant), the error page elsewhere."""
     if request.url.path.startswith("/api/"):
-        body = {"error": message, "status": status}
+        body: dict[str, Any] = {"error": message, "status": status}
         if hint:
             body["hint"] = hint
+        body.update({k: v for k, v in (answer or {}).items() if k not in ("message", "hint")})
         return JSONResponse(body, status_code=status)
     dash: Dashboard = request.app.state.dashboard
     return dash.render(
-        request, "error.html", status_code=status, status=status, message=message, hint=hint
+        request,
+        "error.html",
+        status_code=status,
+        status=status,
+        message=message,
+        hint=hint,
+        answer=answer or {},
     )
 
 
@@ -39,7 +56,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> Response:
-        return error(request, 404, str(exc))
+        return error(request, 404, str(exc), exc.hint, exc.answer)
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> Response:

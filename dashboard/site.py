@@ -19,12 +19,22 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from reports import op_sweep
 from reports.errors import StoreError, UsageError
+from reports.model_search import CatalogModel
 from reports.query import StoreQuery
 from reports.store import check_run_id
 
 
 class NotFound(Exception):
-    """A model or run the store does not have (HTTP 404)."""
+    """A model or run the store does not have (HTTP 404). `hint`: what to do instead; `answer`:
+    more for the JSON body and the page (a model's catalog entry, the command that checks it,
+    the ids meant: `reports.models.not_found_answer`)."""
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, answer: dict[str, Any] | None = None
+    ):
+        super().__init__(message)
+        self.hint = hint
+        self.answer = answer or {}
 
 
 def op_url(op: str, run_id: str | None = None, op_run_id: str | None = None) -> str:
@@ -47,6 +57,9 @@ class Dashboard:
     q: StoreQuery
     env: jinja2.Environment
     endpoints: dict[str, str] = field(default_factory=dict)
+    # the catalog, for a model with no results: its rank and the ids meant (`hfsweep dashboard`
+    # gives the bundled one or its --catalog)
+    catalog: tuple[CatalogModel, ...] = ()
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **ctx: Any

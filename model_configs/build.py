@@ -71,6 +71,17 @@ def to_dtype(spec: TinySpec, model: Any, dtype: Any) -> Any:
     return get_adapter(spec.library).to_dtype(spec, model, dtype)
 
 
+def implementation_switches(spec: TinySpec) -> dict[str, str]:
+    """The switches of the model's own code it can run with (switch -> its default value)."""
+    return get_adapter(spec.library).implementation_switches(spec)
+
+
+def set_implementation(spec: TinySpec, model: Any, implementation: str) -> None:
+    """Run the loaded model with `implementation` (`"switch=value"`), the library's way."""
+    switch, _, value = implementation.partition("=")
+    get_adapter(spec.library).set_implementation(model, switch, value)
+
+
 def missing_package(exc: BaseException) -> str | None:
     """The optional package an ImportError says the model needs but this environment lacks
     (timm, natten, detectron2, torchaudio...), or None for any other error."""

@@ -52,11 +52,33 @@ def _parse(path: Path, model_id: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise guards.malformed(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", model_id
-        ) from exc
+        error = guards.malformed(
+            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+            model_id,
+        )
+        error.hint = json_hint(text, exc)
+        raise error from exc
     except RecursionError:  # nested deeper than the JSON parser goes
         raise guards.malformed(f"{path}: nested too deep to parse", model_id) from None
+
+
+def json_hint(text: str, exc: json.JSONDecodeError) -> str:
+    """Where a JSON file breaks, shown (the line, a caret under the column) with the usual
+    cause: a trailing comma, a missing quote or comma, a comment, single quotes."""
+    line = text.splitlines()[exc.lineno - 1] if text.splitlines() else ""
+    start = max(0, exc.colno - 40)
+    excerpt = line[start : exc.colno + 20]
+    caret = " " * (exc.colno - 1 - start) + "^"
+    before = line[: exc.colno - 1].rstrip()
+    if before.endswith(",") and exc.msg.startswith("Expecting property name"):
+        cause = "a comma before the closing brace (JSON allows no trailing comma)"
+    elif "'" in excerpt and "double quotes" in exc.msg:
+        cause = "single quotes (JSON strings take double quotes)"
+    elif "//" in line or "#" in line.lstrip()[:1]:
+        cause = "a comment (JSON has none)"
+    else:
+        cause = "a missing comma, quote or brace"
+    return f"{cause}, near:\n  {excerpt}\n  {caret}"
 
 
 def from_file(

@@ -55,6 +55,43 @@ def build_model(spec: TinySpec) -> Any:
     return model.eval()
 
 
+# transformers 5.24's documented switches of a model's own code (PreTrainedModel's
+# `set_experts_implementation` / `set_attn_implementation`, the `experts_implementation` and
+# `attn_implementation` kwargs of `from_pretrained` / `_from_config`), and the value each takes
+# when none is asked for (`get_correct_experts_implementation`, `get_correct_attn_implementation`).
+SWITCH_SETTERS = {
+    "experts_implementation": "set_experts_implementation",
+    "attn_implementation": "set_attn_implementation",
+}
+
+
+def implementation_switches(spec: TinySpec) -> dict[str, str]:
+    """The switches the spec's class takes, with its default value: `experts_implementation`
+    (`grouped_mm`) where its experts use `@use_experts_implementation`, `attn_implementation`
+    (`sdpa`) where it supports SDPA through the attention interface."""
+    import transformers
+
+    cls = getattr(transformers, spec.architecture, None)
+    out: dict[str, str] = {}
+    if cls is None or not hasattr(cls, "_can_set_experts_implementation"):
+        return out
+    if cls._can_set_experts_implementation():
+        out["experts_implementation"] = "grouped_mm"
+    if getattr(cls, "_supports_sdpa", False) and cls._can_set_attn_implementation():
+        out["attn_implementation"] = "sdpa"
+    return out
+
+
+def set_implementation(model: Any, switch: str, value: str) -> None:
+    """`model.set_experts_implementation(value)` / `model.set_attn_implementation(value)`."""
+    setter = SWITCH_SETTERS.get(switch)
+    if setter is None:
+        raise ValueError(
+            f"unknown implementation switch {switch!r}; known: {', '.join(SWITCH_SETTERS)}"
+        )
+    getattr(model, setter)(value)
+
+
 def _forward_params(model: Any) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 

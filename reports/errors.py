@@ -151,10 +151,10 @@ def safe_text(exc: BaseException) -> str:
 def format_error(exc: BaseException) -> str:
     """One line (plus an optional hint line) for a user, no traceback."""
     if isinstance(exc, SweepError):
-        where = [
+        where = [  # what the message does not name already
             f"{k}={v}"
             for k, v in (("model", exc.model_id), ("stage", exc.stage), ("device", exc.device))
-            if v
+            if v and str(v) not in exc.message
         ]
         text = f"error: {exc.message}" + (f" ({', '.join(where)})" if where else "")
         if exc.hint:

@@ -1,11 +1,22 @@
-"""Why models did not pass: failure clusters by normalised error signature, and skips by reason."""
+"""Why models did not pass: failure clusters by normalised error signature, skips by reason, and
+the next step of each failure class (`reports.next_steps`), with how many models passed when
+run again with a switch of their own code."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from reports import next_steps
 from reports.coverage import share
-from reports.query import IN_DTYPE, OUTCOME_FAILED, OUTCOME_PARTIAL, OUTCOME_SKIPPED, StoreQuery
+from reports.query import (
+    IN_DTYPE,
+    OUTCOME_FAILED,
+    OUTCOME_PARTIAL,
+    OUTCOME_PASSED,
+    OUTCOME_SKIPPED,
+    Scan,
+    StoreQuery,
+)
 
 
 def failure_clusters(
@@ -92,3 +103,86 @@ def skip_reasons(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[d
         return rows
 
     return q.memo("skip_reasons", run_id, build, dtype)
+
+
+def next_step_classes(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
+    """Every model that is not a clean pass (no CPU fallback, every compiler verdict with
+    evidence), by the next-step table's class: models, downloads, the step of its most
+    downloaded model, and how many of them passed with a switch of their own code (which)."""
+
+    def build() -> list[dict[str, Any]]:
+        q.ensure_summaries([run_id])
+        total = q.run_downloads(run_id, dtype)
+        run = q.run_info(run_id) or {}
+        rows = q.fetch(
+            f"""
+            SELECT model_id, dtype, downloads, skip_reason, skip_message, failed_stage,
+              failed_status, error_type, error_message, failing_op, failed_evidence,
+              unverified, fallback_ops
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
+              AND NOT (outcome = '{OUTCOME_PASSED}' AND NOT unverified AND fallback_ops = 0)
+            ORDER BY downloads DESC, model_id
+            """,
+            {"run": run_id, "dtype": dtype},
+        )
+        proven = _passing_alternatives(q, run_id, dtype)
+        classes: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            row = next_steps.summary_row(r)
+            found = next_steps.classify(row)
+            c = classes.get(found.failure)
+            switch = proven.get((r["model_id"], r["dtype"]))
+            if c is None:  # the most downloaded model of the class says its step
+                step = next_steps.step_for_row(
+                    row,
+                    model=r["model_id"],
+                    device=run.get("device") or "cpu",
+                    timeout_s=run.get("timeout_s"),
+                    alternatives=[next_steps.Alternative(switch, True)] if switch else [],
+                )
+                c = classes[found.failure] = {
+                    "failure": found.failure,
+                    "title": found.title,
+                    "models": 0,
+                    "downloads": 0,
+                    "step": step.text,
+                    "example": r["model_id"],
+                    "proven": {},
+                    "top_models": [],
+                }
+            c["models"] += 1
+            c["downloads"] += r["downloads"] or 0
+            if len(c["top_models"]) < 5:
+                c["top_models"].append(r["model_id"])
+            if switch:
+                c["proven"][switch] = c["proven"].get(switch, 0) + 1
+        out = sorted(classes.values(), key=lambda c: (-c["downloads"], -c["models"]))
+        for c in out:
+            c["downloads_share"] = share(c["downloads"], total)
+        return out
+
+    return q.memo("next_step_classes", run_id, build, dtype)
+
+
+def _passing_alternatives(
+    q: StoreQuery, run_id: str, dtype: str | None
+) -> dict[tuple[str, str], str]:
+    """(model, dtype) -> the first switch of its own code with which every stage passed."""
+    files = q.files(run_id).alternatives
+    if not files:
+        return {}
+    rows = q.fetch(
+        f"""
+        SELECT model_id, dtype, implementation, min(finished_at) AS tried_at
+        FROM alternative_parts WHERE {IN_DTYPE}
+        GROUP BY ALL
+        HAVING bool_and(status = 'pass' OR (status = 'skip' AND reason = 'not_applicable'))
+        ORDER BY tried_at
+        """,
+        {"dtype": dtype},
+        scans={"alternative_parts": Scan("alternatives", files)},
+    )
+    out: dict[tuple[str, str], str] = {}
+    for r in rows:
+        out.setdefault((r["model_id"], r["dtype"]), r["implementation"])
+    return out

@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from reports import next_steps
 from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
 from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
 from reports.errors import UsageError
+from reports.model_search import CatalogModel, Found, find_model
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
+from reports.render import fmt
 from reports.schema import (
     DEFAULT_STAGES,
     RESULTS_SCHEMA,
@@ -275,6 +279,9 @@ def model_detail(
         }
         for h in chosen
     }
+    for d, alts in _alternatives_of(q, files, [model_id]).get(model_id, {}).items():
+        if d in by_dtype:
+            by_dtype[d]["alternatives"] = alts
     stages = by_dtype[primary["dtype"]]["stages"]
     fallbacks = by_dtype[primary["dtype"]]["fallbacks"]
     # parts written before the configs table carried the shrink on every row: still shown
@@ -294,6 +301,7 @@ def model_detail(
         shrink,
         q.run_info(run_id),
         by_dtype,
+        alternatives=by_dtype[primary["dtype"]].get("alternatives", []),
     )
 
 
@@ -370,6 +378,7 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
         ):
             shrinks.setdefault((c["config_hash"], c["shrunk_config_hash"]), c)
     run = q.run_info(run_id)
+    alternatives = _alternatives_of(q, files, list(summaries))
     out = {}
     for model_id, summary in summaries.items():
         stages = sorted(
@@ -389,7 +398,15 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
         summary = next((h for h in history if h["run_id"] == run_id), summary)
         summary.pop("part_no", None)
         out[model_id] = _detail(
-            model_id, run_id, summary, history, stages, fallbacks_of.get(model_id, []), shrink, run
+            model_id,
+            run_id,
+            summary,
+            history,
+            stages,
+            fallbacks_of.get(model_id, []),
+            shrink,
+            run,
+            alternatives=alternatives.get(model_id, {}).get(str(summary.get("dtype")), []),
         )
     return out
 
@@ -420,9 +437,12 @@ def _detail(
     shrink: dict[str, Any],
     run: dict[str, Any] | None,
     by_dtype: dict[str, dict[str, Any]] | None = None,
+    *,
+    alternatives: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One model's page data from its pieces (one model, or many at once); `by_dtype`: each
-    dtype's summary, stages and fallbacks in a run of several."""
+    dtype's summary, stages, fallbacks (and alternatives) in a run of several;
+    `alternatives`: the alternatives table's rows of the model at its dtype."""
     run = run or {}
     first = stages[0] if stages else {}
     device_peaks = [
@@ -434,6 +454,32 @@ def _detail(
     history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
         s.value for s in DEFAULT_STAGES
     ]
+    device = first.get("device") or run.get("device")
+    reproduce = reproduce_command(model_id, device, run.get("stages"), dtypes)
+    changes = _json(shrink.get("shrink_changes"))
+    shrunk = _json(shrink.get("shrunk_config"))
+
+    def step_of(rows: list[dict[str, Any]], fbs: list[dict[str, Any]], alts: list) -> dict:
+        return next_steps.next_step(
+            rows,
+            model=model_id,
+            device=device or "cpu",
+            fallbacks=fbs,
+            check=reproduce_command(model_id, device, run.get("stages"), [rows[0]["dtype"]])
+            if rows and rows[0].get("dtype")
+            else reproduce,
+            timeout_s=run.get("timeout_s"),
+            memory_limit_bytes=run.get("memory_limit_bytes") or None,
+            config=shrunk if isinstance(shrunk, dict) else None,
+            changes=changes if isinstance(changes, dict) else None,
+            alternatives=next_steps.alternatives_of(alts),
+        ).to_dict()
+
+    for entry in by_dtype.values():
+        entry["next_step"] = step_of(
+            entry["stages"], entry["fallbacks"], entry.get("alternatives", [])
+        )
+    ran = [r["duration_s"] for r in stages if r.get("duration_s") is not None]
     return {
         "model_id": model_id,
         "run_id": run_id,
@@ -462,8 +508,11 @@ def _detail(
             first.get("device_emulated") or run.get("device_emulated"),
         ),
         "dtype": first.get("dtype") or summary.get("dtype"),
-        # the model's whole run in its process (the same on each of its rows)
+        # the model's whole run in its process (the same on each of its rows), the sum of its
+        # stages' own seconds, and whose run measured them (a dedup lead's, an earlier run's)
         "wall_s": first.get("wall_s"),
+        "stages_s": sum(ran) if ran else None,
+        "measured_on": _measured_on(first),
         "peak_host_memory_bytes": first.get("peak_host_memory_bytes"),
         "peak_device_memory_bytes": max(device_peaks) if device_peaks else None,
         # offline, the "original" config is a library's default for the architecture, not the
@@ -475,20 +524,59 @@ def _detail(
         "dtypes": dtypes,
         "by_dtype": by_dtype if len(by_dtype) > 1 else {},
         "dtype_differences": _model_differences(by_dtype) if len(by_dtype) > 1 else None,
-        "shrink_changes": _json(shrink.get("shrink_changes")),
-        "shrunk_config": _json(shrink.get("shrunk_config")),
+        "shrink_changes": changes,
+        "shrunk_config": shrunk,
         "versions": {k: run.get(k) for k in VERSION_FIELDS},
         "run": {
             k: run.get(k)
             for k in ("status", "started_at", "updated_at", "catalog", "device_profile", "command")
         },
-        "reproduce": reproduce_command(
-            model_id, first.get("device") or run.get("device"), run.get("stages"), dtypes
-        ),
+        "reproduce": reproduce,
+        "next_step": step_of(stages, fallbacks, alternatives or []),
+        "alternatives": [
+            a.__dict__ | {"described": a.describe()}
+            for a in next_steps.alternatives_of(alternatives or [])
+        ],
         "fine_tune": _fine_tune_of(stages, fallbacks),
         "history": history,
         "history_stages": history_stages,
     }
+
+
+def _measured_on(row: dict[str, Any]) -> str | None:
+    """Whose run a model's times are, when not its own: the dedup lead that ran the tiny model
+    it shares, or the earlier run its rows were copied from."""
+    if row.get("reused_from"):
+        return f"copied from run {row['reused_from']} (--reuse)"
+    if row.get("dedup_of"):
+        return f"measured on {row['dedup_of']}, which shares its tiny model"
+    return None
+
+
+def _alternatives_of(
+    q: StoreQuery, files: RunFiles, model_ids: list[str]
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """model -> dtype -> its alternatives rows (the latest attempt of each switch and stage),
+    in the order they were tried."""
+    if not files.alternatives or not model_ids:
+        return {}
+    rows = q.fetch(
+        """
+        SELECT model_id, dtype, implementation, stage, status, reason, error_type,
+          error_message, failing_op, duration_s, fallback_op_count, wall_s
+        FROM alternative_parts WHERE list_contains($models, model_id)
+        QUALIFY row_number() OVER (PARTITION BY model_id, dtype, implementation, stage
+          ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+        ORDER BY model_id, dtype, min(finished_at) OVER (PARTITION BY model_id, dtype,
+          implementation), implementation, list_position($stages, stage)
+        """,
+        {"models": model_ids, "stages": list(STAGES)},
+        scans={"alternative_parts": Scan("alternatives", files.alternatives)},
+    )
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        out.setdefault(r.pop("model_id"), {}).setdefault(r["dtype"], []).append(r)
+    return out
 
 
 def _stages_by_dtype(
@@ -685,3 +773,58 @@ def _json(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return {"(unparsed)": text}
+
+
+def find_stored_model(
+    q: StoreQuery, asked: str, catalog: Sequence[CatalogModel] = ()
+) -> tuple[Found, str]:
+    """What the store (every run summarised so far) and `catalog` hold for the id `asked`, and
+    the `hfsweep check` command that would run it on the store's device (the newest run's
+    device, stages and dtypes)."""
+    ids, _ = q.available_runs()
+    stored = [
+        r["model_id"]
+        for r in q.fetch(
+            "SELECT DISTINCT model_id FROM model_runs WHERE list_contains($ids, run_id) "
+            "ORDER BY model_id",
+            {"ids": ids},
+        )
+    ]
+    found = find_model(asked, stored, catalog)
+    run = q.run_info(ids[0]) if ids else None
+    run = run or {}
+    target = found.model_id or (found.in_catalog.model_id if found.in_catalog else asked)
+    return found, reproduce_command(
+        target, run.get("device") or "cpu", run.get("stages"), run_dtypes(run.get("dtype"))
+    )
+
+
+def not_found_answer(found: Found, check: str, where: str) -> dict[str, Any]:
+    """What `lookup` and the dashboard say of a model `where` (a run, any run) has no results
+    for: whether the catalog has it (its rank), the command that checks it, and the nearest
+    ids; a dict for JSON, with `message` and `hint` lines for text."""
+    entry = found.in_catalog
+    if found.model_id is not None:  # the store has it, not where (or at the dtype) asked
+        message = (
+            f"no results for model {found.model_id!r} in {where}; other runs or dtypes of the "
+            "store have it (lookup without --run / --dtype shows the newest)"
+        )
+    elif entry is not None:
+        message = (
+            f"{entry.model_id} is in the catalog (rank {entry.rank or '-'}"
+            + (f", {fmt.downloads(entry.downloads)} downloads" if entry.downloads else "")
+            + f") but has no results in {where} yet"
+        )
+    else:
+        message = f"no results for model {found.asked!r} in {where}, and the catalog has no such id"
+    return {
+        "model_id": found.asked,
+        "found": False,
+        "in_catalog": None
+        if entry is None
+        else {"model_id": entry.model_id, "rank": entry.rank, "downloads": entry.downloads},
+        "check": check,
+        "did_you_mean": [s.to_dict() for s in found.suggestions],
+        "message": message,
+        "hint": f"run it with: {check}",
+    }

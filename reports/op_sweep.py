@@ -20,6 +20,7 @@ import duckdb
 
 from reports.coverage import device_label, share
 from reports.models import reproduce_command
+from reports.ops import unverified_models_by_op
 from reports.query import Scan, StoreQuery, same_dtype
 from reports.schema import (
     OP_FAILED_STATUSES,
@@ -813,7 +814,8 @@ def op_page(
     models_of: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One ATen op: its OpInfo samples' results by dtype (op sweep) and the models whose CPU
-    fallbacks include it, with their downloads (model sweep)."""
+    fallbacks include it, whose failure names it, or whose compile took it to lower with no
+    evidence either way (`unverified`), with their downloads (model sweep)."""
     base = base_name(op)
     oq = op_query(q)
     model_run = model_run_id or q.latest_run_id()
@@ -838,11 +840,12 @@ def op_page(
     model_info = (q.run_info(model_run) if model_run else None) or {}
     emulated = bool(info.get("device_emulated")) or bool(model_info.get("device_emulated"))
     failing = failing_models_by_op(q, model_run).get(base, []) if model_run else []
+    unverified = unverified_models_by_op(q, model_run).get(base, []) if model_run else []
     device = info.get("device") or model_info.get("device")
     reproduce = []  # the most downloaded model that meets it, and its OpInfo samples
-    example = (failing or (models or {}).get("models") or [None])[0]
-    if example is not None:
-        reproduce.append(reproduce_command(example["model_id"], device))
+    examples = failing or (models or {}).get("models") or unverified
+    if examples:
+        reproduce.append(reproduce_command(examples[0]["model_id"], device))
     opinfos = sorted({o for r in (sweep or {}).get("by_dtype") or () for o in r["opinfos"]})
     if opinfos:
         reproduce.append(
@@ -863,7 +866,11 @@ def op_page(
         "failing": failing[:limit],
         "reproduce": reproduce,
         "failing_total": len(failing),
-        "found": bool((sweep and sweep["by_dtype"]) or (models and models["total"]) or failing),
+        "unverified": unverified[:limit],
+        "unverified_total": len({r["model_id"] for r in unverified}),
+        "found": bool(
+            (sweep and sweep["by_dtype"]) or (models and models["total"]) or failing or unverified
+        ),
     }
 
 

@@ -45,6 +45,7 @@ def missing_ops(
     - `unverified_models` / `unverified_downloads`: models whose compile took the op to lower
       with no evidence either way (`unverified_ops`);
     - `blocked_models` / `blocked_downloads`: models it touches any of these ways (the ranking);
+      `top_models`: the five most downloaded of them;
     - `evidence`: "evidence of absence" when some model's fallback or failure names it, else
       "absence of evidence".
     """
@@ -119,8 +120,7 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> l
           count(*) FILTER (WHERE p.n_ops = 1 AND m.outcome = '{OUTCOME_PASSED}')
             AS sole_models,
           coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
-            AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads,
-          list(o.model_id ORDER BY m.downloads DESC, o.model_id)[1:5] AS top_models
+            AND m.outcome = '{OUTCOME_PASSED}'), 0) AS sole_downloads
         FROM op_model o JOIN m USING (model_id, dtype) JOIN per_model p USING (model_id, dtype)
         GROUP BY o.op
         """,
@@ -188,7 +188,8 @@ def _blocked(
         ),
         touched AS (SELECT op, model_id, dtype FROM fail {union})
         SELECT t.op, count(*) AS blocked_models,
-          coalesce(sum(m.downloads), 0) AS blocked_downloads
+          coalesce(sum(m.downloads), 0) AS blocked_downloads,
+          list(t.model_id ORDER BY m.downloads DESC, t.model_id) AS top_models
         FROM touched t JOIN model_runs m ON m.run_id = $run AND m.model_id = t.model_id
           AND m.dtype = t.dtype
         GROUP BY t.op
@@ -214,7 +215,6 @@ def _empty(op: str) -> dict[str, Any]:
         "stages": [],
         "sole_models": 0,
         "sole_downloads": 0,
-        "top_models": [],
         "failing_models": 0,
         "failing_downloads": 0,
     }
@@ -243,8 +243,43 @@ def _merge(
         u = unverified.get(r["op"], {})
         r["blocked_models"] = b.get("blocked_models", 0)
         r["blocked_downloads"] = b.get("blocked_downloads", 0)
+        # the most downloaded models it touches any way (a model once, at any of its dtypes)
+        r["top_models"] = list(dict.fromkeys(b.get("top_models") or []))[:5]
         r["unverified_models"] = u.get("unverified_models", 0)
         r["unverified_downloads"] = u.get("unverified_downloads", 0)
         absent = bool(r["models"] or r["failing_models"])
         r["evidence"] = EVIDENCE_OF_ABSENCE if absent else ABSENCE_OF_EVIDENCE
     return rows
+
+
+def unverified_models_by_op(q: StoreQuery, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """For each base op (`aten::add` for `aten::add.Tensor`), the models of the run whose
+    compile took it to lower with no evidence either way, most downloaded first: a row per
+    model and dtype, with the overloads it names (`overloads`)."""
+
+    def build() -> dict[str, list[dict[str, Any]]]:
+        q.ensure_summaries([run_id])
+        files = q.files(run_id)
+        if not files.results:
+            return {}
+        rows = q.fetch(
+            f"""
+            WITH u AS ({_UNVERIFIED_SQL})
+            SELECT regexp_replace(split_part(u.op, '.', 1), '([^_])_$', '\\1') AS base,
+              u.model_id, u.dtype, any_value(m.downloads) AS downloads,
+              any_value(m.outcome) AS outcome, any_value(m.architecture) AS architecture,
+              list_sort(list_distinct(list(u.op))) AS overloads
+            FROM u JOIN model_runs m ON m.run_id = $run AND m.model_id = u.model_id
+              AND m.dtype = u.dtype
+            GROUP BY base, u.model_id, u.dtype
+            ORDER BY base, downloads DESC NULLS LAST, u.model_id, u.dtype
+            """,
+            {"run": run_id, "dtype": None, "parts": q.summary_part_names(run_id)},
+            scans={"results_parts": _results_scan(files.results)},
+        )
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(r.pop("base"), []).append(r)
+        return out
+
+    return q.memo("unverified_models_by_op", run_id, build)

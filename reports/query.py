@@ -139,6 +139,8 @@ SELECT
   arg_min(error_type, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_type,
   arg_min(error_signature, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_signature,
   arg_min(failing_op, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS failing_op,
+  arg_min(compile_evidence, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL}))
+    AS failed_evidence,
   arg_min(error_message, stage_idx) FILTER (WHERE status IN ({_FAILED_SQL})) AS error_message,
   -- (a skip's message repeats on every model skipped for the same reason: kept short)
   left(arg_min(error_message, stage_idx)
@@ -200,7 +202,8 @@ CREATE TABLE IF NOT EXISTS model_runs (
   dtype VARCHAR,
   {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER, n_{s} BOOLEAN" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
-  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, error_message VARCHAR,
+  error_type VARCHAR, error_signature VARCHAR, failing_op VARCHAR, failed_evidence VARCHAR,
+  error_message VARCHAR,
   skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
   peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
@@ -228,6 +231,7 @@ class RunFiles:
     fallbacks: tuple[str, ...]
     fingerprint: tuple[tuple[str, int, int], ...]
     configs: tuple[str, ...] = ()
+    alternatives: tuple[str, ...] = ()  # a failing model run again with its own switches
 
 
 class StoreQuery:
@@ -265,26 +269,27 @@ class StoreQuery:
             now = time.monotonic()
             if not force and self._listed_at >= 0 and now - self._listed_at < self.refresh_s:
                 return
-            listed = {
-                t: self.store.part_infos(t) for t in ("results", "fallbacks", "configs", "runs")
-            }
+            tables = ("results", "fallbacks", "configs", "alternatives", "runs")
+            listed = {t: self.store.part_infos(t) for t in tables}
             stats = {p: (mtime, size) for infos in listed.values() for p, mtime, size in infos}
-            results, fallbacks, configs, runs = (
-                [p for p, _, _ in listed[t]] for t in ("results", "fallbacks", "configs", "runs")
+            results, fallbacks, configs, alternatives, runs = (
+                [p for p, _, _ in listed[t]] for t in tables
             )
-            by_run: dict[str, tuple[list[str], list[str], list[str]]] = {}
-            for i, paths in enumerate((results, fallbacks, configs)):
+            by_run: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {}
+            for i, paths in enumerate((results, fallbacks, configs, alternatives)):
                 for path in paths:
-                    by_run.setdefault(_run_of(path), ([], [], []))[i].append(path)
-            # configs parts are written with their results part: results fingerprint them
+                    by_run.setdefault(_run_of(path), ([], [], [], []))[i].append(path)
+            # configs and alternatives parts are written with their results part: results
+            # fingerprint them
             self._files = {
                 run: RunFiles(
                     tuple(res),
                     tuple(fb),
                     tuple((p, *stats[p]) for p in (*res, *fb)),
                     tuple(cf),
+                    tuple(alt),
                 )
-                for run, (res, fb, cf) in by_run.items()
+                for run, (res, fb, cf, alt) in by_run.items()
                 if res
             }
             runs_fp = tuple((p, *stats[p]) for p in runs)

@@ -314,6 +314,28 @@ FALLBACKS_SCHEMA = pa.schema(
     ]
 )
 
+# A model whose default implementation failed, run again with one switch of its own code
+# (`experts_implementation=batched_mm`, `attn_implementation=eager`: runners/alternatives.py):
+# one row per model x dtype x switch value x stage, with the results table's columns for a
+# stage's outcome. The results table keeps the default implementation's rows alone (the
+# headline and the funnel count those); a next step that says "passes with ..." rests on these.
+_ALTERNATIVE_STAGE_COLUMNS = (
+    "stage", "status", "reason", "error_type", "error_message", "error_signature", "failing_op",
+    "duration_s", "fallback_op_count", "fallback_call_count", "max_abs_error",
+    "compile_evidence", "unverified_ops", "wall_s",
+    "dedup_of", "task_key", "reused_from", "attempt", "finished_at",
+)  # fmt: skip
+ALTERNATIVES_SCHEMA = pa.schema(
+    [
+        *(RESULTS_SCHEMA.field(n) for n in ("run_id", "model_id", "downloads", "device")),
+        RESULTS_SCHEMA.field("device_emulated"),
+        RESULTS_SCHEMA.field("dtype"),
+        # the switch and its value, `experts_implementation=batched_mm`
+        pa.field("implementation", pa.string(), nullable=False),
+        *(RESULTS_SCHEMA.field(n) for n in _ALTERNATIVE_STAGE_COLUMNS),
+    ]
+)
+
 # What a dedup group shares, stored once per run and (original, shrunk) config pair instead of
 # on every stage row of every member; readers join it back on both hashes.
 CONFIGS_SCHEMA = pa.schema(
@@ -389,6 +411,9 @@ RUNS_SCHEMA = pa.schema(
         pa.field("nightly", pa.string()),
         # what the run reused (`--reuse`: latest, a run id, all; null: nothing)
         pa.field("reuse", pa.string()),
+        # which implementation switches a failing model was run again with (auto / all /
+        # none: runners/alternatives.py); null in runs written before the column existed
+        pa.field("alternatives", pa.string()),
         *(pa.field(name, pa.string()) for name in LIBRARY_VERSION_FIELDS),
         *_PROVENANCE_FIELDS,
     ]
@@ -495,6 +520,7 @@ OP_RUNS_SCHEMA = pa.schema(
 TABLES: dict[str, pa.Schema] = {
     "results": RESULTS_SCHEMA,
     "fallbacks": FALLBACKS_SCHEMA,
+    "alternatives": ALTERNATIVES_SCHEMA,
     "configs": CONFIGS_SCHEMA,
     "plans": PLANS_SCHEMA,
     "runs": RUNS_SCHEMA,

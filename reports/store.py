@@ -1,11 +1,18 @@
 """The Parquet store: one folder (or object-store URI) with one Parquet dataset per table.
 
-Layout::
+Layout (the tables of `reports.schema.TABLES`; docs/store.md says how to read them)::
 
     STORE/results/run_id=<id>/part-<time>-<uuid>.parquet
     STORE/fallbacks/run_id=<id>/part-...
+    STORE/alternatives/run_id=<id>/part-...
     STORE/configs/run_id=<id>/part-...
+    STORE/plans/run_id=<id>/part-...
     STORE/runs/run_id=<id>/part-...
+    STORE/ops/..., STORE/op_summary/..., STORE/op_runs/...   (the op sweep's)
+
+Every table exists in every store a run wrote: a run starts by writing, for each table it has
+no part of yet, a part of no rows with the table's schema (`empty-<time>-<uuid>.parquet`), so
+`STORE/<table>` is always a Parquet dataset, with rows or none.
 
 Every read and every write goes through one pyarrow filesystem (`Store.fs`): a local folder, or an
 object store named by URI (`s3://bucket/prefix`, `gs://...`), whose endpoint and credentials come
@@ -17,7 +24,8 @@ one on disk.
 Part files are complete or absent: each is written under a hidden temporary name and then renamed
 (object stores publish a whole object at once). Readers only ever see `*.parquet` files in
 `run_id=<id>` folders, so anything else (temporaries, hidden folders) is invisible to them.
-Fallbacks and configs parts share their results part's name and count only once it exists.
+Fallbacks, alternatives, configs and plans parts share their results part's name and count
+only once it exists.
 """
 
 from __future__ import annotations
@@ -42,10 +50,13 @@ from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
-COMMITTED_BY_RESULTS = ("fallbacks", "configs", "plans")
+COMMITTED_BY_RESULTS = ("fallbacks", "alternatives", "configs", "plans")
 # What each sweep writes into a run (what a resume checks for damaged parts).
-MODEL_SWEEP_TABLES = ("results", "fallbacks", "configs", "plans", "runs")
+MODEL_SWEEP_TABLES = ("results", "fallbacks", "alternatives", "configs", "plans", "runs")
 OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
+# A table's part of no rows that a run starts with (`Store.create_tables`): no data, so left
+# out of `part_infos`; outside readers see a Parquet file of the table's schema.
+EMPTY_PREFIX = "empty-"
 
 
 def check_run_id(run_id: str) -> str:
@@ -125,10 +136,17 @@ class Store:
         return f"{self.root}/{table}/run_id={check_run_id(run_id)}"
 
     def write(
-        self, table: str, run_id: str, rows: list[dict[str, Any]], *, name: str | None = None
+        self,
+        table: str,
+        run_id: str,
+        rows: list[dict[str, Any]],
+        *,
+        name: str | None = None,
+        empty: bool = False,
     ) -> str | None:
-        """Write `rows` of one run as one new part file; returns its path (None if no rows)."""
-        if not rows:
+        """Write `rows` of one run as one new part file; returns its path (None if no rows,
+        unless `empty`: then a part of no rows that carries the table's schema)."""
+        if not rows and not empty:
             return None
         for row in rows:
             if row.get("run_id", run_id) != run_id:
@@ -162,6 +180,30 @@ class Store:
         for table, rows in parts.items():
             self.write(table, run_id, rows, name=name)
 
+    def create_tables(self, run_id: str, tables: tuple[str, ...] | None = None) -> list[str]:
+        """Give every table (of `tables`; default all) that has no part file in this run's
+        folder a part of no rows that carries its schema (`empty-*.parquet`), so that each is
+        a Parquet dataset from the run's start and a reader of `STORE/<table>` never meets a
+        missing folder. These parts hold no data: `part_infos` leaves them out. Returns the
+        tables it created."""
+        missing = [t for t in (tables or tuple(TABLES)) if not self._has_part(t, run_id)]
+        name = EMPTY_PREFIX + _part_name().removeprefix("part-")
+        for table in missing:
+            self.write(table, run_id, [], name=name, empty=True)
+        return missing
+
+    def _has_part(self, table: str, run_id: str) -> bool:
+        """Whether the run's folder of `table` holds a part file (with rows or empty)."""
+        selector = pafs.FileSelector(self._partition_dir(table, run_id), allow_not_found=True)
+        with self._io("list"):
+            infos = self.fs.get_file_info(selector)
+        return any(
+            i.type == pafs.FileType.File
+            and i.base_name.endswith(".parquet")
+            and not i.base_name.startswith((".", "_"))
+            for i in infos
+        )
+
     def write_model_rows(
         self,
         run_id: str,
@@ -193,7 +235,7 @@ class Store:
         for info in infos:
             if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
                 continue
-            if info.base_name.startswith((".", "_")):
+            if info.base_name.startswith((".", "_", EMPTY_PREFIX)):
                 continue
             parent = info.path.rsplit("/", 2)[-2]
             if not parent.startswith("run_id="):

@@ -13,7 +13,7 @@ def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
     """Denominators, funnel, headline, fine-tuning (the training stages), breakdowns, failure
-    clusters, skips, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
+    clusters, skips, next steps by failure class, missing ops, trend, and the op sweep on the same device (`op_run_id`, else
     the newest) joined to them.
 
     A run of several dtypes (`dtypes`) has every figure per dtype in `by_dtype` (the missing
@@ -39,6 +39,7 @@ def run_report(
             "failure_clusters": failures.failure_clusters(q, run_id, limit=top, dtype=dtype),
             "failures_by_op": failures.failures_by_op(q, run_id, limit=top, dtype=dtype),
             "skip_reasons": failures.skip_reasons(q, run_id, dtype),
+            "next_steps": failures.next_step_classes(q, run_id, dtype),
             "missing_ops": op_sweep.with_op_sweep(
                 q, run_id, ops.missing_ops(q, run_id, limit=top, dtype=dtype), op_run, dtype
             ),

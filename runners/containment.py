@@ -211,21 +211,6 @@ def sweep_orphans() -> int:
     return swept
 
 
-def live_group_members(pgid: int) -> list[int]:
-    """Processes (not zombies) still in process group `pgid` (for tests and benches)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
-
-
 def processes_with_env(name: str, value: str) -> list[int]:
     """Live processes (not zombies) whose environment has `name=value`: what a bench or a test
     marks its drivers with, to count what outlives them (a forked child shows its parent's)."""

@@ -21,11 +21,13 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
   cannot be pickled, whose message cannot be read either), `kill` (SIGKILL itself: what an
   operator's `kill -9` looks like), `kill_parent` (SIGKILL the worker that runs the model),
   `env` (the device fails: a DeviceError), `exit` (exit with status 3), `sleep:<seconds>`,
-  `spawn` (start a `sleep` helper process, then hang: what a model's own subprocess leaves).
+  `spawn` (start a `sleep` helper process, then hang: what a model's own subprocess leaves),
+  `wait` (block until the test releases it with `release`: the point where a test kills a
+  driver or a node is then the test's, never a race with the machine's speed).
 - `times`: fire at most that many times across every process (counted with files created
   under `HFSWEEP_TEST_FAULTS_STATE`), so a transient fault can be retried into a success.
 Each firing leaves `fired-<rule>-<pid>` in that folder (and `spawn` its helper's pid), so a
-test can check that no process it involved outlives the run.
+test can check that no process it involved outlives the run, and knows when a `wait` blocks.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ def rules() -> list[dict[str, Any]]:
 def take(at: str, *keys: str | None) -> str | None:
     """The fault of the first rule for this place and any of `keys` that has firings left
     (counted and recorded as fired), or None. Places that act themselves (the driver) use it."""
+    taken = _take_rule(at, keys)
+    return None if taken is None else taken[1]
+
+
+def _take_rule(at: str, keys: tuple[str | None, ...]) -> tuple[int, str] | None:
     if ENV not in os.environ:
         return None
     for index, rule in enumerate(rules()):
@@ -80,15 +87,25 @@ def take(at: str, *keys: str | None) -> str | None:
         if not _take(index, rule.get("times")):
             continue
         _record(index)
-        return str(rule["fault"])
+        return index, str(rule["fault"])
     return None
 
 
 def inject(at: str, *keys: str | None) -> None:
     """Fire the first rule for this place and any of `keys` that has firings left."""
-    fault = take(at, *keys)
-    if fault is not None:
-        _fire(fault)
+    taken = _take_rule(at, keys)
+    if taken is not None:
+        index, fault = taken
+        _fire(fault, index)
+
+
+def release(folder: str, index: int | None = None) -> None:
+    """Let the processes blocked in a `wait` fault go on: those of rule `index`, or all (None).
+    A release stands: a later firing of that rule goes on at once."""
+    os.makedirs(folder, exist_ok=True)
+    name = "release" if index is None else f"release-{index}"
+    with open(os.path.join(folder, name), "w"):
+        pass
 
 
 def spec_keys(spec: Any) -> tuple[str | None, ...]:
@@ -135,7 +152,7 @@ def fired(folder: str, index: int | None = None) -> list[int]:
     return [int(n.rsplit("-", 1)[1]) for n in os.listdir(folder) if n.startswith(prefix)]
 
 
-def _fire(fault: str) -> None:
+def _fire(fault: str, index: int = -1) -> None:
     if fault == "segfault":
         import ctypes
 
@@ -172,8 +189,19 @@ def _fire(fault: str) -> None:
         raise DeviceError("injected: the device stopped answering", device="test")
     elif fault == "exit":
         os._exit(3)
+    elif fault == "wait":
+        _wait_for_release(index)
     else:
         raise ValueError(f"unknown test fault {fault!r}")
+
+
+def _wait_for_release(index: int) -> None:
+    folder = os.environ.get(STATE_ENV)
+    if not folder:
+        raise RuntimeError(f"the 'wait' fault needs {STATE_ENV} (the folder a test releases in)")
+    names = (os.path.join(folder, "release"), os.path.join(folder, f"release-{index}"))
+    while not any(os.path.exists(name) for name in names):
+        time.sleep(0.05)
 
 
 def _allocate_past_budget() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.schema import STAGE_ORDER, Stage, Status
+from reports.schema import STAGE_ORDER, SkipReason, Stage, Status
 from runners.signature import error_signature, op_in_message, short_message
 
 
@@ -50,6 +50,25 @@ class StageResult:
 
 
 @dataclass
+class AlternativeRun:
+    """The model run again with one switch of its own code (`implementation`,
+    `experts_implementation=batched_mm`) after its default failed: its stages, in its own
+    process, and that process's wall seconds."""
+
+    implementation: str
+    stages: list[StageResult]
+    wall_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(
+            s.status == Status.PASS.value
+            or (s.status == Status.SKIP.value and s.reason == SkipReason.NOT_APPLICABLE.value)
+            for s in self.stages
+        )
+
+
+@dataclass
 class ModelOutcome:
     """Everything one model's run produced (picklable: it crosses Ray)."""
 
@@ -61,6 +80,8 @@ class ModelOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     # the peak resident host memory of the process that ran the model (None: not measured)
     peak_host_memory_bytes: int | None = None
+    # after a failure: the model run again with switches of its own code (runners/alternatives)
+    alternatives: list[AlternativeRun] = field(default_factory=list)
 
 
 def ordered(stages: list[Stage] | list[str]) -> list[Stage]:
@@ -83,6 +104,25 @@ def skipped(stages: list[Stage] | list[str], reason: str, message: str) -> Model
     )
 
 
+def not_applicable_result(stage: str, architecture: str | None = None) -> StageResult:
+    """A stage that does not apply to the model: `skip` / `not_applicable` (read `n/a`)."""
+    return StageResult(
+        stage=stage,
+        status=Status.SKIP.value,
+        reason=SkipReason.NOT_APPLICABLE.value,
+        error_message=f"{stage} does not apply to {architecture or 'this model'}",
+    )
+
+
+def not_applicable_to(spec: Any) -> frozenset[str]:
+    """The stages the tiny model's spec alone says do not apply, whatever ran before them:
+    generate on a model that does not generate (its row is `skip` / `not_applicable`, never
+    `not_run`, so every view reads it as `n/a`)."""
+    if spec is not None and not getattr(spec, "generative", True):
+        return frozenset({Stage.GENERATE.value})
+    return frozenset()
+
+
 def failed_before(
     stages: list[Stage] | list[str],
     status: Status,
@@ -90,11 +130,16 @@ def failed_before(
     message: str,
     *,
     duration_s: float | None = None,
+    not_applicable: frozenset[str] = frozenset(),
 ) -> ModelOutcome:
-    """The first stage has `status` (fail / timeout / crash / oom), the rest not_run."""
+    """The first stage has `status` (fail / timeout / crash / oom), the rest not_run (or
+    not applicable: `not_applicable`, from `not_applicable_to`)."""
     order = ordered(stages)
     results = []
     for i, stage in enumerate(order):
+        if i and stage.value in not_applicable:
+            results.append(not_applicable_result(stage.value))
+            continue
         if i == 0:
             results.append(
                 StageResult(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
 from reports.schema import SkipReason, Status
-from runners.outcome import ModelOutcome, StageResult, failed_before, skipped
+from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to, skipped
 from runners.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def run_model(
             type(exc).__name__,
             safe_text(exc),
             duration_s=time.perf_counter() - start,
+            not_applicable=not_applicable_to(spec),
         ).stages
         for r in tail:
             if on_stage:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from runners.devices.base import Device
 
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+ALTERNATIVES_MODES = ("auto", "all", "none")
 
 
 def dtype_names(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -95,14 +96,7 @@ def _set(obj: Any, name: str, value: Any) -> None:
 
 
 def _device_identity(name: str, known: Mapping[str, Any]) -> dict[str, Any]:
-    device = known["device"]
-    profile, digest = device.profile_info()
-    return {
-        "device": device.name,
-        "device_emulated": bool(device.emulated),
-        "device_profile": profile,
-        "device_profile_hash": digest,
-    }
+    return known["device"].identity()
 
 
 _BUILT: dict[tuple[int, DeviceChoice], Device] = {}
@@ -190,11 +184,26 @@ class ModelSettings:
         default=DEFAULT_MEMORY_LIMIT, metadata=row("memory_limit_bytes", encode=_bytes)
     )  # bytes per model beyond what its child starts with (None: no cap)
     compile_backend: str | None = field(default=None, metadata=row(encode=_compile_columns))
+    # a model whose default implementation fails is run again with the switches of its own
+    # code (runners/alternatives.py): `auto` those its failure's class names, `all`, `none`
+    alternatives: str = field(default="auto", metadata=row())
+    # this run's switch of the model's own code (`experts_implementation=batched_mm`); None:
+    # the model's default. Set per alternative run (its rows say it), or by `check`.
+    implementation: str | None = None
     seed: int = 0
     threads: int = 1  # torch threads in the model's process
 
     def __post_init__(self) -> None:
         _set(self, "device", _device_choice(self.device))
+        if self.alternatives not in ALTERNATIVES_MODES:
+            raise UsageError(
+                f"--alternatives {self.alternatives!r}; one of {', '.join(ALTERNATIVES_MODES)}"
+            )
+        if self.implementation is not None and "=" not in self.implementation:
+            raise UsageError(
+                f"--implementation {self.implementation!r}: give SWITCH=VALUE, e.g. "
+                "experts_implementation=batched_mm"
+            )
         try:
             wanted = {Stage(s) for s in self.stages}
         except ValueError:

@@ -32,7 +32,7 @@ from reports.schema import STAGE_NEEDS, TRAINING_STAGES, SkipReason, Stage, Stat
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
-from runners.outcome import StageResult
+from runners.outcome import StageResult, not_applicable_result, not_applicable_to
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
@@ -145,6 +145,8 @@ class LoadStage(StageRunner):
         with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
             loaded = build.save_and_load(ctx.spec, built, Path(tmp))
         del built
+        if ctx.settings.implementation:  # a switch of the model's own code (an alternative)
+            build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)
         loaded = build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
         if ctx.keep_pristine:
             try:
@@ -469,6 +471,12 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             )
             yield results[-1]
             continue
+        if blocked_by is not None and stage.value in not_applicable_to(ctx.spec):
+            results.append(
+                not_applicable_result(stage.value, ctx.spec.architecture)
+            )  # n/a, not not_run
+            yield results[-1]
+            continue
         if blocked_by is not None:
             results.append(
                 StageResult(
@@ -481,14 +489,7 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
             yield results[-1]
             continue
         if not runner.applies(ctx):
-            results.append(
-                StageResult(
-                    stage=stage.value,
-                    status=Status.SKIP.value,
-                    reason=SkipReason.NOT_APPLICABLE.value,
-                    error_message=f"{stage.value} does not apply to {ctx.spec.architecture}",
-                )
-            )
+            results.append(not_applicable_result(stage.value, ctx.spec.architecture))
             yield results[-1]
             continue
         results.append(_run_one(runner, ctx))

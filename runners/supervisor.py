@@ -6,10 +6,11 @@ samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes
   parent's torch never read (`fresh_interpreter`), and always off Linux.
 - **Contain.** The child dies with its parent, leads its own process group (killed when the child
   is done), and cannot allocate past its memory budget (`runners.containment`).
-- **Talk.** The child sends messages through a pipe as it goes; the parent reads them as they
-  come. An exception that escapes the child's body is sent as `("error", (type, text))`, or as
-  `("env", ...)` when it is the environment's: anything before the body says `("ready", ...)`
-  (the device set up), and afterwards what `is_environment_error` says is.
+- **Talk.** The child sends messages `(Kind, payload)` through a pipe as it goes; the parent
+  reads them as they come. Every body starts the same way (`device_ready`: torch's threads, the
+  device built and set up, then `READY`). An exception that escapes the child's body is sent as
+  `ERROR` with `(type, text)`, or as `ENV` when it is the environment's: anything before the
+  body said `READY`, and afterwards what `is_environment_error` says is.
 - **A deadline on the child's own time.** The clock counts the child's wall time less the time
   it waited for a CPU (the kernel's run-queue delay, `/proc/PID/schedstat`): a child that a
   loaded machine starves is slow, not hung, and never runs out of its deadline for that. A
@@ -17,11 +18,18 @@ samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes
 - **Its end, by cause, never by which event came first.** A message the child sent is always
   read before anything else is decided; only when none is left does the child's death or the
   deadline count. A death is read from the exit status (`runners.containment.death_of`).
+- **The environment's faults, raised here.** An `ENV` message, and a death that is no status
+  of the child's own (a SIGKILL or a stop from outside, not for memory), raise
+  `EnvironmentFault` from `receive`, saying what the child was doing (`Child.doing`): the task
+  is retried and nothing of it is recorded.
+
+Beside it, `runners.warm` warms a parent once before it forks its first child.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import multiprocessing as mp
 import os
 import sys
@@ -29,16 +37,37 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reports.errors import is_environment_error, safe_text
-from runners import containment
+from reports.errors import EnvironmentFault, is_environment_error, safe_text
+from runners import containment, faults
 from runners.containment import Death
+
+if TYPE_CHECKING:
+    from runners.devices.base import Device
 
 POLL_S = 1.0  # the longest the parent waits before it looks at the clock again
 JOIN_S = 5.0
 
-Send = Callable[[tuple[str, Any]], None]
+
+class Kind(str, enum.Enum):
+    """What a child's message is (`(kind, payload)`): the protocol between a child and its
+    parent, the same for every body. The supervisor reads `PEAK` and `ENV` itself; the rest
+    are returned by `Child.receive` in the order they were sent."""
+
+    READY = "ready"  # the device is set up (seconds it took): what fails later may be the body's
+    STAGE = "stage"  # the model sweep: one stage's result (`StageResult`)
+    UNIT = "unit"  # the op sweep: the (unit, dtype) indexes it starts on
+    SAMPLE = "sample"  # the op sweep: the sample it starts on (index, phases, its text)
+    ROW = "row"  # the op sweep: one row
+    DONE = "done"  # the body finished (what it has left to say)
+    ERROR = "error"  # the body raised after READY, not the environment: (type, text)
+    ENV = "env"  # the environment failed in the child: (type, text); raised, never returned
+    PEAK = "peak"  # the child's peak resident memory (bytes): kept as `Child.peak_rss`
+
+
+Message = tuple[Kind, Any]
+Send = Callable[[Message], None]
 
 
 def fresh_interpreter(device_name: str, options: dict[str, Any] | None) -> bool:
@@ -69,9 +98,9 @@ def _child_main(
     containment.enter_child(parent_pid, memory_limit)
     ready = False
 
-    def send(message: tuple[str, Any]) -> None:
+    def send(message: Message) -> None:
         nonlocal ready
-        ready = ready or message[0] == "ready"
+        ready = ready or message[0] == Kind.READY
         conn.send(message)
 
     try:
@@ -80,13 +109,29 @@ def _child_main(
         faulthandler.disable()  # a crash is reported as a row, not as a dump on stderr
         body(send, *args)
     except BaseException as exc:  # report, then exit: the parent decides what it means
-        kind = "env" if not ready or is_environment_error(exc) else "error"
+        kind = Kind.ENV if not ready or is_environment_error(exc) else Kind.ERROR
         with contextlib.suppress(Exception):
-            conn.send(("peak", peak_rss_bytes()))
+            conn.send((Kind.PEAK, peak_rss_bytes()))
             conn.send((kind, (type(exc).__name__, safe_text(exc))))
     finally:
         conn.close()
         os._exit(0)
+
+
+def device_ready(send: Send, settings: Any, fault_keys: tuple[str | None, ...]) -> Device:
+    """How every body starts in its child: torch's threads (`settings.threads`), the device
+    (`settings.device`) built and set up, then `READY` with the seconds that took. Whatever
+    fails until then is the environment's. `fault_keys`: what the test-only fault hook's
+    `setup` rules match the task by."""
+    started = time.perf_counter()
+    import torch
+
+    torch.set_num_threads(max(1, settings.threads))
+    device: Device = settings.device.build()
+    faults.inject("setup", *fault_keys)
+    device.setup()
+    send((Kind.READY, time.perf_counter() - started))
+    return device
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int | None:
@@ -148,23 +193,26 @@ class OwnClock:
 
 @dataclass(frozen=True)
 class Ending:
-    """How a child ended without a last word: past its deadline, or dead."""
+    """How a child ended without a last word: past its deadline, or dead (`death`: a status
+    of the child's own, `crash` or `oom`, with what it says; a death from outside raised
+    `EnvironmentFault` instead)."""
 
     timed_out: bool
     exitcode: int | None
-    oom_before: int | None  # the kernel's OOM-kill count when the child started
     own_s: float  # the child's own time on the clock when it ended
     wall_s: float
-
-    def death(self, doing: str) -> Death:
-        """What the death says (`doing`: what the child was doing, for the message)."""
-        return containment.death_of(self.exitcode, doing, self.oom_before)
+    death: Death | None = None  # None: it timed out
 
 
 class Child:
     """`with Child(body, args) as child:` runs `body(send, *args)` in a supervised child;
     `child.receive()` returns its messages one by one, then None once it ended (its `ending`
-    says how). Leaving the block kills what is left of the child and its process group."""
+    says how), and raises `EnvironmentFault` when the environment stopped it. Leaving the
+    block kills what is left of the child and its process group.
+
+    `process` names the child in those faults ("the model's process"); the parent keeps
+    `doing` (what the child is doing now, "forward", "the sample") and `stage` (the stage it is
+    in, for the fault's field) up to date as messages come."""
 
     def __init__(
         self,
@@ -173,9 +221,13 @@ class Child:
         *,
         spawn: bool = False,
         memory_limit: int | None = None,
+        process: str = "the child process",
     ):
         self.body, self.args = body, args
         self.spawn, self.memory_limit = spawn, memory_limit
+        self.process = process
+        self.doing = "its work"
+        self.stage: str | None = None
         self.ending: Ending | None = None
         self.peak_rss: int | None = None  # the child's peak resident memory, where it said
         self.started = 0.0
@@ -215,8 +267,9 @@ class Child:
         if self._budget - self.clock.elapsed_s() < seconds:
             self.deadline(seconds)
 
-    def receive(self) -> tuple[str, Any] | None:
-        """The child's next message; None once it has none left and ended (`ending`)."""
+    def receive(self) -> Message | None:
+        """The child's next message; None once it has none left and ended (`ending`). Raises
+        `EnvironmentFault` for an `ENV` message and for a death from outside."""
         while self.ending is None:
             message = self._next()
             if message is not None:
@@ -234,18 +287,24 @@ class Child:
             wait([self._conn, self.proc.sentinel], timeout=min(left, POLL_S))
         return None
 
-    def _next(self) -> tuple[str, Any] | None:
+    def _next(self) -> Message | None:
         try:
             if not self._conn.poll(0):
                 return None
-            message = self._conn.recv()
+            kind, payload = self._conn.recv()
         except (EOFError, OSError):  # the child closed the pipe: it is ending
             self.proc.join(JOIN_S)
             return None
-        if message[0] == "peak":  # kept, not passed on: read by `peak_rss`
-            self.peak_rss = message[1]
+        if kind == Kind.PEAK:  # kept, not passed on: read by `peak_rss`
+            self.peak_rss = payload
             return self._next()
-        return tuple(message)  # type: ignore[return-value]
+        if kind == Kind.ENV:
+            raise EnvironmentFault(
+                f"{self.process} could not run {self.doing}: {payload[0]}: {payload[1]}",
+                stage=self.stage,
+                cause_type=payload[0],
+            )
+        return Kind(kind), payload
 
     def _end(self, *, timed_out: bool) -> None:
         own = self.clock.elapsed_s()
@@ -254,10 +313,16 @@ class Child:
                 self.peak_rss = peak_rss_bytes(self.proc.pid)
             self.proc.kill()
         self.proc.join(JOIN_S)
+        exitcode = self.proc.exitcode
+        death = None
+        if not timed_out:
+            death = containment.death_of(exitcode, self.doing, self._oom_before)
         self.ending = Ending(
             timed_out=timed_out,
-            exitcode=self.proc.exitcode,
-            oom_before=self._oom_before,
+            exitcode=exitcode,
             own_s=own,
             wall_s=time.monotonic() - self.started,
+            death=death,
         )
+        if death is not None and death.status is None:  # from outside: the environment
+            raise EnvironmentFault(death.message, stage=self.stage)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: install (with test tools and headless Chromium), lint, type
-# check, run every test offline.
+# check, build the documentation site (a broken link or a page left out fails it), run every
+# test offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh all,ultralytics,dev
@@ -15,6 +16,8 @@ echo "== ruff" >&2
 .venv/bin/ruff format --check .
 echo "== mypy" >&2
 .venv/bin/mypy
+echo "== docs" >&2
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
 echo "== pytest" >&2
 # On pytest-xdist workers (docs/testing.md): most tests wait on child processes, Ray and
 # servers, so more workers than cores; `loadgroup` keeps each xdist_group (the embedded Ray's

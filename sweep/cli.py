@@ -5,10 +5,11 @@ Each sub-command lives in `sweep/commands/<name>.py` with `add_arguments(parser)
 importing `sweep` never imports torch or Ray. Errors are caught here, once: a one-line message
 (and a hint) on stderr, the traceback only with `--debug`. Data goes to stdout.
 
-Exit codes: 0 success, 1 a model failed or was skipped / a check failed, 2 bad usage or input,
-3 the environment kept failing, or the device failed its check before any model ran (the
-models it hit have no rows; rerun to retry them), 4 (`nightly`) a model that passed the night
-before fails tonight.
+Exit codes (docs/cli-exit-codes.md): 0 success, 1 a model failed or was skipped / a check
+failed, 2 bad usage or input, 3 the environment kept failing, or the device failed its check
+before any model ran (the models it hit have no rows; rerun to retry them), 4 (`nightly`) a
+model that passed the night before fails tonight, 5 (`lookup`) the store has no results for the
+model (the answer says how to get them).
 """
 
 from __future__ import annotations

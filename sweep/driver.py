@@ -1,12 +1,13 @@
-"""The model sweep's driver: settings, store and run row, then the run loop over the streamed
-catalog.
+"""The model sweep's driver: settings and the run's lifecycle, then the run loop over the
+streamed catalog.
 
-The parts, one module each: `sweep.loop` (the run loop: planning that streams, dedup, rows),
-`sweep.executors` (Ray or local: where plan and model tasks run, the fault policy),
-`sweep.writer` (buffered rows flushed as atomic parts), `sweep.session` (the run lock, damaged
-parts, the resume check, the run's row), `sweep.ledger` (what the run remembers about every
-dedup group, on disk), `sweep.plan` and `sweep.rows` (what a task and a row are). The op sweep
-(`sweep.op_driver`) runs on the same executors, writer and session.
+The parts, one module each: `sweep.session` (the one run lifecycle both sweeps enter: the
+device check, the run lock, damaged parts, the resume check, the run's row, the writer, the
+progress line and the executor), `sweep.loop` (the run loop: planning that streams, dedup,
+rows), `sweep.executors` (Ray or local: where plan and model tasks run, the fault policy),
+`sweep.writer` (buffered rows flushed as atomic parts), `sweep.ledger` (what the run remembers
+about every dedup group, on disk), `sweep.plan` and `sweep.rows` (what a task and a row are).
+The op sweep (`sweep.op_driver`) runs on the same session, executors and writer.
 
 Guarantees:
 - every model asked for gets one row per requested stage (skips included);
@@ -28,8 +29,6 @@ Guarantees:
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,29 +40,20 @@ from model_configs.catalog import CatalogStream, open_catalog
 from model_configs.spec import CatalogEntry, TinySpec
 from reports.errors import SystemFaultError, UsageError
 from reports.schema import Stage, Status
-from reports.store import MODEL_SWEEP_TABLES, Store, check_run_id, new_run_id
-from runners import containment, faults
+from reports.store import Store
+from runners import faults
 from runners.outcome import ModelOutcome, failed_before
 from runners.settings import ModelSettings
-from sweep.executors import (
-    Deferred,
-    OomFn,
-    PlanFn,
-    Planner,
-    RunFn,
-    gave_up_error,
-    make_executor,
-)
+from sweep.executors.fault_policy import gave_up_error
+from sweep.executors.protocol import OomFn, PlanFn, Planner, RunFn
 from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned
 from sweep.plans import PlanCache, PlanKeys
-from sweep.progress import SweepProgress
 from sweep.reuse import KeyContext, reusable, source_runs
 from sweep.rows import RunContext
-from sweep.session import RunRow, Warn, locked_run
-from sweep.settings import ModelRun, software_versions
-from sweep.writer import RowWriter
+from sweep.session import MODEL_SWEEP, RunSession, Warn
+from sweep.settings import ModelRun
 
 
 @dataclass
@@ -93,11 +83,15 @@ class RunSummary:
 
 
 def model_task(spec: TinySpec, settings: ModelSettings) -> ModelOutcome:
-    """The body of one model task: its stages in an isolated child process."""
+    """The body of one model task: its stages in an isolated child process, then, if they
+    failed, the switches of the model's own code worth a run (`runners.alternatives`)."""
+    from runners.alternatives import try_alternatives
     from runners.isolation import run_isolated
 
     faults.inject_spec("task", spec)
-    return run_isolated(spec, settings)
+    outcome = run_isolated(spec, settings)
+    outcome.alternatives = try_alternatives(spec, settings, outcome)
+    return outcome
 
 
 def plan_task(
@@ -234,98 +228,70 @@ def run_sweep(
     fails its check before any model runs, SystemFaultError when the environment keeps failing
     task after task.
 
-    `plan_fn` / `run_fn` replace the bodies of plan and model tasks (benches of the driver);
-    `warn` gets one line per problem found in the store (default: stderr)."""
+    `plan_fn` / `run_fn` replace the bodies of plan and model tasks (benches of the driver; a
+    `run_fn` stand-in runs no model on the device, so the device is not checked); `warn` gets
+    one line per problem found in the store (default: stderr)."""
     start = time.monotonic()
     stream = open_catalog(run.catalog)
     device = run.task.device.build()  # unknown name: UsageError
-    # The device checks that must pass before any model runs (one clear error, no rows); a
-    # `run_fn` stand-in runs no model on the device, so it has nothing to check.
-    if run_fn is None:
-        from runners.devices.preflight import check_device
-
-        check_device(run.task.device.name, run.task.device.options())  # DeviceCheckError
-    store = Store(run.job.store)
-    run_id = check_run_id(run.job.run_id) if run.job.run_id else new_run_id()
     settings = run.row_settings(device, stream)
-    with locked_run(
-        store,
-        run_id,
-        tables=MODEL_SWEEP_TABLES,
-        runs_table="runs",
+    stages = [s.value for s in run.task.stages]
+    planner = Planner(
+        fn=plan_fn or plan_task,
+        stages=stages,
+        config_dir=str(stream.config_dir) if stream.config_dir.is_dir() else None,
+        on_oom=plan_oom(run.task.stages),
+    )
+    with RunSession(
+        MODEL_SWEEP,
+        run.job,
+        run.task.device,
         settings=settings,
-        warn=warn or _stderr,
-    ) as opened:
+        run_fn=run_fn or model_task,
+        planner=planner,
+        on_oom=model_oom(run.task.stages),
+        check_device=run_fn is None,
+        warn=warn,
+    ) as session:
+        store, run_id = session.store, session.run_id
         sources = source_runs(store, run.reuse, run_id)  # a run id not in the store: refused
         context = RunContext.of(run_id, device, run.task.dtype)
         progress = _progress(store, run_id, stream, run)
         requested, already = progress.requested, progress.already
-        row = {
-            "run_id": run_id,
-            "catalog_size": stream.size,
-            "models_requested": requested,
-            "command": run.job.command,
-            "nightly": run.nightly,
-            "reuse": run.reuse or None,
-            **software_versions(device),
-            **settings,
-        }
-        stages = [s.value for s in run.task.stages]
-        planner = Planner(
-            fn=plan_fn or plan_task,
-            stages=stages,
-            config_dir=str(stream.config_dir) if stream.config_dir.is_dir() else None,
-            on_oom=plan_oom(run.task.stages),
+        session.start(
+            {
+                "catalog_size": stream.size,
+                "models_requested": requested,
+                "nightly": run.nightly,
+                "reuse": run.reuse or None,
+            },
+            total=requested - already,
         )
-        loop: RunLoop | None = None
-        ready = start
-        with RunRow(store, "runs", row, opened.previous) as run_row:
-            with (
-                RowWriter(store, run_id, run.job.flush_s) as writer,
-                Ledger(dedup=run.dedup, key_of=KeyContext.of(settings).key) as ledger,
-                SweepProgress(
-                    requested - already, description=f"run {run_id}", enabled=run.job.progress
-                ) as bar,
-            ):
-                if already:
-                    ledger.resume(store, run_id)  # groups that ran before the kill stay done
-                for earlier in reusable(store, sources):  # newest first: the first per key wins
-                    ledger.offer(earlier)
-                todo = _entries(_not_done(select_entries(stream, run), progress))
-                plans = PlanCache.load(store, sources, PlanKeys.of(stages, planner.config_dir))
-                # Ray starts with the first task: a night whose every plan and outcome is reused
-                # starts none (nor does the resume of a finished run)
-                executor = Deferred(
-                    lambda: make_executor(
-                        run.job,
-                        run.task,
-                        run_fn=run_fn or model_task,
-                        planner=planner,
-                        on_oom=model_oom(run.task.stages),
-                    ),
-                    slots=(run.job.num_cpus or os.cpu_count() or 1)
-                    if run.job.executor == "ray"
-                    else 1,
-                )
-                ready = time.monotonic()
-                try:
-                    loop = RunLoop(
-                        executor,
-                        ledger,
-                        writer,
-                        context,
-                        plan_batch=run.plan_batch,
-                        on_model=lambda outcome, n: bar.advance(outcome, n=n),
-                        dtypes=run.dtypes,
-                        settings_at=run.at if len(run.dtypes) > 1 else None,
-                        pending=progress.pending,
-                        plans=plans,
-                    )
-                    loop.run_entries(todo)
-                finally:
-                    executor.close()
-                    containment.sweep_orphans()  # children of workers that died on this node
-            run_row.status = "incomplete" if loop.abandoned else "finished"
+        with Ledger(dedup=run.dedup, key_of=KeyContext.of(settings).key) as ledger:
+            if already:
+                ledger.resume(store, run_id)  # groups that ran before the kill stay done
+            for earlier in reusable(store, sources):  # newest first: the first per key wins
+                ledger.offer(earlier)
+            todo = _entries(_not_done(select_entries(stream, run), progress))
+            plans = PlanCache.load(store, sources, PlanKeys.of(stages, planner.config_dir))
+            # Ray starts with the first task: a night whose every plan and outcome is reused
+            # starts none (nor does the resume of a finished run)
+            ready = time.monotonic()
+            loop = RunLoop(
+                session.executor,
+                ledger,
+                session.writer,
+                context,
+                settings_at=run.at,
+                plan_batch=run.plan_batch,
+                on_model=lambda outcome, n: session.progress.advance(outcome, n=n),
+                dtypes=run.dtypes,
+                pending=progress.pending,
+                plans=plans,
+            )
+            loop.run_entries(todo)
+        session.end(incomplete=bool(loop.abandoned))
+    executor = session.executor
     return RunSummary(
         run_id=run_id,
         requested=requested,
@@ -338,7 +304,7 @@ def run_sweep(
         startup_s=ready - start + executor.start_s,
         abandoned=loop.abandoned,
         causes=loop.causes,
-        damaged_parts=opened.damaged,
+        damaged_parts=session.opened.damaged,
         reused=loop.reused,
         reused_tasks=ledger.reused,
         plans_reused=plans.hits,
@@ -346,10 +312,6 @@ def run_sweep(
         reuse_sources=sources,
         dtypes=list(run.dtypes),
     )
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def abandoned_error(summary: RunSummary) -> SystemFaultError:

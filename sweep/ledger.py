@@ -24,6 +24,7 @@ from typing import Any
 from model_configs.spec import TinySpec
 from reports.store import Store
 from runners.outcome import ModelOutcome
+from runners.settings import ModelSettings
 from sweep.plan import Planned, Task
 from sweep.reuse import Reusable
 
@@ -88,7 +89,7 @@ class Ledger:
         self.close()
 
     def admit(
-        self, planned: Planned, dtype: str = "fp32", settings: Any = None
+        self, planned: Planned, dtype: str, settings: ModelSettings
     ) -> Task | Finished | None:
         """A new Task to queue (at `dtype`, with its `settings`), the Finished group the model
         belongs to (write its rows now), or None when it joined an open task (its rows come

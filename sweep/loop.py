@@ -29,11 +29,13 @@ from typing import Any
 from model_configs.spec import CatalogEntry
 from reports.schema import Status
 from runners.outcome import ModelOutcome
-from sweep.executors import Abandoned, Executor, GiveUp, PlanDone, RunDone
+from runners.settings import ModelSettings
+from sweep.executors.fault_policy import GiveUp
+from sweep.executors.protocol import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.plans import PlanCache, plan_row
-from sweep.rows import RunContext, config_row, model_rows
+from sweep.rows import RunContext, alternative_rows, config_row, model_rows
 from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
 
@@ -48,20 +50,20 @@ class RunLoop:
         writer: RowWriter,
         run: RunContext,
         *,
+        settings_at: Callable[[str], ModelSettings],
         plan_batch: int = PLAN_BATCH,
         on_model: Callable[[str, int], None] | None = None,
         dtypes: Sequence[str] = (),
-        settings_at: Callable[[str], Any] | None = None,
         pending: dict[str, tuple[str, ...]] | None = None,
         plans: PlanCache | None = None,
     ):
         self.executor, self.ledger, self.writer, self.run = executor, ledger, writer, run
-        # the run's dtypes (default: its context's one), each with its rows' context and its
-        # tasks' settings (None: the executor's); `pending`: the dtypes a model still needs
+        # the run's dtypes (default: its context's one), each with its rows' context and the
+        # settings its tasks carry (`settings_at`); `pending`: the dtypes a model still needs
         # where that is not every dtype (a resumed run), read as its plan is admitted
         self.dtypes = tuple(dtypes) or (run.dtype,)
         self.contexts = {d: replace(run, dtype=d) for d in self.dtypes}
-        self.settings_at = settings_at or (lambda dtype: None)
+        self.settings_at = settings_at
         self.pending = pending if pending is not None else {}
         self.key_of = ledger.key_of  # each task's content key, in its rows
         self.plan_batch = plan_batch
@@ -254,21 +256,23 @@ class RunLoop:
         reused_from: str | None = None,
     ) -> None:
         assert member.spec is not None
+        key = self.key_of(member.spec, dtype) if self.key_of else None
+        run = self.contexts[dtype]
         results, fallbacks = model_rows(
-            self.contexts[dtype],
-            member,
-            outcome,
-            attempt=attempt,
-            dedup_of=dedup_of,
-            task_key=self.key_of(member.spec, dtype) if self.key_of else None,
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
             reused_from=reused_from,
-        )
+        )  # fmt: skip
+        alternatives = alternative_rows(
+            run, member, outcome, attempt=attempt, dedup_of=dedup_of, task_key=key,
+            reused_from=reused_from,
+        )  # fmt: skip
         pair = self._configs.pop(member.entry.model_id, None)
         plan = self._plan_rows.pop(member.entry.model_id, None)
         self.writer.add(
             {
                 "results": results,
                 "fallbacks": fallbacks,
+                "alternatives": alternatives,
                 "configs": [pair] if pair else None,
                 "plans": [plan] if plan else None,
             }

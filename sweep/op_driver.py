@@ -1,10 +1,13 @@
 """The op sweep's driver: OpInfo groups as tasks on the model sweep's core, rows into the store.
 
 An op-sweep task (`OpGroup`: `--group-size` OpInfos, each with the dtypes it still lacks) is a
-task like a model: the same executors (Ray or local) and fault policy (`sweep.executors`), the
-same writer (`sweep.writer`), run lock, damaged-part quarantine, resume check and run row
-(`sweep.session`); each group runs in supervised child processes
-(`runners.op_sweep.isolation`, on `runners.supervisor`). Guarantees, as for the model sweep:
+task like a model: the same run lifecycle (`sweep.session`: the device check, run lock,
+damaged-part quarantine, resume check, run row, writer and progress line), the same executors
+(Ray or local) and fault policy (`sweep.executors`); each group runs in supervised child
+processes (`runners.op_sweep.isolation`, on `runners.supervisor`). Guarantees, as for the model
+sweep:
+- a device that fails its check before any sample runs (`runners.devices.preflight`) stops the
+  run with one error (exit 3) before anything is written;
 - every OpInfo x dtype asked for gets its rows (skips included), one per sample and phase;
 - a group's rows are written in one part file once the group is done, flushed by the writer's
   timer, so a killed driver loses at most the groups in flight and those finished in the last
@@ -21,7 +24,6 @@ At the end the run's per-op summary (`op_summary`) is written from its rows.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -29,25 +31,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reports.errors import SystemFaultError, UsageError
-from reports.store import OP_SWEEP_TABLES, Store, check_run_id, new_run_id, utcnow
-from runners import containment, faults
+from reports.store import Store, utcnow
+from runners import faults
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
-from sweep.executors import Abandoned, Executor, GiveUp, RunDone, RunFn, make_executor
-from sweep.progress import SweepProgress
-from sweep.session import RunRow, Warn, locked_run
-from sweep.settings import OpRun, software_versions
-from sweep.writer import OP_TABLES, RowWriter
+from sweep.executors.fault_policy import GiveUp
+from sweep.executors.protocol import Abandoned, Executor, RunDone, RunFn
+from sweep.session import OP_SWEEP, RunSession, Warn
+from sweep.settings import OpRun
+from sweep.writer import RowWriter
 
 WAIT_S = 1.0  # the longest the loop sleeps between turns
 
 
 @dataclass(frozen=True)
 class OpGroup:
-    """One op-sweep task: a few OpInfos, each with the dtypes still to run."""
+    """One op-sweep task: a few OpInfos, each with the dtypes still to run, and the settings
+    its body runs with."""
 
     units: tuple[Unit, ...]
     key: str
+    settings: OpSettings
 
     @property
     def payload(self) -> list[Unit]:
@@ -86,10 +90,8 @@ class OpSweepSummary:
 def op_group_task(units: list[Unit], settings: OpSettings) -> OpOutcome:
     """The body of one op-sweep task: every sample of a few OpInfos, in isolated children."""
     from runners.op_sweep.isolation import run_units_isolated
-    from runners.op_sweep.opdb import op_db
 
     faults.inject("task", *(unit.key for unit in units))
-    op_db()  # import once per worker process, before forking children
     return OpOutcome(list(run_units_isolated(units, settings)))
 
 
@@ -105,11 +107,13 @@ def run_op_sweep(
     run: OpRun, *, run_fn: RunFn | None = None, warn: Warn | None = None
 ) -> OpSweepSummary:
     """Run (or resume) an op sweep; returns what was done. Raises UsageError for bad settings
-    (a resume with other settings, a run another driver holds), SystemFaultError when the
-    environment keeps failing task after task.
+    (a resume with other settings, a run another driver holds), DeviceCheckError when the
+    device fails its check before any sample runs, SystemFaultError when the environment keeps
+    failing task after task.
 
-    `run_fn` replaces the body of the op tasks (tests and benches of the driver); `warn` gets
-    one line per problem found in the store (default: stderr)."""
+    `run_fn` replaces the body of the op tasks (tests and benches of the driver; a stand-in runs
+    nothing on the device, so the device is not checked); `warn` gets one line per problem
+    found in the store (default: stderr)."""
     from runners.op_sweep.opdb import INPUTS, get_opinfo, select_opinfos
 
     start = time.monotonic()
@@ -121,17 +125,16 @@ def run_op_sweep(
         from runners.op_sweep.declarations import load_declarations
 
         load_declarations(device.name, run.task.declarations)  # a bad file fails now
-    store = Store(run.job.store)
-    run_id = check_run_id(run.job.run_id) if run.job.run_id else new_run_id()
-    settings = run.row_settings(device)
-    with locked_run(
-        store,
-        run_id,
-        tables=OP_SWEEP_TABLES,
-        runs_table="op_runs",
-        settings=settings,
-        warn=warn or _stderr,
-    ) as opened:
+    with RunSession(
+        OP_SWEEP,
+        run.job,
+        run.task.device,
+        settings=run.row_settings(device),
+        run_fn=run_fn or op_group_task,
+        check_device=run_fn is None,
+        warn=warn,
+    ) as session:
+        store, run_id = session.store, session.run_id
         done = completed_units(store, run_id)
         units: list[Unit] = []
         for key in keys:
@@ -141,41 +144,20 @@ def run_op_sweep(
                 units.append(Unit(key, op.name, op.variant_test_name or None, todo))
         size = run.group_size
         groups = [
-            OpGroup(tuple(units[i : i + size]), units[i].key) for i in range(0, len(units), size)
+            OpGroup(tuple(units[i : i + size]), units[i].key, run.task)
+            for i in range(0, len(units), size)
         ]
-        row = {
-            "run_id": run_id,
-            "opinfos_requested": len(keys),
-            "opinfo_filter": ",".join(run.ops) if run.ops else None,
-            "command": run.job.command,
-            **software_versions(device),
-            **settings,
-        }
-        profile, profile_hash = device.profile_info()
-        context = {
-            "device": device.name,
-            "device_emulated": device.emulated,
-            "device_profile": profile,
-            "device_profile_hash": profile_hash,
-        }
-        loop = OpLoop(context)
-        with RunRow(store, "op_runs", row, opened.previous) as run_row:
-            todo_units = sum(len(u.dtypes) for u in units)
-            with (
-                RowWriter(store, run_id, run.job.flush_s, OP_TABLES) as writer,
-                SweepProgress(
-                    todo_units, description=f"ops {run_id}", enabled=run.job.progress
-                ) as bar,
-            ):
-                if groups:
-                    executor = make_executor(run.job, run.task, run_fn=run_fn or op_group_task)
-                    try:
-                        loop.run(executor, groups, writer, bar.advance)
-                    finally:
-                        executor.close()
-                        containment.sweep_orphans()
-            write_summary(store, run_id)
-            run_row.status = "incomplete" if loop.gave_up.names else "finished"
+        session.start(
+            {
+                "opinfos_requested": len(keys),
+                "opinfo_filter": ",".join(run.ops) if run.ops else None,
+            },
+            total=sum(len(u.dtypes) for u in units),
+            on_written=lambda: write_summary(store, run_id),
+        )
+        loop = OpLoop(device.identity())
+        loop.run(session.executor, groups, session.writer, session.progress.advance)
+        session.end(incomplete=bool(loop.gave_up.names))
     return OpSweepSummary(
         run_id=run_id,
         opinfos=len(keys),
@@ -186,7 +168,7 @@ def run_op_sweep(
         seconds=time.monotonic() - start,
         abandoned=loop.gave_up.names,
         causes=loop.gave_up.causes,
-        damaged_parts=opened.damaged,
+        damaged_parts=session.opened.damaged,
     )
 
 
@@ -256,12 +238,8 @@ def write_summary(store: Store, run_id: str) -> None:
 
 
 def abandoned_error(summary: OpSweepSummary) -> SystemFaultError:
-    from sweep.executors import gave_up_error
+    from sweep.executors.fault_policy import gave_up_error
 
     return gave_up_error(
         summary.run_id, summary.abandoned, summary.causes, ("OpInfo x dtype", "OpInfo x dtypes")
     )
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

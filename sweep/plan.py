@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, is_environment_error, safe_text
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
+from runners.settings import ModelSettings
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Task:
     members: list[Planned] = field(default_factory=list)
     key: str = ""  # the dedup key: the shrunk config's hash (or, without dedup, the model id)
     dtype: str | None = None  # the dtype it runs at (a run of several: one task per dtype)
-    settings: Any = None  # its own ModelSettings (at `dtype`); None: the executor's
+    settings: ModelSettings = field(kw_only=True)  # what its body runs with (at `dtype`)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.spec.hash
@@ -70,7 +70,7 @@ class Task:
 
     @property
     def payload(self) -> TinySpec:
-        """What the task's body runs (`sweep.executors.Work`)."""
+        """What the task's body runs (`sweep.executors.protocol.Work`)."""
         return self.spec
 
     def names(self) -> list[str]:
@@ -137,13 +137,14 @@ def plan_batch(
     return [plan_entry(e, order, config_dir=folder).slim() for e in entries]
 
 
-def group_tasks(planned: Iterable[Planned]) -> list[Task]:
-    """One task per unique shrunk config, in the order of each group's best-ranked member."""
+def group_tasks(planned: Iterable[Planned], settings: ModelSettings) -> list[Task]:
+    """One task per unique shrunk config, in the order of each group's best-ranked member, each
+    run with `settings`."""
     tasks: dict[str, Task] = {}
     for p in planned:
         if p.spec is None:
             continue
-        tasks.setdefault(p.spec.hash, Task(spec=p.spec)).members.append(p)
+        tasks.setdefault(p.spec.hash, Task(spec=p.spec, settings=settings)).members.append(p)
     return list(tasks.values())
 
 

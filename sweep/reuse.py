@@ -13,10 +13,11 @@ A task's key is everything that can change its rows (DESIGN.md, Contracts):
   every edit where the project version would not; the Python version; and the test-only fault
   rules that act inside a task (`runners.faults`).
 Equal keys give equal rows. `hfsweep run --reuse latest|RUN_ID|all` copies the rows of every
-task whose key an earlier run of the store has (its results and fallbacks) into this run, with
-`reused_from` naming the run that ran it, and runs only the new keys. A task whose outcome has a
-`timeout`, `crash` or `oom` stage is never copied: those may be the machine's doing (a starved
-worker, a neighbour's memory), so the task runs again.
+task whose key an earlier run of the store has (its results, fallbacks and alternatives) into
+this run, with `reused_from` naming the run that ran it, and runs only the new keys. A task
+whose outcome has a `timeout`, `crash` or `oom` stage (its alternatives' included) is never
+copied: those may be the machine's doing (a starved worker, a neighbour's memory), so the task
+runs again.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
 NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version", "dtype"})
 NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
-MODES = ("latest", "all")
 
 
 @cache
@@ -159,7 +159,9 @@ def reusable(store: Store, runs: Iterable[str]) -> Iterator[Reusable]:
     with their fallbacks; none with a `timeout`, `crash` or `oom` stage."""
     for run_id in runs:
         for lead, rows, outcome in lead_outcomes(store, run_id, keyed=True):
-            if any(r["status"] in NOT_REUSED for r in rows):
+            if any(r["status"] in NOT_REUSED for r in rows) or any(
+                s.status in NOT_REUSED for a in outcome.alternatives for s in a.stages
+            ):
                 continue
             first = rows[0]
             yield Reusable(
@@ -177,10 +179,11 @@ def lead_outcomes(
     """(model, its stage rows, its ModelOutcome) of every model of `run_id` whose task ran (or
     was reused) for it, not a dedup member's copy, once per dtype of the run (its rows say
     which); `keyed`: only those with a task key."""
-    from runners.outcome import ModelOutcome, StageResult
+    from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 
     fields = set(StageResult.__dataclass_fields__) - {"fallbacks"}
     fallback_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("fallbacks", run_id)}
+    alternative_parts = {p.rsplit("/", 1)[-1]: p for p in store.part_files("alternatives", run_id)}
     for part in store.part_files("results", run_id):
         rows = store.dataset("results", [part]).to_table().to_pylist()
         # a lead per (model, dtype): a run of several dtypes ran a task for each
@@ -200,6 +203,14 @@ def lead_outcomes(
                     ops.setdefault((f["model_id"], f.get("dtype"), f["stage"]), []).append(
                         {k: f[k] for k in ("op", "count", "bytes_h2d", "bytes_d2h", "source")}
                     )
+        # the switches of its own code each lead was run again with, stage rows in order
+        tried: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+        alt = alternative_parts.get(part.rsplit("/", 1)[-1])
+        if alt:
+            for a in store.dataset("alternatives", [alt]).to_table().to_pylist():
+                if a["dedup_of"] is None and (a["model_id"], a["dtype"]) in leads:
+                    by = tried.setdefault((a["model_id"], a["dtype"]), {})
+                    by.setdefault(a["implementation"], []).append(a)
         for (model, dtype), stage_rows in leads.items():
             stages = [
                 StageResult(
@@ -217,5 +228,13 @@ def lead_outcomes(
                 first["worker"],
                 timings=timings,
                 peak_host_memory_bytes=first.get("peak_host_memory_bytes"),
+                alternatives=[
+                    AlternativeRun(
+                        implementation,
+                        [StageResult(**{k: v for k, v in r.items() if k in fields}) for r in rows],
+                        rows[0]["wall_s"],
+                    )
+                    for implementation, rows in tried.get((model, dtype), {}).items()
+                ],
             )
             yield model, stage_rows, outcome

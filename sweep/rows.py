@@ -1,10 +1,12 @@
-"""Turn one model's outcome into store rows (results + per-op fallbacks + its config pair)."""
+"""Turn one model's outcome into store rows (results + per-op fallbacks + the alternatives it was
+run again with + its config pair)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from reports.schema import ALTERNATIVES_SCHEMA
 from reports.store import utcnow
 from runners.outcome import ModelOutcome
 from sweep.plan import Planned, changes_json, config_json
@@ -24,23 +26,22 @@ class RunContext:
     @classmethod
     def of(cls, run_id: str, device: Any, dtype: str) -> RunContext:
         """What the rows of run `run_id` on the built `device` repeat."""
-        profile, profile_hash = device.profile_info()
-        return cls(run_id, device.name, device.emulated, profile, profile_hash, dtype)
+        return cls(run_id=run_id, dtype=dtype, **device.identity())
 
 
-def model_rows(
+def _base(
     run: RunContext,
     planned: Planned,
     outcome: ModelOutcome,
     *,
-    attempt: int = 1,
-    dedup_of: str | None = None,
-    task_key: str | None = None,
-    reused_from: str | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    attempt: int,
+    dedup_of: str | None,
+    task_key: str | None,
+    reused_from: str | None,
+) -> dict[str, Any]:
+    """What every stage row of one model repeats (the results table's columns)."""
     entry, spec = planned.entry, planned.spec
-    finished = utcnow()
-    base = {
+    return {
         "run_id": run.run_id,
         "model_id": entry.model_id,
         "rank": entry.rank,
@@ -69,8 +70,25 @@ def model_rows(
         "reused_from": reused_from,
         "attempt": attempt,
         "worker": outcome.worker,
-        "finished_at": finished,
+        "finished_at": utcnow(),
     }
+
+
+def model_rows(
+    run: RunContext,
+    planned: Planned,
+    outcome: ModelOutcome,
+    *,
+    attempt: int = 1,
+    dedup_of: str | None = None,
+    task_key: str | None = None,
+    reused_from: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    entry = planned.entry
+    base = _base(
+        run, planned, outcome, attempt=attempt, dedup_of=dedup_of, task_key=task_key,
+        reused_from=reused_from,
+    )  # fmt: skip
     results, fallbacks = [], []
     for stage in outcome.stages:
         results.append({**base, **stage.row()})
@@ -87,6 +105,38 @@ def model_rows(
                 }
             )
     return results, fallbacks
+
+
+def alternative_rows(
+    run: RunContext,
+    planned: Planned,
+    outcome: ModelOutcome,
+    *,
+    attempt: int = 1,
+    dedup_of: str | None = None,
+    task_key: str | None = None,
+    reused_from: str | None = None,
+) -> list[dict[str, Any]]:
+    """The `alternatives` table's rows of one model: a row per stage of each switch of its
+    own code it was run again with (none for a model that passed or was skipped)."""
+    if not outcome.alternatives:
+        return []
+    columns = set(ALTERNATIVES_SCHEMA.names)
+    whole = _base(
+        run, planned, outcome, attempt=attempt, dedup_of=dedup_of, task_key=task_key,
+        reused_from=reused_from,
+    )  # fmt: skip
+    base = {k: v for k, v in whole.items() if k in columns}
+    return [
+        {
+            **base,
+            **{k: v for k, v in stage.row().items() if k in columns},
+            "implementation": alt.implementation,
+            "wall_s": alt.wall_s,
+        }
+        for alt in outcome.alternatives
+        for stage in alt.stages
+    ]
 
 
 def config_row(run: RunContext, planned: Planned) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 On a terminal: a spinner naming what runs now (importing, planning, setting the device up, a
 stage) with its seconds so far, and a line per stage as it finishes. Elsewhere (a log, a pipe):
-a line per finished stage, and a "still ..." line when one phase runs past `heartbeat_s`.
+a line per phase as it starts (flushed: a pipe never waits seconds in silence), a line per
+finished stage, and a "still ..." line when one phase runs past `heartbeat_s`.
 """
 
 from __future__ import annotations
@@ -71,23 +72,29 @@ class StageProgress:
         self._spinner.update(text=text)
         return self._spinner
 
-    def phase(self, text: str) -> None:
-        """What runs now (replaces the previous phase)."""
+    def phase(self, text: str, *, announce: bool = True) -> None:
+        """What runs now (replaces the previous phase); off a terminal also a line, unless
+        `announce` is False (a stage's own start: its result line follows)."""
         with self._lock:
             self.phase_text = text
             self._since = time.monotonic()
+        if announce and self._live is None:
+            self._print(f"{text} ...")
 
-    def stage_done(self, result: Any, next_stage: str | None = None) -> None:
-        """A stage's result (a StageResult or a row dict) as it arrives; `next_stage` runs next."""
+    def stage_done(
+        self, result: Any, next_stage: str | None = None, *, label: str | None = None
+    ) -> None:
+        """A stage's result (a StageResult or a row dict) as it arrives; `next_stage` runs next;
+        `label` follows the stage's name (`with experts_implementation=batched_mm`)."""
         row = result if isinstance(result, dict) else result.__dict__
         detail = row.get("failing_op") or fmt.clip(fmt.first_line(row.get("error_message")), 90)
         if row["status"] == "pass" and row.get("fallback_op_count"):
             detail = f"{row['fallback_op_count']} ops fell back to the CPU"
         secs = fmt.seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
         text = f"{row['stage']:<10} {row['status']:<13} {secs:>8}  {detail}".rstrip()
-        self._print(text)
+        self._print(f"{text} ({label})" if label else text)
         if next_stage is not None:
-            self.phase(f"running {next_stage}")
+            self.phase(f"running {next_stage}", announce=False)
 
     def _print(self, text: str) -> None:
         self.lines.append(text)

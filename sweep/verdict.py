@@ -1,32 +1,33 @@
 """What one model's stage rows add up to, in words: the verdict line of `hfsweep check`
-("fails at compile: aten::X", "passes every stage ..."), and the next step to take where one
-exists (`--compile-mode eager`, the `pip install` a missing package needs, a longer timeout).
+("fails at compile: aten::X", "passes every stage ..."), and the next step to take (the
+next-step table of `reports.next_steps`: `--compile-mode eager`, the `pip install` a missing
+package needs, a longer timeout, "passes with experts_implementation='batched_mm'").
 
 Pure functions over row dicts (the results schema's columns): no torch, nothing run.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from reports import next_steps
+from reports.next_steps import NextStep, check_command
 from reports.render import fmt
 from reports.schema import FAILED_STATUSES, SkipReason, Status
 
+__all__ = [
+    "NextStep",
+    "check_command",
+    "error_line",
+    "first_failure",
+    "next_step",
+    "passed",
+    "verdict",
+]
+
 _FAILED = {s.value for s in FAILED_STATUSES}
 _NA = SkipReason.NOT_APPLICABLE.value
-_PIP = re.compile(r"pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
-
-
-@dataclass(frozen=True)
-class NextStep:
-    """A command to run next and why."""
-
-    command: str
-    why: str
 
 
 def first_failure(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -83,44 +84,15 @@ def verdict(rows: list[dict[str, Any]], fallbacks: Sequence[dict[str, Any]] = ()
     return text + ", with no CPU fallback"
 
 
-def check_command(model: str, device: str, *extra: str) -> str:
-    return " ".join(
-        ["hfsweep", "check", shlex.quote(model), "--device", shlex.quote(device), *extra]
-    )
-
-
 def next_step(
-    rows: list[dict[str, Any]], *, model: str, device: str, timeout_s: float | None = None
-) -> NextStep | None:
-    """What to run next, where the rows say of something to do (None: nothing to suggest)."""
-    failed = first_failure(rows)
-    if failed is not None:
-        if (
-            failed["stage"] == "compile"
-            and failed["status"] == Status.FAIL.value
-            and failed.get("compile_mode") == "raise"
-            and failed.get("failing_op")
-        ):
-            return NextStep(
-                check_command(model, device, "--compile-mode", "eager"),
-                "runs the graph op by op on the device instead of raising on an op the compiler "
-                "cannot lower (TorchNeuron's TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0); the "
-                "ops that then fall back are recorded",
-            )
-        if failed["status"] == Status.TIMEOUT.value and timeout_s:
-            return NextStep(
-                check_command(model, device, "--timeout", f"{timeout_s * 2:g}"),
-                f"{failed['stage']} did not finish in {timeout_s:g} s",
-            )
-        if failed.get("error_type") == "FallbackDisallowed":  # --strict refused a fallback
-            return NextStep(
-                check_command(model, device),
-                "without --strict, to see every op that falls back to the CPU",
-            )
-        return None
-    for r in rows:
-        if r["status"] == Status.SKIP.value and r["reason"] == SkipReason.MISSING_PACKAGE.value:
-            found = _PIP.search(r.get("error_message") or "")
-            if found:
-                return NextStep(found.group(0), "installs the package these models need")
-    return None
+    rows: list[dict[str, Any]],
+    *,
+    model: str,
+    device: str,
+    timeout_s: float | None = None,
+    **known: Any,
+) -> NextStep:
+    """What to do next about these rows: the next-step table's step for their failure class
+    (`reports.next_steps`; `known`: what else it may use, such as the fallbacks, the shrunk
+    config and the alternatives tried)."""
+    return next_steps.next_step(rows, model=model, device=device, timeout_s=timeout_s, **known)

@@ -7,7 +7,6 @@ import contextlib
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,12 +105,10 @@ def served_dashboard(root: Path) -> Iterator[str]:
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{config.port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/api/health", timeout=2).read()
-            break
-        except OSError:
-            time.sleep(0.1)
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+    while not srv.started:  # uvicorn's own flag: it listens
+        assert thread.is_alive() and time.monotonic() < deadline, "the dashboard never started"
+        time.sleep(0.05)
     try:
         yield base
     finally:

@@ -52,12 +52,15 @@ def test_a_failure_names_its_stage_and_op_and_the_next_step_is_eager_compile() -
     assert (
         step.command == "hfsweep check timm/resnet50.a1_in1k --device neuron --compile-mode eager"
     )
-    assert "op by op" in step.why
-    # eager mode already, or a failure that names no op: nothing to suggest
+    assert step.failure == "compile_unlowerable" and "op by op" in step.text
+    assert "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION" in step.why
+    # eager mode already: no eager to suggest, the op needs a lowering (still a step)
     eager = rows(
         ["pass"] * 3 + ["fail", "not_run"], compile={**UNLOWERABLE, "compile_mode": "eager"}
     )
-    assert verdict.next_step(eager, model="m", device="neuron") is None
+    step = verdict.next_step(eager, model="m", device="neuron")
+    assert step.failure == "compile_unlowerable_eager" and step.command is None
+    assert "needs a lowering for aten::_native_batch_norm_legit_no_training" in step.text
     assert not verdict.passed(eager)
 
 
@@ -88,7 +91,8 @@ def test_timeouts_and_strict_get_their_own_next_step() -> None:
         forward={"error_type": "FallbackDisallowed", "failing_op": "aten::histc"},
     )
     step = verdict.next_step(strict, model="m", device="neuron")
-    assert step is not None and "--strict" not in step.command and "without --strict" in step.why
+    assert step.command is not None and "--strict" not in step.command
+    assert "without --strict" in step.text
 
 
 def test_passing_and_skips() -> None:
@@ -113,16 +117,23 @@ def test_passing_and_skips() -> None:
     step = verdict.next_step(skipped, model="timm/x", device="cpu")
     assert step is not None and step.command == "pip install 'hfsweep[timm]'"
     remote = {"reason": "remote_code", "error_message": "the repo needs trust_remote_code"}
-    assert (
-        verdict.next_step(
-            rows(["skip"] * 5, **{s: remote for s in STAGES}), model="m", device="cpu"
-        )
-        is None
+    step = verdict.next_step(
+        rows(["skip"] * 5, **{s: remote for s in STAGES}), model="m", device="cpu"
     )
+    assert step.failure == "remote_code" and step.command is None
+    assert "trust_remote_code" in step.text
     device_skip = {"reason": "device_unsupported_feature", "error_message": "no fp16 here"}
     partial = rows(["pass"] * 4 + ["skip"], generate=device_skip)
     assert not verdict.passed(partial)
     assert "generate (device_unsupported_feature) skipped" in verdict.verdict(partial)
+
+
+def _wait_for_text(stream: io.StringIO, text: str) -> None:
+    """Until the progress thread wrote `text` (its timing is the thread's, not the test's)."""
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+    while text not in stream.getvalue():
+        assert time.monotonic() < deadline, f"never written: {text!r}"
+        time.sleep(0.05)
 
 
 def test_progress_off_a_terminal_prints_a_line_per_stage_and_a_heartbeat() -> None:
@@ -131,12 +142,16 @@ def test_progress_off_a_terminal_prints_a_line_per_stage_and_a_heartbeat() -> No
         progress.phase("setting up neuron and running load")
         progress.stage_done({"stage": "load", "status": "pass", "duration_s": 0.42}, "forward")
         assert progress.phase_text == "running forward"
-        time.sleep(2.3)  # the heartbeat wakes once a second
+        _wait_for_text(stream, "[check] still running forward (")  # it wakes once a second
         progress.stage_done(
             {"stage": "forward", "status": "fail", "duration_s": 3.0, **UNLOWERABLE}, None
         )
     out = stream.getvalue().splitlines()
-    assert out[0] == "[check] load       pass            0.42 s"
+    # a phase is announced when it starts (a pipe never waits in silence), a stage's own start
+    # is not (its result line follows)
+    assert out[0] == "[check] setting up neuron and running load ..."
+    assert out[1] == "[check] load       pass            0.42 s"
+    assert "[check] running forward ..." not in out
     assert any(line.startswith("[check] still running forward (") for line in out)
     assert out[-1].startswith("[check] forward    fail            3.00 s  aten::_native_batch")
 
@@ -145,7 +160,7 @@ def test_progress_on_a_terminal_draws_a_spinner_and_keeps_the_stage_lines() -> N
     stream = io.StringIO()
     with StageProgress(stream=stream, interactive=True) as progress:
         progress.phase("loading torch and the device")
-        time.sleep(0.6)  # redrawn four times a second
+        _wait_for_text(stream, "loading torch and the device")  # redrawn four times a second
         progress.stage_done({"stage": "load", "status": "pass", "duration_s": 0.1}, "forward")
     text = stream.getvalue()
     assert "loading torch and the device" in text  # the live line was drawn

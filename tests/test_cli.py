@@ -53,7 +53,8 @@ def test_check_a_local_config_passes(tmp_path):
     assert data["stages"][0]["architecture"] == "GPT2LMHeadModel"
     # what the run took, measured in the model's process and for the whole command
     assert data["verdict"].startswith("passes every stage (load, forward, backward, generate)")
-    assert data["error"] is None and data["next_step"] is None
+    assert data["error"] is None and data["next_step"]["failure"] == "passes"
+    assert data["alternatives"] == []  # a passing model is not run again
     assert 0 < data["wall_s"] <= data["command_wall_s"]
     assert data["wall_s"] == data["stages"][0]["wall_s"]  # the same figure goes into the row
     peak = data["peak_host_memory_bytes"]
@@ -70,9 +71,10 @@ def test_check_a_catalog_model_in_text(tmp_path):
     assert "transformers_default" in proc.stdout
     assert "not_applicable" in proc.stdout  # generate does not apply to an encoder
     lines = proc.stdout.splitlines()
-    assert "verdict: passes every stage (load, forward; generate does not apply)" in lines[-3]
-    assert lines[-2].startswith("time:    ") and "for the model's process" in lines[-2]
-    assert lines[-1].startswith("memory:  peak host ") and "(the model's process)" in lines[-1]
+    assert "verdict: passes every stage (load, forward; generate does not apply)" in lines[-4]
+    assert lines[-3].startswith("time:    stages ") and "model process" in lines[-3]
+    assert lines[-2].startswith("memory:  peak host ") and "(the model's process)" in lines[-2]
+    assert lines[-1] == "next:    none: every stage passes on the device with no CPU fallback"
 
 
 @pytest.mark.parametrize(
@@ -186,8 +188,10 @@ def test_a_device_missing_here_exits_3_and_writes_nothing(tmp_path):
     ):
         proc = hfsweep(*args)
         assert proc.returncode == 3, proc.stdout + proc.stderr
-        assert one_line_error(proc).startswith("error: Device 'cuda' is not available")
-        assert proc.stderr.count("\n") == 2  # the error and its hint
+        # check's progress lines come first (a pipe hears what runs), then the error
+        lines = [x for x in one_line_error(proc).splitlines() if not x.startswith("[check] ")]
+        assert lines[0].startswith("error: Device 'cuda' is not available")
+        assert len(lines) == 2  # the error and its hint
     assert not (tmp_path / "s").exists()
 
 

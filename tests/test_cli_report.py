@@ -158,9 +158,21 @@ def test_lookup_exit_codes(store: str) -> None:
         "lookup", "org/b-pass-fallback", "--store", store, "--run", "r1", "--format", "json"
     )
     assert p.returncode == 1 and json.loads(p.stdout)["summary"]["failed_stage"] == "backward"
+    # no results is not bad usage (2): exit 5, the answer on stdout with the command for the
+    # store's device (not --device DEVICE) and the ids meant
     p = hfsweep("lookup", "nobody/nothing", "--store", store)
-    assert p.returncode == 2 and "no results for model 'nobody/nothing'" in p.stderr
-    assert "hfsweep check nobody/nothing" in p.stderr
+    assert p.returncode == 5 and "no results for model 'nobody/nothing'" in p.stdout
+    assert "run it with: hfsweep check nobody/nothing --device neuron" in p.stdout
+    assert "DEVICE" not in p.stdout and "Traceback" not in p.stderr
+    p = hfsweep("lookup", "org/c-fail", "--store", store)
+    assert p.returncode == 5 and "did you mean: org/c-fail-compile (has results)" in p.stdout
+    p = hfsweep("lookup", "ORG/C-FAIL-COMPILE", "--store", store)  # the id in another case
+    assert p.returncode == 1 and "org/c-fail-compile: failed" in p.stdout
+    assert "differs in case" in p.stdout
+    p = hfsweep("lookup", "org/old", "--store", store, "--run", "r2")  # only r1 has it
+    assert p.returncode == 5 and "other runs or dtypes of the store have it" in p.stdout
+    p = hfsweep("lookup", "", "--store", store)
+    assert p.returncode == 2 and "MODEL_ID is empty" in p.stderr
 
 
 def _free_port() -> int:
@@ -180,11 +192,13 @@ def test_dashboard_command_serves(store: str) -> None:
     )
     try:
         body = None
-        for _ in range(100):
+        deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+        while body is None:  # until it answers (starting takes what the machine gives it)
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, "the dashboard never answered"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=30) as r:
                     body = json.loads(r.read())
-                break
             except OSError:
                 time.sleep(0.2)
         assert body["ok"] is True and body["store"] == store and body["runs"] == 2

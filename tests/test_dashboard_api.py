@@ -153,6 +153,41 @@ def test_unknown_model_404(client: TestClient) -> None:
     assert r.status_code == 404
 
 
+def test_a_model_page_finds_the_id_meant(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The id in another case is its page; a near id is a 404 that suggests the stored one; a
+    catalog model with no results says its rank and the check command for the store's device,
+    in the page and in the JSON."""
+    from reports.model_search import CatalogModel
+
+    root = tmp_path_factory.mktemp("meant") / "store"
+    build_hand_store(root)
+    catalog = [CatalogModel("org/a-pass-clean", 1, 1000), CatalogModel("meta/Llama-9B", 7, 70)]
+    c = TestClient(create_app(str(root), refresh_s=0, warm=False, catalog=catalog))
+    page = c.get("/api/models/ORG/C-Fail-Compile")
+    assert page.status_code == 200 and page.json()["model_id"] == "org/c-fail-compile"
+    r = c.get("/api/models/org/c-fail")
+    body = r.json()
+    assert r.status_code == 404 and body["in_catalog"] is None
+    assert body["did_you_mean"][0] == {
+        "model_id": "org/c-fail-compile",
+        "where": "store",
+        "rank": None,
+    }
+    assert body["check"] == "hfsweep check org/c-fail --device neuron"
+    html = c.get("/models/org/c-fail").text
+    assert '<a href="/models/org/c-fail-compile">org/c-fail-compile</a> (has results)' in html
+    r = c.get("/api/models/meta/Llama-9B")
+    body = r.json()
+    assert r.status_code == 404
+    assert body["in_catalog"] == {"model_id": "meta/Llama-9B", "rank": 7, "downloads": 70}
+    assert body["error"].startswith("meta/Llama-9B is in the catalog (rank 7")
+    assert body["hint"] == "run it with: hfsweep check meta/Llama-9B --device neuron"
+    html = c.get("/models/meta/Llama-9B").text
+    assert "hfsweep check meta/Llama-9B --device neuron</code>" in html
+    assert c.get("/models/meta/Llama").status_code == 404
+    assert "meta/Llama-9B (catalog rank 7)" in c.get("/models/meta/Llama").text
+
+
 def test_hostile_model_id_and_message(client: TestClient) -> None:
     url = "/models/evil/" + quote("<script>alert(1)</script>", safe="")
     r = client.get(url)
@@ -249,7 +284,10 @@ def test_model_page_links_ops_the_hub_and_the_cluster(client: TestClient) -> Non
     assert '<a href="/ops/aten%3A%3Ahistc?run=r2">aten::histc</a>' in html  # a fallback
     assert 'href="/models?run=r2&amp;signature=RuntimeError%3A+boom"' in html
     assert "boom in aten::nonzero" in html and "signature:" not in html
-    assert "not recorded" in html  # no wall time in this store's rows
+    # no wall time in this store's rows: the stages' own seconds alone, in the words lookup
+    # and check use
+    cell = html.split('id="wall-time">', 1)[1].split("</td>", 1)[0]
+    assert cell.startswith("stages ") and "model process" not in cell
     evil = client.get("/models/evil/" + quote("<script>alert(1)</script>", safe="")).text
     assert "huggingface.co" not in evil  # not a Hub id: no link made of it
     no_live_script(evil)
@@ -268,7 +306,7 @@ def test_model_page_says_a_default_config_is_not_the_repos(tmp_path) -> None:
     html = c.get("/models/org/a-pass-clean").text
     assert "transformers_default (a library's default config for the architecture, not the " in html
     assert "<h2>Config: library default vs shrunk</h2>" in html
-    assert "7.25 s (the model's own process" in html and "host 1.50 GiB" in html
+    assert "model process 7.25 s (wall: set-up, stages, exit)" in html and "host 1.50 GiB" in html
     rows = c.get("/api/models").json()["rows"]
     assert rows[0]["wall_s"] == 7.25
 

@@ -35,7 +35,7 @@ def test_overview_search_model_page(server: str, browser) -> None:
     page.fill("#search", "b-pass")
     page.click("text=Search")
     page.wait_for_url("**/models?**")
-    assert page.locator("#match-count").inner_text().startswith("1 models match")
+    assert page.locator("#match-count").inner_text().startswith("1 model matches")
     rows = page.locator("#models tbody tr")
     assert rows.count() == 1
     assert "emulated" not in rows.first.inner_text()  # the banner above says it, once

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
@@ -20,6 +18,7 @@ from reports.summary import run_report
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.kill_support import kill_while_waiting
 from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
@@ -73,9 +72,10 @@ def test_neuron_through_ray_at_two_dtypes(tmp_path, ray_session):
 
 
 def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
-    """`hfsweep run --dtype fp32,bf16 --local` on the emulated device, SIGKILLed after its first
-    part: the same command finishes it with every (model, dtype, stage) once; report and lookup
-    show both dtypes; check runs one model at both."""
+    """`hfsweep run --dtype fp32,bf16 --local` on the emulated device, SIGKILLed while its last
+    model waits in its load stage (a `wait` fault never released) and once rows reached the
+    store, whatever the machine's speed: the same command finishes it with every (model,
+    dtype, stage) once; report and lookup show both dtypes; check runs one model at both."""
     many = [
         {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
         for i, t in enumerate(["llama", "gpt2", "bert", "opt", "qwen2", "roberta"])
@@ -102,26 +102,12 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
         "--local",
         "--no-report",
     ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 240
-    while (
-        not list((store / "results").rglob("part-*.parquet"))
-        and time.monotonic() < deadline
-        and proc.poll() is None
-    ):
-        time.sleep(0.2)
-    assert proc.poll() is None, "the sweep finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    waiting = {"at": "stage:load", "match": "roberta", "fault": "wait"}
+    stored = lambda: triples(store, "k")  # noqa: E731
+    kill_while_waiting(cmd, env=ENV, state=tmp_path / "faults", rule=waiting, stored=stored)
     partial = triples(store, "k")
     assert 0 < sum(partial.values()) < 6 * 2 * 2
+    assert "org/m5" not in {m for m, _, _ in partial}  # the waiting model has no rows
     done = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "12 models x dtypes (6 models at fp32, bf16) asked for" in done.stderr

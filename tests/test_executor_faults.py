@@ -6,7 +6,6 @@ a plan batch that fails is planned again one entry at a time."""
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 import pytest
@@ -17,9 +16,10 @@ from reports.errors import EnvironmentFault
 from reports.schema import Stage
 from runners.outcome import ModelOutcome, StageResult
 from runners.settings import ModelSettings
-from sweep import executors
 from sweep.driver import model_oom
-from sweep.executors import Abandoned, PlanDone, Planner, RayExecutor, RunDone
+from sweep.executors import fault_policy, ray_cluster
+from sweep.executors.protocol import Abandoned, PlanDone, Planner, RunDone
+from sweep.executors.ray_cluster import RayExecutor
 from sweep.plan import Planned, Task
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
@@ -96,23 +96,27 @@ def plan_fn(entries, stages, config_dir) -> list[Planned]:
 
 @pytest.fixture
 def make(monkeypatch):
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.0)
 
     def build(faults: dict[str, list[BaseException]], retries: int = 2):
         fake = FakeRay(faults)
-        monkeypatch.setattr(executors, "init_ray", lambda address, num_cpus: fake)
-        settings = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+        monkeypatch.setattr(ray_cluster, "init_ray", lambda address, num_cpus: fake)
         planner = Planner(plan_fn, [s.value for s in STAGES])
-        ex = RayExecutor(settings, run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
+        ex = RayExecutor(run_fn=run_fn, planner=planner, on_oom=model_oom(STAGES))
         ex.retries = retries
         return ex, fake
 
     return build
 
 
-def task(name: str) -> Task:
+SETTINGS = ModelSettings(device="cpu", stages=STAGES, timeout_s=60.0)
+
+
+def task(name: str, settings: ModelSettings = SETTINGS) -> Task:
+    """A model task of one member, carrying the settings its body runs with."""
     spec = TinySpec("transformers", name, "X", {"id": name})
-    return Task(spec=spec, members=[Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)])
+    member = Planned(entry=CatalogEntry(model_id=f"org/{name}"), spec=spec)
+    return Task(spec=spec, members=[member], settings=settings)
 
 
 def drain(ex) -> list:
@@ -195,22 +199,48 @@ def test_a_task_that_never_returns_is_cancelled_and_retried(make, monkeypatch):
 
 
 def test_retries_back_off_1_s_2_s_4_s_at_most_30_s():
-    assert [executors.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
-    assert executors.backoff_s(20) == 30.0
+    assert [fault_policy.backoff_s(a) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert fault_policy.backoff_s(20) == 30.0
 
 
-def test_a_retry_waits_for_its_backoff(make, monkeypatch):
+class Clock:
+    """The Ray executor's clock, moved by the test (`ray_cluster.time` while patched): what
+    the executor does at a time is then decided by the time, never by how fast the machine
+    got there."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(ray_cluster, "time", fake)
+    return fake
+
+
+def test_a_retry_waits_for_its_backoff(make, monkeypatch, clock):
     ex, fake = make({"m": [rex.WorkerCrashedError()]})
-    monkeypatch.setattr(executors, "RETRY_BACKOFF_S", 0.5)
+    monkeypatch.setattr(fault_policy, "RETRY_BACKOFF_S", 0.5)
     ex.submit_run(task("m"))
     assert ex.wait(0) == [] and fake.calls == ["m"]  # the fault: a retry is queued
+    clock.now += 0.49
     assert ex.wait(0) == [] and fake.calls == ["m"]  # not before its backoff
-    time.sleep(0.6)
+    clock.now += 0.02
     (done,) = ex.wait(0)
     assert isinstance(done, RunDone) and done.attempt == 2 and fake.calls == ["m", "m"]
 
 
-def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch):
+def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkeypatch, clock):
     """Before: a task was given up once its wall time passed a guard (2.5 timeouts + 120 s),
     however alive its worker was: on a loaded machine a slow model was retried, then lost. Now
     only silence counts: the worker's beat, or before the task starts, the others'."""
@@ -221,27 +251,29 @@ def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkey
     monkeypatch.setattr(ex, "_beats", lambda keys: {k: str(next(beats)).encode() for k in keys})
     ex.submit_run(task("m"))
     for _ in range(5):  # five guards long, and it beats
-        time.sleep(0.1)
+        clock.now += 0.3
         assert ex.wait(0) == []
     assert not fake.cancelled and ex.running() == 1
     monkeypatch.setattr(ex, "_beats", lambda keys: {k: b"still" for k in keys})
-    deadline = time.monotonic() + 5
-    while not fake.cancelled and time.monotonic() < deadline:
-        time.sleep(0.1)
-        ex.wait(0)
+    clock.now += 0.3
+    ex.wait(0)  # its last new beat
+    assert not fake.cancelled
+    clock.now += 0.3
+    ex.wait(0)  # the same beat a guard later
     assert fake.cancelled  # silent for its guard: cancelled, retry queued
 
 
-def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch):
+def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch, clock):
     from reports.errors import SystemFaultError
 
     ex, fake = make({})
-    monkeypatch.setattr(executors, "PING_S", 0.0)
-    monkeypatch.setattr(executors, "GONE_AFTER_S", 0.5)
+    monkeypatch.setattr(ray_cluster, "PING_S", 0.0)
+    monkeypatch.setattr(ray_cluster, "GONE_AFTER_S", 0.5)
     monkeypatch.setattr(ex, "_beats", lambda keys: None)  # the GCS does not answer
     ex._embedded = False
+    clock.now += 0.4
     ex.wait(0)  # not for long enough yet
-    time.sleep(0.6)
+    clock.now += 0.2
     with pytest.raises(SystemFaultError, match="the Ray cluster stopped under the driver"):
         ex.wait(0)
     ex.close()  # nothing to cancel on a cluster that is gone

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from tests.family_support import assert_trains, run_default
@@ -48,8 +50,15 @@ def test_molmo2_pooled_tokens_match_image_grids() -> None:
     tokens = int((grids[:, 0] * grids[:, 1] + grids[:, 2] * grids[:, 3]).sum())
     assert inputs["image_token_pooling"].shape[0] == tokens
     assert _count(inputs["input_ids"], config.image_patch_id) == tokens
-    patches = inputs["pixel_values"].shape[:3].numel()
-    assert int(inputs["image_token_pooling"].max()) < patches
+    # each image's tokens pool that image's patches: counted from its first patch where the
+    # model adds the offsets from image_num_crops (transformers >= 5.25), else from the batch's
+    crops, per_image = inputs["pixel_values"].shape[1], inputs["pixel_values"].shape[1:3].numel()
+    model_offsets = "image_num_crops" in inspect.signature(run.model.get_image_features).parameters
+    sizes = (grids[:, 0] * grids[:, 1] + grids[:, 2] * grids[:, 3]).tolist()
+    for image, rows in enumerate(inputs["image_token_pooling"].split(sizes)):
+        first = 0 if model_offsets else image * per_image
+        assert first <= int(rows.min()) and int(rows.max()) < first + per_image
+    assert inputs["image_num_crops"].tolist() == [crops] * len(sizes)
 
 
 def test_pix2struct_patches_carry_one_based_row_and_column() -> None:

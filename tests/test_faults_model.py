@@ -17,8 +17,9 @@ import pytest
 
 from reports.errors import EnvironmentFault
 from runners import containment, faults
-from runners.isolation import run_isolated, warm_parent
+from runners.isolation import CHILD_MODULES, run_isolated
 from runners.settings import ModelSettings
+from runners.warm import warm_parent
 from tests.conftest import ROOT
 from tests.test_runner import tiny
 
@@ -55,7 +56,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_dead(pid: int, seconds: float = 5.0) -> bool:
+def wait_dead(pid: int, seconds: float = 120.0) -> bool:
+    """Whether `pid` is gone within `seconds` (a guard against a hang, not a speed)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not alive(pid):
@@ -73,9 +75,7 @@ def test_a_segfault_in_a_stage_is_a_crash_of_that_stage(llama, inject):
 
 def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
     inject({"at": "stage:backward", "match": "*", "fault": "hang"})
-    start = time.monotonic()
     outcome = run_isolated(llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=6))
-    assert time.monotonic() - start < 20
     assert statuses(outcome) == {"load": "pass", "forward": "pass", "backward": "timeout"}
     # what the hung process had reached, read from outside before it was killed
     assert (outcome.peak_host_memory_bytes or 0) > 10 << 20
@@ -85,18 +85,19 @@ def test_a_hang_is_a_timeout_of_that_stage(llama, inject):
 def test_allocating_past_the_budget_is_oom_and_nothing_else_suffers(llama, inject):
     inject({"at": "stage:forward", "match": "llama", "fault": "alloc"})
     budget = 512 << 20
-    warm_parent()  # what the child is forked from: this process, warmed as run_isolated does
+    warm_parent(
+        *CHILD_MODULES
+    )  # what the child is forked from: this process, warmed as run_isolated does
     forked_from = resident_bytes()
-    start = time.monotonic()
     outcome = run_isolated(
         llama, ModelSettings(device="cpu", stages=STAGES, timeout_s=60, memory_limit=budget)
     )
     assert statuses(outcome) == {"load": "pass", "forward": "oom", "backward": "not_run"}
     assert "allocate" in outcome.stages[1].error_message
-    assert time.monotonic() - start < 30  # stopped at the budget, not after filling the machine
-    # the peak host memory is the model process's high-water mark: it saw the 64 MiB tensors it
-    # touched up to the budget (all but the last), on top of the pages it shares with this
-    # process (a long test session's parent is large), and not much more than both together
+    # stopped at the budget, not after filling the machine: the peak host memory is the model
+    # process's high-water mark: it saw the 64 MiB tensors it touched up to the budget (all but
+    # the last), on top of the pages it shares with this process (a long test session's parent
+    # is large), and not much more than both together
     peak = outcome.peak_host_memory_bytes or 0
     assert budget - (64 << 20) <= peak <= forked_from + budget + (512 << 20), (peak, forked_from)
 
@@ -181,7 +182,7 @@ def test_what_the_model_started_dies_with_it(llama, inject):
 
 WORKER = textwrap.dedent(
     """
-    from runners.isolation import run_isolated, warm_parent
+    from runners.isolation import run_isolated
     from runners.settings import ModelSettings
     from tests.test_runner import tiny
     spec = tiny("llama", "LlamaForCausalLM")
@@ -196,12 +197,11 @@ def _worker(state: Path) -> subprocess.Popen:
     )
 
 
-def _wait_for(path_glob, state: Path, seconds: float = 120.0) -> list[Path]:
+def _wait_for(path_glob, state: Path, seconds: float = 600.0) -> list[Path]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = list(state.glob(path_glob))
         if found:
-            time.sleep(0.2)
             return found
         time.sleep(0.1)
     raise AssertionError(f"nothing matched {path_glob} in {state}")
@@ -233,10 +233,11 @@ def test_the_next_task_sweeps_what_a_dead_workers_model_left(inject):
     try:
         (marker,) = _wait_for("spawned-*", state)
         helper = int(marker.name.split("-")[1])
+        (child,) = faults.fired(str(state))
         worker.kill()
         worker.wait(10)
-        time.sleep(0.5)
-        assert alive(helper)  # reparented: nobody would ever kill it
+        assert wait_dead(child)  # the model's child died with its worker...
+        assert alive(helper)  # ...and its helper, reparented, lives on: nobody would kill it
         assert containment.sweep_orphans() >= 1
         assert wait_dead(helper)
     finally:
@@ -319,7 +320,7 @@ def test_what_an_embedded_ray_started_dies_with_its_killed_driver():
         assert alive(worker) and alive(agent)  # nothing is killed while the driver lives
         driver.kill()
         driver.wait(10)
-        assert wait_dead(worker, 10.0), "the embedded Ray's raylet outlived its driver"
-        assert wait_dead(agent, 10.0), "the raylet's agent (no marker) outlived its driver"
+        assert wait_dead(worker), "the embedded Ray's raylet outlived its driver"
+        assert wait_dead(agent), "the raylet's agent (no marker) outlived its driver"
     finally:
         driver.kill()

@@ -190,9 +190,9 @@ def test_legacy_or_foreign_torch_neuronx_is_refused(
     assert refused in message and "neuron-emulated" in hint
 
 
-def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> None:
-    """`hfsweep run` on a machine with the legacy package: one error, exit 3 (the environment),
-    nothing written."""
+def _sweep_with_legacy_package(tmp_path: Path, *command: str) -> subprocess.CompletedProcess:
+    """`python -m sweep COMMAND --device neuron --local --store STORE --no-report` where the
+    stand-in is installed as the legacy XLA torch-neuronx (2.5.1)."""
     legacy = tmp_path / "legacy"
     shutil.copytree(STANDIN / "torch_neuronx", legacy / "torch_neuronx")
     meta = legacy / "torch_neuronx-2.5.1.2.4.0.dist-info"
@@ -200,17 +200,32 @@ def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> 
     (meta / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.5.1.2.4.0\n"
     )
-    store = tmp_path / "store"
     environment = {**os.environ, "PYTHONPATH": f"{legacy}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "sweep", "run", "--device", "neuron", "--top", "3", "--local"]
-        + ["--store", str(store), "--no-report"],
+    return subprocess.run(
+        [sys.executable, "-m", "sweep", *command, "--device", "neuron", "--local"]
+        + ["--store", str(tmp_path / "store"), "--no-report"],
         cwd=ROOT,
         env=environment,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> None:
+    """`hfsweep run` on a machine with the legacy package: one error, exit 3 (the environment),
+    nothing written."""
+    done = _sweep_with_legacy_package(tmp_path, "run", "--top", "3")
     assert done.returncode == 3, done.stderr[-2000:]
     assert "legacy XLA-based" in done.stderr and "Traceback" not in done.stderr
-    assert not (store / "results").exists()
+    assert not (tmp_path / "store" / "results").exists()
+
+
+def test_the_op_sweep_checks_the_device_before_any_row(tmp_path: Path) -> None:
+    """`hfsweep ops` enters the same run lifecycle as `hfsweep run`, its device check included:
+    with the legacy package, one error, exit 3, no run row and no op rows."""
+    done = _sweep_with_legacy_package(tmp_path, "ops", "--ops", "sin", "--dtypes", "fp32")
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "legacy XLA-based" in done.stderr and "Traceback" not in done.stderr
+    store = tmp_path / "store"
+    assert not (store / "ops").exists() and not (store / "op_runs").exists()

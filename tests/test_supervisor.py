@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
+from reports.errors import EnvironmentFault
+from reports.schema import Status
 from runners import supervisor
-from runners.supervisor import Child, OwnClock
+from runners.supervisor import Child, Kind, OwnClock
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="run-queue delay is read from Linux's /proc"
@@ -36,9 +39,14 @@ def _starved(send, cpu_s: float) -> None:
 
 
 def _hog() -> subprocess.Popen:
-    """A CPU-bound process on CPU 0 at normal priority (the test stops it by its pid)."""
-    code = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"
-    return subprocess.Popen([sys.executable, "-c", code])
+    """A CPU-bound process on CPU 0 at normal priority, returned once it spins (it says so
+    first; the test stops it by its pid)."""
+    code = (
+        "import os; os.sched_setaffinity(0, {0})\nprint('spinning', flush=True)\nwhile True: pass"
+    )
+    hog = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert hog.stdout is not None and hog.stdout.readline().strip() == "spinning"
+    return hog
 
 
 def test_a_child_starved_of_cpu_is_slow_not_timed_out():
@@ -46,7 +54,6 @@ def test_a_child_starved_of_cpu_is_slow_not_timed_out():
     CPU was a `timeout` (the fault matrix's allocation and device-error trials under load)."""
     hog = _hog()
     try:
-        time.sleep(0.5)
         with Child(_starved, (0.05,)) as child:
             child.deadline(1.0)
             message = child.receive()
@@ -72,7 +79,7 @@ def test_a_child_that_hangs_uses_up_its_own_time():
         assert child.receive() == ("ready", None)
         assert child.receive() is None
     assert child.ending is not None and child.ending.timed_out
-    assert 1.0 <= child.ending.own_s < 10.0
+    assert 1.0 <= child.ending.own_s < 600.0  # ended by its deadline, not by its own end
 
 
 def _last_word_then_die(send) -> None:
@@ -81,14 +88,34 @@ def _last_word_then_die(send) -> None:
 
 
 def test_a_message_sent_before_a_death_is_read_before_the_death():
-    with Child(_last_word_then_die, ()) as child:
+    with Child(_last_word_then_die, (), process="the model's process") as child:
+        child.doing, child.stage = "forward", "forward"
         child.deadline(60.0)
-        time.sleep(1.0)  # the child is dead by the time the parent looks
+        child.proc.join(600)  # the child is dead by the time the parent looks
         assert not child.proc.is_alive()
-        assert child.receive() == ("done", 42)
-        assert child.receive() is None
+        assert child.receive() == (Kind.DONE, 42)
+        # a SIGKILL from outside: the environment's, raised by the supervisor itself
+        with pytest.raises(EnvironmentFault, match="running forward was killed with SIGKILL") as e:
+            child.receive()
+    assert e.value.stage == "forward"
     assert child.ending is not None and not child.ending.timed_out
-    assert child.ending.death("forward").status is None  # SIGKILL from outside: environment
+    assert child.ending.death is not None and child.ending.death.status is None
+
+
+def _crash(send) -> None:
+    send(("ready", None))
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_death_of_the_childs_own_is_its_ending_not_a_fault():
+    with Child(_crash, ()) as child:
+        child.doing = "the sample"
+        child.deadline(60.0)
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() is None
+    assert child.ending is not None and child.ending.death is not None
+    assert child.ending.death.status == Status.CRASH
+    assert "running the sample died with SIGSEGV" in child.ending.death.message
 
 
 def _word_then_hang(send) -> None:
@@ -99,7 +126,8 @@ def _word_then_hang(send) -> None:
 def test_a_message_sent_before_the_deadline_is_read_after_it_passed():
     with Child(_word_then_hang, ()) as child:
         child.deadline(0.5)
-        time.sleep(2.0)  # the parent looks only after the deadline passed
+        while child.clock.elapsed_s() <= 0.5:  # the parent looks only after the deadline passed
+            time.sleep(0.05)
         assert child.receive() == ("stage", "load")
         assert child.receive() is None
     assert child.ending is not None and child.ending.timed_out
@@ -115,17 +143,25 @@ def _raise_after_ready(send) -> None:
 
 
 def test_what_escapes_the_body_is_the_environment_until_ready():
-    with Child(_raise_before_ready, ()) as child:
+    with Child(_raise_before_ready, (), process="the op sweep's process") as child:
+        child.doing = "the sample"
         child.deadline(60.0)
-        assert child.receive() == ("env", ("ValueError", "the device would not set up"))
+        with pytest.raises(EnvironmentFault) as e:
+            child.receive()
+    assert e.value.message == (
+        "the op sweep's process could not run the sample: ValueError: the device would not set up"
+    )
+    assert e.value.fields == {"cause_type": "ValueError"}
     with Child(_raise_after_ready, ()) as child:
         child.deadline(60.0)
-        assert child.receive() == ("ready", None)
-        assert child.receive() == ("error", ("ValueError", "a bug outside any stage"))
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() == (Kind.ERROR, ("ValueError", "a bug outside any stage"))
 
 
 def test_the_own_time_clock_counts_wall_time_where_the_kernel_does_not_say(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(supervisor, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(supervisor, "_run_delay_s", lambda pid: None)
     clock = OwnClock(os.getpid())
-    time.sleep(0.3)
-    assert 0.25 < clock.elapsed_s() == pytest.approx(clock.wall_s(), abs=0.05)
+    now[0] += 0.3
+    assert clock.elapsed_s() == clock.wall_s() == pytest.approx(0.3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -11,9 +10,11 @@ from collections import Counter
 import pytest
 
 from reports.store import Store
+from runners import faults
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.kill_support import kill_while_waiting
 from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
@@ -87,11 +88,13 @@ def _part_count(store) -> int:
 
 
 def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
-    many = [  # 24 models run one by one (--no-dedup, 1 CPU): long enough to be killed mid-run
+    """12 models one by one (--no-dedup, 1 CPU): the driver is SIGKILLed while the last one
+    waits in its load stage (a `wait` fault never released) and once rows reached the store,
+    mid-run whatever the machine's speed; the same command finishes the run."""
+    many = [
         {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
         for i, t in enumerate(
-            2
-            * [
+            [
                 "llama",
                 "gpt2",
                 "bert",
@@ -108,14 +111,14 @@ def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
         )
     ]
     catalog = write_catalog(tmp_path / "catalog.csv", many)
-    store = tmp_path / "store"
+    store, state = tmp_path / "store", tmp_path / "faults"
     cmd = [
         *HFSWEEP,
         "run",
         "--catalog",
         str(catalog),
         "--top",
-        "24",
+        "12",
         "--store",
         str(store),
         "--run-id",
@@ -128,53 +131,66 @@ def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
         "--no-report",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 240
-    while _part_count(store) < 1 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert proc.poll() is None, "the sweep finished before it could be killed"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    partial = Store(store).read("results", "killme").num_rows
-    assert 0 < partial < 24 * 3
+    env.pop(faults.ENV, None)
+    waiting = {"at": "stage:load", "match": "bart", "fault": "wait"}
+    stored = lambda: _part_count(store)  # noqa: E731
+    kill_while_waiting(cmd, env=env, state=state, rule=waiting, stored=stored)
+    rows = Store(store).read("results", "killme").to_pylist()
+    assert 0 < len(rows) < 12 * 3
+    assert "org/m11" not in {r["model_id"] for r in rows}  # the waiting model has no rows
     assert Store(store).run("killme")["status"] == "running"  # no clean shutdown happened
 
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = Store(store).read("results", "killme").to_pylist()
     counts = Counter((r["model_id"], r["stage"]) for r in rows)
-    assert len(counts) == 24 * 3 and set(counts.values()) == {1}
+    assert len(counts) == 12 * 3 and set(counts.values()) == {1}
     assert Store(store).run("killme")["status"] == "finished"
 
 
-def slow_pass(spec, settings):
-    """A model task that takes 12 s on its worker, then passes."""
-    from runners.outcome import ModelOutcome, StageResult
-
-    time.sleep(12)
-    return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
-
-
-def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(ray_session):
-    """The guard counts silence, not time: with a guard of 7 s, a 12 s task whose worker beats
-    every 5 s through Ray's key-value store comes back on its first attempt."""
+def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(
+    ray_session, tmp_path, monkeypatch
+):
+    """The guard counts silence, not time: a task held on its worker (until a file appears)
+    stays past its guard twice over on the executor's clock, which the test moves only after
+    each new beat of the worker reached the driver through Ray's key-value store; it comes
+    back on its first attempt. Nothing here depends on how soon a beat comes."""
     from runners.settings import ModelSettings
-    from sweep.executors import RayExecutor, RunDone
-    from tests.test_executor_faults import task
+    from sweep.executors import ray_cluster
+    from sweep.executors.protocol import RunDone
+    from sweep.executors.ray_cluster import RayExecutor
+    from tests.test_executor_faults import Clock, task
 
-    ex = RayExecutor(ModelSettings(stages=stage_list("load")), run_fn=slow_pass)
+    release = tmp_path / "release"
+
+    def held(spec, settings):  # a closure: Ray pickles it with the path
+        from runners.outcome import ModelOutcome, StageResult
+
+        while not release.exists():
+            time.sleep(0.05)
+        return ModelOutcome([StageResult(stage=s.value, status="pass") for s in settings.stages])
+
+    clock = Clock()
+    monkeypatch.setattr(ray_cluster, "time", clock)
+    ex = RayExecutor(run_fn=held)
     ex.guard_s = 7.0
-    ex.submit_run(task("slow"))
+    ex.submit_run(task("slow", ModelSettings(stages=stage_list("load"))))
+    (job,) = ex._runs.values()
+    beats: list[bytes] = []
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+    while len(beats) < 2:
+        assert time.monotonic() < deadline, f"the worker beat {len(beats)} times"
+        beat = (ex._beats([job.key]) or {}).get(job.key)
+        if beat is not None and beat not in beats:
+            beats.append(beat)
+            clock.now += ex.guard_s + 1.0  # past its guard since its last sign of life
+            assert ex.wait(0) == []  # alive: its new beat counts
+            assert ex.running() == 1 and job.attempt == 1
+        time.sleep(0.2)
+    release.touch()
     events: list = []
-    deadline = time.monotonic() + 120
-    while not events and time.monotonic() < deadline:
+    while not events:
+        assert time.monotonic() < deadline, "the released task never came back"
         events = ex.wait(1.0)
     ex.close()
     (done,) = events

@@ -1,4 +1,4 @@
-"""The warm parent (`runners.isolation.warm_parent`) imports what a forked child's first compile
+"""The warm parent (`runners.warm.warm_parent`) imports what a forked child's first compile
 would otherwise import for itself (each sweep child compiles once: that import time was a fifth
 to a third of its compile stage, `bench/compile_breakdown.py --children`). With the pinned torch,
 a child's first training-step compile (AOTAutograd, as the neuron backend and aot_eager run it)
@@ -17,8 +17,9 @@ CHILD = textwrap.dedent(
     """
     import json, os, sys
     import torch
-    from runners.isolation import warm_parent
-    warm_parent()
+    from runners.isolation import CHILD_MODULES
+    from runners.warm import warm_parent
+    warm_parent(*CHILD_MODULES)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:

@@ -14,7 +14,15 @@ from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_ur
 from reports.coverage import run_stages
 from reports.errors import UsageError
 from reports.ids import unsafe_model_id
-from reports.models import OUTCOME_FILTERS, SORT_COLUMNS, ModelFilter, facets, model_detail
+from reports.models import (
+    OUTCOME_FILTERS,
+    SORT_COLUMNS,
+    ModelFilter,
+    facets,
+    find_stored_model,
+    model_detail,
+    not_found_answer,
+)
 from reports.models import model_table as model_table_query
 from reports.schema import Status
 
@@ -158,8 +166,13 @@ def detail_data(
     found = model_detail(dash.q, model_id, run_id, dtype or None)
     if found is None:
         where = f"run {run_id}" if run_id else "any run"
-        at = f" at dtype {dtype}" if dtype else ""
-        raise NotFound(f"no results for model {model_id!r}{at} in {where}")
+        where += f" at dtype {dtype}" if dtype else ""
+        meant, check = find_stored_model(dash.q, model_id, dash.catalog)
+        if meant.how == "case":  # the one stored id that differs only in case: its page
+            found = model_detail(dash.q, str(meant.model_id), run_id, dtype or None)
+        if found is None:
+            answer = not_found_answer(meant, check, where)
+            raise NotFound(answer["message"], hint=answer["hint"], answer=answer)
     return found
 
 

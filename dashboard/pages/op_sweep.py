@@ -79,8 +79,8 @@ def op_data(dash: Dashboard, op: str, run: str | None, op_run: str | None) -> di
     if not page["found"]:
         raise NotFound(
             f"{page['op']} was dispatched by no OpInfo sample of op-sweep run "
-            f"{page['op_run_id'] or '(none)'} and no model of run {run_id or '(none)'} "
-            "fell back on it"
+            f"{page['op_run_id'] or '(none)'}, and no model of run {run_id or '(none)'} "
+            "fell back on it, failed at it or compiled it with no evidence"
         )
     return page
 

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-from dashboard.site import Dashboard, dashboard, json_answer
+from dashboard.site import Dashboard, dashboard, json_answer, op_url
 from reports.render import html_site
 from reports.render.sections import report_sections
 from reports.summary import run_report
@@ -42,6 +42,9 @@ def overview(
 
         return link
 
+    def op_link(op: str) -> str:
+        return op_url(op, report["run_id"])
+
     links = {
         "headline": models_link("architecture"),
         "failures": models_link("signature"),
@@ -49,6 +52,11 @@ def overview(
         "by_pipeline_tag": models_link("task"),
         "by_model_type": models_link("model_type"),
         "by_architecture": models_link("architecture"),
+        # every op of the missing-ops ranking has a page, and so does every op the op sweep
+        # dispatched (its problems, its cheapest lowerings)
+        "ops": op_link,
+        "op_problems": op_link,
+        "op_cheapest": op_link,
     }
     return dash.render(
         request,

@@ -47,6 +47,7 @@ def runs_data(dash: Dashboard, a: str | None, b: str | None, limit: int) -> dict
             )
             for key in ("passed_share", "passed_downloads_share", "on_device_downloads_share"):
                 row.setdefault(key, None)
+            row["duration_s"] = run_duration_s(info)
             runs.append(row)
     if (a is None) != (b is None):
         raise UsageError("give both a and b to compare two runs")
@@ -56,6 +57,14 @@ def runs_data(dash: Dashboard, a: str | None, b: str | None, limit: int) -> dict
     elif len(ids) >= 2:
         result = diff_mod.run_diff(q, ids[1], ids[0], limit=limit)
     return {"runs": runs, "diff": result}
+
+
+def run_duration_s(info: dict[str, Any]) -> float | None:
+    """Seconds from a run's start to its last update (its end, once it has ended)."""
+    started, updated = info.get("started_at"), info.get("updated_at")
+    if started is None or updated is None:
+        return None
+    return max(0.0, (updated - started).total_seconds())
 
 
 def diff_run_param(dash: Dashboard, run: str) -> str:

@@ -125,6 +125,17 @@ class Adapter(ABC):
         """The loaded model in the run's dtype (its floating-point tensors cast)."""
         return model.to(dtype)
 
+    # ----- the model's own implementation switches -----
+    def implementation_switches(self, spec: TinySpec) -> dict[str, str]:
+        """The documented switches of the model's own code it can be built with (switch ->
+        the value it takes by default), e.g. transformers' `experts_implementation`; none by
+        default."""
+        return {}
+
+    def set_implementation(self, model: Any, switch: str, value: str) -> None:
+        """Run the loaded model with `switch=value` (one of `implementation_switches`)."""
+        raise ValueError(f"{self.library} models have no implementation switch {switch!r}")
+
     # ----- helpers the adapters share -----
     def library_default(self, model_id: str, config: dict[str, Any], detail: str = "") -> Any:
         """A config from the library's own bundled defaults, labelled so."""

@@ -35,7 +35,6 @@ SCALE = 20.0  # MultipleNegativesRankingLoss's similarity scale
 # The library's own modules this adapter builds (last part of the module type string).
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "LayerNorm", "Dropout",
            "WeightedLayerPooling")  # fmt: skip
-DEFAULT_STACK = ("Transformer", "Pooling", "Normalize")
 
 
 class SentenceTransformersAdapter(Adapter):

@@ -98,6 +98,16 @@ class TransformersAdapter(Adapter):
             return quantized_build.to_dtype(model, dtype)
         return model.to(dtype)
 
+    def implementation_switches(self, spec: TinySpec) -> dict[str, str]:
+        from model_configs import transformers_models
+
+        return transformers_models.implementation_switches(spec)
+
+    def set_implementation(self, model: Any, switch: str, value: str) -> None:
+        from model_configs import transformers_models
+
+        transformers_models.set_implementation(model, switch, value)
+
     def iter_architectures(self) -> Iterator[ResolvedConfig]:
         from model_configs import transformers_models
 

@@ -201,7 +201,12 @@ def molmo2(ctx: InputContext) -> None:
     """Molmo2's processor cuts each image into a low-res crop and a high-res crop of
     flattened patches; image_token_pooling lists, per output token, the patches (2x2 here)
     the adapter pools, image_grids gives each image's (low h, low w, high h, high w) token grid,
-    and the prompt wraps each crop's patch tokens in its start/end markers."""
+    and the prompt wraps each crop's patch tokens in its start/end markers. Up to transformers
+    5.24 the processor offsets each image's pooling indices by the patches of the images before
+    it; from 5.25 the model does, from image_num_crops (its get_image_features takes it), and
+    the indices of each image count from 0."""
+    import inspect
+
     import torch
 
     config = ctx.config
@@ -213,19 +218,26 @@ def molmo2(ctx: InputContext) -> None:
     grid = side // pool  # tokens per crop side
     width = patch * patch * _num_channels(config)
     ctx.inputs["pixel_values"] = torch.randn(BATCH, crops, per_crop, width, generator=ctx.gen)
+    features = getattr(ctx.model, "get_image_features", None)
+    model_offsets = (
+        features is not None and "image_num_crops" in inspect.signature(features).parameters
+    )
     pooling = []
     for crop in range(BATCH * crops):
+        first = (crop % crops if model_offsets else crop) * per_crop
         for r in range(grid):
             for c in range(grid):
                 pooling.append(
                     [
-                        crop * per_crop + (r * pool + i) * side + c * pool + j
+                        first + (r * pool + i) * side + c * pool + j
                         for i in range(pool)
                         for j in range(pool)
                     ]
                 )
     ctx.inputs["image_token_pooling"] = torch.tensor(pooling)
     ctx.inputs["image_grids"] = torch.tensor([[grid, grid, grid, grid]] * BATCH)
+    if "image_num_crops" in ctx.params:  # what the processor gives beside them
+        ctx.inputs["image_num_crops"] = torch.tensor([crops] * BATCH)
     patch_id = int(config.image_patch_id)
     run = [int(config.low_res_image_start_token_id)] + [patch_id] * grid * grid
     run += [int(config.image_end_token_id), int(config.image_start_token_id)]

@@ -71,7 +71,6 @@ HEAD_KEYS |= {"num_heads_outer", "num_heads_inner"}
 HEAD_DIM_KEYS = {"head_dim", "dim_head", "key_dim", "attn_head_dim"}
 WINDOW_KEYS = {"window_size", "partition_size", "local_window_size", "grid_size",
                "window_sizes"}  # fmt: skip
-GROUP_KEYS = {"cardinality", "num_groups", "groups", "group_size", "gs"}
 # Never sizes, whatever their names look like.
 NOT_A_SIZE = {"in_chans", "num_classes", "img_size", "patch_size", "stride", "s", "kernel_size"}
 # Arguments of build_model_with_cfg itself (not the model's).

@@ -234,11 +234,22 @@ def _load_config(resolved: ResolvedConfig) -> Any:
     from transformers import CONFIG_MAPPING
 
     cfg = resolved.config
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+    if not isinstance(cfg, dict):
         raise ConfigError(
-            "config is not a JSON object with a model_type",
+            f"the config is a JSON {type(cfg).__name__}, not an object",
             reason=SkipReason.MALFORMED_CONFIG.value,
             model_id=resolved.model_id,
+        )
+    if not isinstance(cfg.get("model_type"), str):
+        keys = ", ".join(sorted(map(str, cfg))[:6]) + (", ..." if len(cfg) > 6 else "")
+        what = "no model_type" if "model_type" not in cfg else "a model_type that is not a string"
+        raise ConfigError(
+            f"the config has {what} (its keys: {keys or 'none'}), and transformers needs one "
+            "to know which architecture to build",
+            reason=SkipReason.MALFORMED_CONFIG.value,
+            model_id=resolved.model_id,
+            hint='add the model_type of its architecture, e.g. "model_type": "llama", as '
+            "config.json files written by save_pretrained have",
         )
     mt = cfg["model_type"]
     if mt not in CONFIG_MAPPING:

@@ -108,8 +108,23 @@ def stacked(per: dict[str, Section]) -> Section:
     the first."""
     first = next(iter(per.values()))
     rows = [[row[0], d, *row[1:]] for d, s in per.items() for row in s.rows]
+
+    def moved(i: int) -> int:  # a column's place once the dtype column is in
+        return i if i == 0 else i + 1
+
     return Section(
-        first.key, first.title, [first.headers[0], "dtype", *first.headers[1:]], rows, _notes(per)
+        first.key,
+        first.title,
+        [first.headers[0], "dtype", *first.headers[1:]],
+        rows,
+        _notes(per),
+        keys=[k for s in per.values() for k in (s.keys or [row[0] for row in s.rows])],
+        text_columns=(
+            None
+            if first.text_columns is None
+            else (0, 1, *(moved(i) for i in first.text_columns if i))
+        ),
+        text_below={moved(i): label for i, label in first.text_below.items()},
     )
 
 
@@ -204,6 +219,7 @@ def comparison_sections(report: dict[str, Any]) -> list[Section]:
             "'what differs': each dtype's first failure (stage, status, and the op it names or "
             "its error), and the ops that fall back at one dtype only.",
         ],
+        text_below={2 + len(dtypes): "what differs"},
     )  # fmt: skip
     return [compared, differing]
 
@@ -257,4 +273,6 @@ def ops_section(report: dict[str, Any]) -> Section:
             "(`hfsweep ops`; '-' when no op-sweep run covers it). Each dtype's top ops are "
             "merged: '-' where the op is not among that dtype's.",
         ],
+        # in text, each dtype's op sweep result goes under the row
+        text_below={4 * n + 4: f"{d} op sweep pass rate" for n, d in enumerate(dtypes)},
     )

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 
 def count(n: int | None) -> str:
     return "-" if n is None else f"{int(n):,}"
+
+
+def counted(n: int | None, noun: str, plural: str | None = None) -> str:
+    """`1 model`, `2 models`, `1,234 models` (`plural` for a noun that does not add an s)."""
+    if n is None:
+        return f"- {plural or noun + 's'}"
+    return f"{count(n)} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def downloads(n: int | float | None) -> str:
@@ -88,6 +96,31 @@ def byte_size(n: int | float | None) -> str:
     return f"{int(n)} B"
 
 
+def duration(s: float | None) -> str:
+    """A span of wall time in whole units: 42 s; 6 min 23 s; 1 h 6 min; 2 d 3 h."""
+    if s is None:
+        return "-"
+    n = int(round(s))
+    if n < 60:
+        return f"{n} s"
+    if n < 3600:
+        return f"{n // 60} min {n % 60} s"
+    if n < 86400:
+        return f"{n // 3600} h {n % 3600 // 60} min"
+    return f"{n // 86400} d {n % 86400 // 3600} h"
+
+
+def when(t: Any) -> str:
+    """A UTC timestamp to the minute: `2026-12-04 21:17 UTC` (`-` for none)."""
+    if t is None:
+        return "-"
+    if isinstance(t, str):
+        return t
+    if getattr(t, "tzinfo", None) is not None:
+        t = t.astimezone(dt.UTC)
+    return f"{t:%Y-%m-%d %H:%M} UTC"
+
+
 def seconds(s: float | None) -> str:
     """0.042 -> 0.04 s; 83.2 -> 83.2 s; 4000 -> 1 h 6 min."""
     if s is None:
@@ -99,3 +132,24 @@ def seconds(s: float | None) -> str:
     if s < 3600:
         return f"{s / 60:.1f} min"
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+def time_taken(stages_s: float | None, wall_s: float | None) -> str:
+    """One model's time, in the words `check`, `lookup` and the model page share: the sum of
+    its stages' own seconds, and the wall time of the process that ran it (set-up, every stage,
+    start and exit), which grows when the machine is busy."""
+    parts = []
+    if stages_s is not None:
+        parts.append(f"stages {seconds(stages_s)}")
+    if wall_s is not None:
+        parts.append(f"model process {seconds(wall_s)} (wall: set-up, stages, exit)")
+    return "; ".join(parts) or "-"
+
+
+def short_value(value: Any, limit: int = 60) -> str:
+    """A config value on one line: a long list as its length and first items
+    (`[36 items: 'sliding_attention', 'full_attention', ...]`), anything else clipped."""
+    if isinstance(value, (list, tuple)) and len(repr(value)) > limit:
+        head = ", ".join(repr(v) for v in value[:2])
+        return f"[{len(value)} items: {head}, ...]"
+    return clip(repr(value) if isinstance(value, str) else str(value), limit)

@@ -130,7 +130,7 @@ def write_site(
         **common,
         sections=report_sections(report),
         charts=report_charts(report),
-        links={"ops": op_link},
+        links={"ops": op_link, "op_problems": op_link, "op_cheapest": op_link},
     )
     written.append(write_page(out / "index.html", index))
     page = env.get_template("site_models.html").render(

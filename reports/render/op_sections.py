@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.render import fmt, tables
-from reports.render.tables import Section, text_sections
+from reports.render.tables import Section, text_sections, wrap
 
 PYTORCH_REASON_LABELS = {
     "dtype_not_supported": "the OpInfo does not support the dtype on CPU",
@@ -191,12 +191,12 @@ def render_op_text(data: dict[str, Any] | None) -> str:
     if not data:
         return "no op-sweep run in this store\n"
     d = data["denominators"]
-    lines = [
+    lines = wrap(
         f"hfsweep op sweep: run {d['run_id']} ({d['run'].get('status', 'unknown')}), device "
         f"{d['device_label']}, dtypes {', '.join(d['dtypes']) or '-'}"
-    ]
+    )
     notice = emulated_notice(d)
     if notice:
-        lines.append(notice)
+        lines += wrap(notice)
     lines += text_sections(op_sweep_sections(data))
     return "\n".join(lines) + "\n"

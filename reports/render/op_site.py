@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from reports import op_sweep
+from reports.ops import unverified_models_by_op
 from reports.query import StoreQuery
 from reports.render.op_sections import op_sweep_sections
 from reports.render.site_pages import environment, page_context, write_page
@@ -26,13 +27,15 @@ def op_file_name(op: str) -> str:
 
 
 def op_page_names(q: StoreQuery, report: dict[str, Any]) -> set[str]:
-    """The base names of the ops that get a page: every op the run's models fell back on or
-    whose failure names it, and every op the joined op sweep dispatched."""
+    """The base names of the ops that get a page: every op the run's models fell back on,
+    whose failure names it or whose compile took it to lower with no evidence (every op of the
+    missing-ops ranking), and every op the joined op sweep dispatched."""
     names: set[str] = set()
     model_run = report.get("run_id")
     if model_run:
         names |= set(op_sweep.models_by_op(q, model_run))
         names |= set(op_sweep.failing_models_by_op(q, model_run))
+        names |= set(unverified_models_by_op(q, model_run))
     data = report.get("op_sweep")
     if data:
         names |= {o["op"] for o in op_sweep.op_table(q, data["op_run_id"])}

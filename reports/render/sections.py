@@ -284,6 +284,7 @@ def optimizer_ops_section(report: dict[str, Any]) -> Section:
             "(the emulated device); 'fused removes it': models whose fused step passed without "
             "it."
         ],
+        text_below={8: "most downloaded"},
     )
 
 
@@ -334,6 +335,21 @@ def band_section(report: dict[str, Any]) -> Section:
     )
 
 
+def headline_scope(h: dict[str, Any]) -> str:
+    """The models the headline counts, as they are: the top N of the task, or every model of
+    the task in a run that has fewer than N of them."""
+    if h["models"] >= h["top"]:
+        return f"the {fmt.count(h['top'])} most downloaded {h['task']} models"
+    return f"this run's {fmt.counted(h['models'], h['task'] + ' model')} (all it has)"
+
+
+def headline_title(h: dict[str, Any]) -> str:
+    """`Headline: architectures of the top 100 text-generation models` (or of the run's 9)."""
+    if h["models"] >= h["top"]:
+        return f"Headline: architectures of the top {fmt.count(h['top'])} {h['task']} models"
+    return f"Headline: architectures of the run's {fmt.count(h['models'])} {h['task']} models"
+
+
 def headline_section(report: dict[str, Any]) -> Section:
     h = report["headline"]
     rows = [
@@ -350,20 +366,25 @@ def headline_section(report: dict[str, Any]) -> Section:
     if not h["models"]:
         return Section(
             "headline",
-            "Headline: architectures of the top text-generation models",
+            f"Headline: architectures of the top {fmt.count(h['top'])} {h['task']} models",
             ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
             [],
             [f"No {h['task']} model in this run."],
         )
     notes = [
-        f"Of the {h['architectures']} distinct architectures behind the {h['models']} most "
-        f"downloaded {h['task']} models, {h['passing']} pass every stage "
+        f"Of the {h['architectures']} distinct architectures behind {headline_scope(h)}, "
+        f"{h['passing']} pass every stage "
         f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
         f"{h.get('passing_with_evidence', h['passing'])}, "
         f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
         f"{h['passing_on_device']} with no CPU fallback "
         f"({fmt.pct(h['passing_on_device_share'])}). An architecture passes when all its models "
-        "among them pass.",
+        "among them pass."
+        + (
+            f" The headline takes up to the {fmt.count(h['top'])} most downloaded."
+            if h["models"] < h["top"]
+            else ""
+        ),
     ]
     if h["models_without_architecture"]:
         notes.append(
@@ -372,7 +393,7 @@ def headline_section(report: dict[str, Any]) -> Section:
         )
     return Section(
         "headline",
-        "Headline: architectures of the top text-generation models",
+        headline_title(h),
         ["architecture", "models", "passed", "passes", "no fallback", "first problem"],
         rows,
         notes,
@@ -457,6 +478,7 @@ def failures_section(report: dict[str, Any]) -> Section:
             "paths set aside; each line shows the real error of its most downloaded model."
         ],
         keys=[r["signature"] for r in clusters],
+        text_below={0: "", 7: "most downloaded"},
     )
 
 
@@ -478,6 +500,35 @@ def skips_section(report: dict[str, Any]) -> Section:
         ["reason", "scope", "models", "downloads", "% dl", "most downloaded"],
         rows,
         ["scope 'model': nothing was attempted; 'stage': a stage was skipped for the device."],
+        text_below={5: "most downloaded"},
+    )
+
+
+def next_steps_section(report: dict[str, Any]) -> Section:
+    """Every model that is not a clean pass, by failure class, with the class's next step
+    (reports/data/next_steps.json) and the models a switch of their own code made pass."""
+    classes = report.get("next_steps") or []
+    rows = [
+        [
+            c["title"],
+            fmt.count(c["models"]),
+            fmt.pct(c["downloads_share"]),
+            ", ".join(f"{n} with {k}" for k, n in c["proven"].items()) or "-",
+            fmt.text(c["top_models"][:2]),
+        ]
+        for c in classes
+    ]
+    return Section(
+        "next_steps",
+        "Next steps by failure class",
+        ["failure class", "models", "% dl", "pass when run with", "most downloaded"],
+        rows,
+        [f"{c['title']}: {c['step']}" for c in classes]
+        + [
+            "Each class's step is its most downloaded model's (hfsweep lookup MODEL gives each "
+            "model's own); 'pass when run with': models run again with a switch of their own "
+            "code, every stage passing (the alternatives table)."
+        ],
     )
 
 
@@ -528,6 +579,10 @@ def ops_section(report: dict[str, Any]) -> Section:
             "'op sweep pass rate': the op's own results over PyTorch's OpInfo samples on the "
             "device (`hfsweep ops`), with its verdict; '-' when no op-sweep run covers it.",
         ],
+        # the text keeps what ranks an op and what lowering it gives; how it touches the models
+        # (fell back, named, unverified, calls, source) is in markdown, JSON and /ops
+        text_columns=(0, 1, 2, 3, 7, 10, 11),
+        text_below={12: "op sweep pass rate"},
     )
 
 
@@ -581,6 +636,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
         *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
         failures_section,
         skips_section,
+        next_steps_section,
         ops_section,
         *(partial(_breakdown_of, key) for key in report["breakdowns"]),
         trend_section,

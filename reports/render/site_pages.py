@@ -16,6 +16,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from reports.render import fmt
+from reports.render.sections import headline_scope
 
 TEMPLATES = Path(__file__).parent / "templates"
 STYLE = Path(__file__).parent / "static" / "style.css"
@@ -29,6 +30,7 @@ def environment(extra: list[Path] | None = None) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.globals["fmt"] = fmt
+    env.globals["headline_scope"] = headline_scope
     env.filters["model_id"] = model_id_html
     env.filters["breakable"] = breakable
     return env

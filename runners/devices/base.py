@@ -130,7 +130,7 @@ class Device(ABC):
     compile_dynamic: ClassVar[bool | None] = None  # the backend's `dynamic` (None: default)
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
     # Modules a model process imports for this device on first use: a parent that forks its
-    # model processes imports them once, before forking (`runners.isolation.warm_parent`).
+    # model processes imports them once, before forking (`runners.warm.warm_parent`).
     preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, strict: bool = False, profile: str | None = None):
@@ -234,6 +234,17 @@ class Device(ABC):
     def profile_info(self) -> tuple[str | None, str | None]:
         """(profile name, profile hash) of the native-op set, for emulated devices."""
         return None, None
+
+    def identity(self) -> dict[str, Any]:
+        """The columns that say which device a row ran on, the same in every table and in the
+        run's row: its name, whether it is emulated, its profile and the profile's hash."""
+        profile, digest = self.profile_info()
+        return {
+            "device": self.name,
+            "device_emulated": bool(self.emulated),
+            "device_profile": profile,
+            "device_profile_hash": digest,
+        }
 
     def versions(self) -> dict[str, str]:
         """Software versions that matter for this device (the device package, driver...)."""

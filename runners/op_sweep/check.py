@@ -333,6 +333,9 @@ def _grad_outputs(out: Any) -> list[torch.Tensor]:
     ]
 
 
+Emit = Callable[..., None]  # (phase, dispatched rows, started, **row fields) -> a row out
+
+
 def check_sample(
     ctx: SampleContext,
     index: int,
@@ -343,15 +346,17 @@ def check_sample(
     host_only: frozenset[int] = frozenset(),
     on_row: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Compare one sample's forward (and backward, where it applies) on `device` with the CPU.
+    """Compare one sample's forward (and backward, where it applies) on `device` with the CPU:
+    the CPU reference first (`cpu_reference`), then the forward on the device
+    (`device_forward`), then its backward (`device_backward`).
 
     `device_skip(phase, dtypes)` gives (OpSkipReason, detail) when the device declares it will
-    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample of
-    real tensors whose op computes in complex numbers needs complex support too). Each row goes to `on_row` as soon as it is known (forward before backward), so
-    that a crash during the backward leaves the forward's row.
+    not run this sample; `dtypes` are those the CPU reference produced in that phase (a sample
+    of real tensors whose op computes in complex numbers needs complex support too). Each row
+    goes to `on_row` as soon as it is known (forward before backward), so that a crash during
+    the backward leaves the forward's row.
     """
     text = describe(sample)
-    op = ctx.op
     phases = ["forward"] if ctx.backward_skip is not None else ["forward", "backward"]
     start = time.perf_counter()
 
@@ -360,35 +365,97 @@ def check_sample(
 
     # The CPU reference first: it decides whether there is anything to compare at all, and its
     # dispatched ops describe a sample the device skips.
+    ref = cpu_reference(ctx, sample, backward="backward" in phases)
+    if ref.error is not None:
+        for phase in phases:
+            cause = (OpSkipReason.REFERENCE_FAILED.value, ref.error)
+            _skipped(emit, phase, ref.forward, ctx, start, cause)
+        return
+    ran = device_forward(
+        ctx,
+        sample,
+        device,
+        ref,
+        backward="backward" in phases,
+        device_skip=device_skip,
+        host_only=host_only,
+        emit=emit,
+        started=start,
+    )
+    if ran is not None:
+        device_backward(ctx, device, ref, ran, device_skip=device_skip, emit=emit)
+
+
+def _skipped(
+    emit: Emit,
+    phase: str,
+    cpu: DispatchRecorder,
+    ctx: SampleContext,
+    started: float,
+    skip: tuple[str, str],
+) -> None:
+    """A phase not run on the device, `skip` (reason, detail) saying why: its row lists the ops
+    the CPU dispatched in it, none of them run."""
+    reason, detail = skip
+    dispatched = dispatched_rows(cpu, ctx.lowering, ran=False)
+    emit(phase, dispatched, started, status=OpStatus.SKIP.value, reason=reason, detail=detail)
+
+
+def _on_device(
+    device: Device, ctx: SampleContext, run: Callable[[DispatchRecorder], Any]
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any] | None]:
+    """`run(recorder)` on the device, the ops it dispatches in `recorder` and what fell back to
+    the CPU charged to them: (its result, the dispatched ops' rows, None or the row fields of
+    its failure: `fail` or `oom`; the environment's errors are raised, never a sample's)."""
+    recorder = DispatchRecorder()
+    result: Any = None
+    error: dict[str, Any] | None = None
+    with device.record_fallbacks() as log:
+        recorder.log = log
+        try:
+            result = run(recorder)
+        except Exception as exc:
+            error = _error_fields(exc, recorder)
+    recorder.attribute(log)
+    return result, dispatched_rows(recorder, ctx.lowering), error
+
+
+@dataclass
+class Reference:
+    """The CPU's answer for one sample: what it dispatched in each phase, its outputs (on the
+    CPU), and for the backward the gradients fed in and those it got, or why there is no
+    backward to compare (`backward_skip`). `error`: the sample raised on the CPU (nothing to
+    compare)."""
+
+    forward: DispatchRecorder
+    backward: DispatchRecorder
+    expected: Any = None
+    grads: tuple[list[torch.Tensor], list[Any]] | None = None  # (fed in, expected)
+    backward_skip: tuple[str, str] | None = None
+    error: str | None = None
+
+
+def cpu_reference(ctx: SampleContext, sample: Any, *, backward: bool) -> Reference:
+    """Run the sample on the CPU (and, with `backward`, its backward from seeded random output
+    gradients), recording what each phase dispatched."""
+    ref = Reference(DispatchRecorder(track_dtypes=True), DispatchRecorder(track_dtypes=True))
+    ref.backward_skip = ctx.backward_skip
     cpu_input, cpu_args, cpu_kwargs = moved(sample, torch.device("cpu"))
-    cpu_fw = DispatchRecorder(track_dtypes=True)
     _seed(ctx.seed)
     try:
-        with cpu_fw:
-            expected_raw = op(cpu_input, *cpu_args, **cpu_kwargs)
+        with ref.forward:
+            expected_raw = ctx.op(cpu_input, *cpu_args, **cpu_kwargs)
         expected = sample.output_process_fn_grad(expected_raw)
     except Exception as exc:
-        detail = (
+        ref.error = (
             f"the sample raised on the CPU: {type(exc).__name__}: {short_message(str(exc), 200)}"
         )
-        for phase in phases:
-            emit(
-                phase,
-                dispatched_rows(cpu_fw, ctx.lowering, ran=False),
-                start,
-                status=OpStatus.SKIP.value,
-                reason=OpSkipReason.REFERENCE_FAILED.value,
-                detail=detail,
-            )
-        return
-    cpu_bw = DispatchRecorder(track_dtypes=True)
-    backward_ref: tuple[list[torch.Tensor], list[Any]] | None = None
-    backward_skip = ctx.backward_skip
-    if "backward" in phases:
+        return ref
+    if backward:
         outs = _grad_outputs(expected)
         ins = _grad_inputs((cpu_input, cpu_args, cpu_kwargs))
         if not outs or not ins:
-            backward_skip = (
+            ref.backward_skip = (
                 OpSkipReason.NO_AUTOGRAD.value,
                 "this sample's outputs carry no gradient to its inputs",
             )
@@ -396,98 +463,97 @@ def check_sample(
             gen = torch.Generator().manual_seed(ctx.seed + 1)
             grads_out = [torch.randn(o.shape, dtype=o.dtype, generator=gen) for o in outs]
             try:
-                with cpu_bw:
+                with ref.backward:
                     grads = torch.autograd.grad(outs, ins, grads_out, allow_unused=True)
-                backward_ref = (grads_out, list(grads))
+                ref.grads = (grads_out, list(grads))
             except Exception as exc:
-                backward_skip = (
+                ref.backward_skip = (
                     OpSkipReason.REFERENCE_FAILED.value,
                     f"the backward raised on the CPU: {type(exc).__name__}: "
                     f"{short_message(str(exc), 200)}",
                 )
-    expected_cpu = _to_cpu(expected)
+    ref.expected = _to_cpu(expected)
+    return ref
 
-    # ---- forward on the device
-    skip = device_skip("forward", list(cpu_fw.dtypes))
+
+@dataclass
+class DeviceRun:
+    """A forward that passed on the device, for its backward: its outputs and its inputs."""
+
+    outputs: Any
+    inputs: tuple[Any, tuple[Any, ...], dict[str, Any]]
+
+
+def device_forward(
+    ctx: SampleContext,
+    sample: Any,
+    device: Device,
+    ref: Reference,
+    *,
+    backward: bool,
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    host_only: frozenset[int],
+    emit: Emit,
+    started: float,
+) -> DeviceRun | None:
+    """The forward on the device against `ref`: its row (and, where no backward can follow, the
+    backward's: skipped, or not run after a forward that failed). Returns what the backward
+    needs when one is to run."""
+    skip = device_skip("forward", list(ref.forward.dtypes))
     if skip is not None:
-        emit(
-            "forward",
-            dispatched_rows(cpu_fw, ctx.lowering, ran=False),
-            start,
-            status=OpStatus.SKIP.value,
-            reason=skip[0],
-            detail=skip[1],
-        )
-        if "backward" in phases:
-            bw_skip = device_skip("backward", list(cpu_bw.dtypes)) or skip
-            emit(
-                "backward",
-                dispatched_rows(cpu_bw, ctx.lowering, ran=False),
-                time.perf_counter(),
-                status=OpStatus.SKIP.value,
-                reason=(backward_skip or bw_skip)[0],
-                detail=(backward_skip or bw_skip)[1],
-            )
-        return
-    dev = device.torch_device
-    d_input, d_args, d_kwargs = moved(sample, dev, host_only)
-    fw = DispatchRecorder()
-    actual: Any = None
-    forward_ok = False
-    with device.record_fallbacks() as log:
-        fw.log = log
+        _skipped(emit, "forward", ref.forward, ctx, started, skip)
+        if backward:
+            bw_skip = ref.backward_skip or device_skip("backward", list(ref.backward.dtypes))
+            _skipped(emit, "backward", ref.backward, ctx, time.perf_counter(), bw_skip or skip)
+        return None
+    d_input, d_args, d_kwargs = moved(sample, device.torch_device, host_only)
+
+    def forward(recorder: DispatchRecorder) -> Any:
         _seed(ctx.seed)
-        try:
-            faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
-            with fw:
-                actual_raw = op(d_input, *d_args, **d_kwargs)
-            device.synchronize()
-            actual = sample.output_process_fn_grad(actual_raw)
-            forward_ok = True
-        except Exception as exc:
-            fields = _error_fields(exc, fw)
-    fw.attribute(log)
-    dispatched = dispatched_rows(fw, ctx.lowering)
-    if not forward_ok:
-        emit("forward", dispatched, start, **fields)
-        if "backward" in phases:
+        faults.inject("sample", ctx.key)  # the test-only hook: a fault as the op runs
+        with recorder:
+            raw = ctx.op(d_input, *d_args, **d_kwargs)
+        device.synchronize()
+        return sample.output_process_fn_grad(raw)
+
+    actual, dispatched, error = _on_device(device, ctx, forward)
+    if error is not None:
+        emit("forward", dispatched, started, **error)
+        if backward:
             reason = {"status": OpStatus.NOT_RUN.value, "detail": "the forward pass failed"}
-            if backward_skip is not None:
+            if ref.backward_skip is not None:
                 reason = {
                     "status": OpStatus.SKIP.value,
-                    "reason": backward_skip[0],
-                    "detail": backward_skip[1],
+                    "reason": ref.backward_skip[0],
+                    "detail": ref.backward_skip[1],
                 }
             emit("backward", [], time.perf_counter(), **reason)
-        return
-    cmp = compare(_to_cpu(actual), expected_cpu, atol=ctx.atol, rtol=ctx.rtol)
-    emit(
-        "forward",
-        dispatched,
-        start,
-        **_verdict(cmp),
-    )
-    if "backward" not in phases:
-        return
+        return None
+    cmp = compare(_to_cpu(actual), ref.expected, atol=ctx.atol, rtol=ctx.rtol)
+    emit("forward", dispatched, started, **_verdict(cmp))
+    return DeviceRun(actual, (d_input, d_args, d_kwargs)) if backward else None
 
-    # ---- backward on the device
+
+def device_backward(
+    ctx: SampleContext,
+    device: Device,
+    ref: Reference,
+    ran: DeviceRun,
+    *,
+    device_skip: Callable[[str, list[torch.dtype]], tuple[str, str] | None],
+    emit: Emit,
+) -> None:
+    """The backward on the device, from the forward that passed there (`ran`), fed the CPU
+    reference's output gradients and compared with its input gradients: its row."""
     start = time.perf_counter()
-    skip = backward_skip or device_skip("backward", list(cpu_bw.dtypes))
+    skip = ref.backward_skip or device_skip("backward", list(ref.backward.dtypes))
     if skip is not None:
-        emit(
-            "backward",
-            dispatched_rows(cpu_bw, ctx.lowering, ran=False),
-            start,
-            status=OpStatus.SKIP.value,
-            reason=skip[0],
-            detail=skip[1],
-        )
+        _skipped(emit, "backward", ref.backward, ctx, start, skip)
         return
-    assert backward_ref is not None
-    grads_out, expected_grads = backward_ref
-    outs = _grad_outputs(actual)
-    ins = _grad_inputs((d_input, d_args, d_kwargs))
-    bw = DispatchRecorder()
+    assert ref.grads is not None
+    grads_out, expected_grads = ref.grads
+    outs = _grad_outputs(ran.outputs)
+    ins = _grad_inputs(ran.inputs)
     if len(outs) != len(grads_out) or [o.shape for o in outs] != [g.shape for g in grads_out]:
         emit(
             "backward",
@@ -497,29 +563,20 @@ def check_sample(
             detail="the device's outputs carry gradients unlike the CPU's",
         )
         return
-    grads_ok = False
-    with device.record_fallbacks() as log:
-        bw.log = log
-        try:
-            g_out = [g.to(dev) for g in grads_out]
-            with bw:
-                grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
-            device.synchronize()
-            grads_ok = True
-        except Exception as exc:
-            fields = _error_fields(exc, bw)
-    bw.attribute(log)
-    dispatched = dispatched_rows(bw, ctx.lowering)
-    if not grads_ok:
-        emit("backward", dispatched, start, **fields)
+
+    def backward(recorder: DispatchRecorder) -> Any:
+        g_out = [g.to(device.torch_device) for g in grads_out]
+        with recorder:
+            grads = torch.autograd.grad(outs, ins, g_out, allow_unused=True)
+        device.synchronize()
+        return grads
+
+    grads, dispatched, error = _on_device(device, ctx, backward)
+    if error is not None:
+        emit("backward", dispatched, start, **error)
         return
     cmp = compare(_to_cpu(list(grads)), expected_grads, atol=ctx.atol, rtol=ctx.rtol)
-    emit(
-        "backward",
-        dispatched,
-        start,
-        **_verdict(cmp),
-    )
+    emit("backward", dispatched, start, **_verdict(cmp))
 
 
 def iter_samples(

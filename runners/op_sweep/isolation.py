@@ -8,7 +8,10 @@ timeout the parent kills it; if it dies, the sample in progress gets `timeout`, 
 `oom` (the kernel's OOM killer) for the phase it was in (`not_run` for the backward after a
 forward that never finished), and a fresh child carries on with the next sample. What is not
 the op's doing (the device failing to set up, a SIGKILL from outside, a device error inside a
-sample) raises `EnvironmentFault`: the task is retried and none of its rows count.
+sample) raises `EnvironmentFault` (from the supervisor): the task is retried and none of its
+rows count. Before its first fork the parent imports, once, what every child would otherwise
+import again (`runners.warm.warm_parent`: the op sweep's modules, PyTorch's OpInfo database and the
+compile stack the emulated device's set-up imports).
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.errors import EnvironmentFault
 from reports.schema import OpStatus
-from runners import faults
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
-from runners.supervisor import Child, Send, fresh_interpreter
+from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter
+from runners.warm import warm_parent
+
+# what an op child imports: its runner, PyTorch's OpInfo database (`runners.op_sweep.opdb`)
+CHILD_MODULES = ("runners.op_sweep.run",)
 
 
 def _op_child(
@@ -32,17 +37,11 @@ def _op_child(
     """The child's body: set the device up (any failure until then is the environment's), then
     sweep the units from `start` on."""
     warnings.simplefilter("ignore")
-    import torch
-
-    torch.set_num_threads(max(1, settings.threads))
+    device = device_ready(send, settings, tuple(u.key for u in units))
     from runners.op_sweep.run import sweep_units
 
-    device = settings.device.build()
-    faults.inject("setup", *(u.key for u in units))
-    device.setup()
-    send(("ready", None))
     sweep_units(units, start, device, settings, send=send)
-    send(("done", None))
+    send((Kind.DONE, None))
 
 
 @dataclass
@@ -58,6 +57,10 @@ class _Progress:
 def run_units_isolated(units: list[Unit], settings: OpSettings) -> Iterator[dict[str, Any]]:
     """Rows for every sample of `units`; never raises for a sample's failure; raises
     `EnvironmentFault` when the environment stopped it (retry the task; record nothing)."""
+    from runners.op_sweep.opdb import op_db
+
+    warm_parent(*CHILD_MODULES)
+    op_db()  # built once per process, before forking children (about 4 s)
     position = (0, 0, 0)
     while True:
         unit = units[position[0]]
@@ -92,43 +95,42 @@ def _run_child(
     `error` (the sweep loop broke), or a status (`timeout`, `crash`, `oom`) for the sample."""
     spawn = fresh_interpreter(settings.device.name, settings.device.options())
     with Child(
-        _op_child, (units, start, settings), spawn=spawn, memory_limit=settings.memory_limit
+        _op_child,
+        (units, start, settings),
+        spawn=spawn,
+        memory_limit=settings.memory_limit,
+        process="the op sweep's process",
     ) as child:
+        child.doing = "the sample"
         child.deadline(settings.setup_timeout_s)
-        while (message := child.receive()) is not None:
+        while (message := child.receive()) is not None:  # EnvironmentFault: not the op's
             kind, payload = message
-            if kind == "unit":
+            if kind == Kind.UNIT:
                 progress.unit, progress.dtype = payload
                 unit = units[progress.unit]
                 progress.meta = unit.meta(unit.dtypes[progress.dtype])
                 progress.sample, progress.phases, progress.received = None, [], []
                 child.deadline(settings.setup_timeout_s)
-            elif kind == "sample":
+            elif kind == Kind.SAMPLE:
                 progress.sample, progress.phases = payload["index"], list(payload["phases"])
                 progress.meta = {**progress.meta, "sample": payload["sample"]}
                 progress.received = []
                 child.deadline(settings.timeout_s)
-            elif kind == "row":
+            elif kind == Kind.ROW:
                 if payload.get("sample_index") is not None:
                     progress.received.append(payload["phase"])
                 yield payload
                 child.extend(settings.timeout_s)
-            elif kind == "done":
+            elif kind == Kind.DONE:
                 return None
-            elif kind == "env":
-                raise EnvironmentFault(
-                    f"the op sweep's process could not go on: {payload[0]}: {payload[1]}",
-                    cause_type=payload[0],
-                )
-            elif kind == "error":
+            elif kind == Kind.ERROR:
                 return ("error", payload)
     ending = child.ending
     assert ending is not None
     if ending.timed_out:
         return ("timeout", f"the sample did not finish within {settings.timeout_s:g} s")
-    death = ending.death("the sample")
-    if death.status is None:  # killed from outside: the environment
-        raise EnvironmentFault(death.message)
+    death = ending.death  # of its own doing: one from outside raised in `receive`
+    assert death is not None and death.status is not None
     return (death.status.value, death.message)
 
 

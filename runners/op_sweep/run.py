@@ -1,10 +1,11 @@
 """The op sweep inside one process: OpInfo x dtype x sample on a set-up device, rows out.
 
 `sweep_units` is what the child process of `runners/op_sweep/isolation.py` runs; `send` receives
-("unit", (unit, dtype)) before each OpInfo x dtype, ("sample", {...}) before each sample and
-("row", row) for each result row, so that the parent always knows what was in progress. An
-exception that is the environment's (`is_environment_error`: the device stopped answering)
-is never a sample's row: it ends the process, and the task is retried.
+(`Kind.UNIT`, (unit, dtype)) before each OpInfo x dtype, (`Kind.SAMPLE`, {...}) before each
+sample and (`Kind.ROW`, row) for each result row (`runners.supervisor.Kind`), so that the
+parent always knows what was in progress. An exception that is the environment's
+(`is_environment_error`: the device stopped answering) is never a sample's row: it ends the
+process, and the task is retried.
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from runners.op_sweep.opdb import DTYPES, applicability, get_opinfo, tolerance
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
 from runners.signature import error_signature, short_message
-
-Send = Callable[[tuple[str, Any]], None]
+from runners.supervisor import Kind, Send
 
 
 def device_type(device: Device) -> str:
@@ -113,7 +113,7 @@ def sweep_units(
         first_dtype = start[1] if ui == start[0] else 0
         for di in range(first_dtype, len(unit.dtypes)):
             dtype = unit.dtypes[di]
-            send(("unit", (ui, di)))
+            send((Kind.UNIT, (ui, di)))
             first_sample = start[2] if (ui, di) == (start[0], start[1]) else 0
             _sweep_dtype(
                 unit, dtype, op, device, settings, decl, lowering, dev_type, first_sample, send
@@ -143,7 +143,7 @@ def _sweep_dtype(
                 skip = app.forward if phase == "forward" else (app.backward or app.forward)
                 send(
                     (
-                        "row",
+                        Kind.ROW,
                         _op_level(
                             meta,
                             phase,
@@ -158,7 +158,7 @@ def _sweep_dtype(
     if app.backward is not None and first_sample == 0:
         send(
             (
-                "row",
+                Kind.ROW,
                 _op_level(
                     meta,
                     "backward",
@@ -194,7 +194,7 @@ def _sweep_dtype(
         for index, (sample, host_only) in enumerate(samples):
             if index < first_sample:
                 continue
-            send(("sample", {"index": index, "phases": phases, "sample": describe(sample)}))
+            send((Kind.SAMPLE, {"index": index, "phases": phases, "sample": describe(sample)}))
             _check_one(ctx, index, sample, host_only, device, decl, unit, dtype, phases, send)
     except Exception as exc:  # the OpInfo's own sample generator raised on the CPU
         if is_environment_error(exc):
@@ -205,7 +205,7 @@ def _sweep_dtype(
         )
         send(
             (
-                "row",
+                Kind.ROW,
                 _op_level(
                     meta,
                     "forward",
@@ -234,7 +234,7 @@ def _check_one(
 
     def on_row(row: dict[str, Any]) -> None:
         sent.append(row["phase"])
-        send(("row", row))
+        send((Kind.ROW, row))
 
     skip = device_skip_for(decl, unit, dtype, sample_dtypes(sample))
     try:

@@ -38,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     options.add_limit_arguments(p, timeout=600.0, per="model")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--architecture", help="transformers/diffusers class to build (optional)")
+    p.add_argument(
+        "--implementation",
+        metavar="SWITCH=VALUE",
+        help="run with a switch of the model's own code, e.g. experts_implementation=batched_mm "
+        "or attn_implementation=eager (transformers' own; no alternatives are tried then)",
+    )
 
 
 def _plan(args: argparse.Namespace, stages: list) -> Any:
@@ -54,7 +60,7 @@ def _plan(args: argparse.Namespace, stages: list) -> Any:
         try:
             resolved = resolve_local(path)
         except ConfigError as exc:  # unreadable input: exit 2
-            raise UsageError(exc.message, model_id=target) from None
+            raise UsageError(exc.message, hint=exc.hint) from None
         entry = CatalogEntry(
             model_id=target,
             library=resolved.library,
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if len(per_dtype) == 1:
         ((dtype, (rows, fallbacks, outcome)),) = per_dtype.items()
         ok = verdict.passed(rows)
-        facts = _facts(args, rows, fallbacks, outcome)
+        facts = _facts(args, rows, fallbacks, outcome, planned)
         if args.format == "json":
             print(
                 _json(
@@ -143,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         by_dtype = {
             d: {
                 "ok": ok_at[d],
-                **_facts(args, rows, fallbacks, outcome),
+                **_facts(args, rows, fallbacks, outcome, planned),
                 "stages": rows,
                 "fallbacks": fallbacks,
             }
@@ -168,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
                 print()
             print(f"== at {dtype} ==")
             _print_text(planned, rows, fallbacks, device)
-            _print_facts(_facts(args, rows, fallbacks, outcome))
+            _print_facts(_facts(args, rows, fallbacks, outcome, planned))
         print()
         print(f"dtypes:  {_differences(per_dtype)}")
     return 0 if all(ok_at.values()) else 1
@@ -223,15 +229,18 @@ def _check(
     device = task.device.build()  # unknown device: exit 2 before any work
     progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
     planned = _plan(args, stages)
+    if task.implementation and planned.spec is not None:
+        _known_switch(planned.spec, task.implementation)
     out: dict[str, tuple[list, list, Any]] = {}
     for dtype in dtypes:
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from runners.isolation import run_isolated, warm_parent
+            from runners.isolation import CHILD_MODULES, run_isolated
+            from runners.warm import warm_parent
 
             progress.phase("loading the compile stack")
-            warm_parent()
+            warm_parent(*CHILD_MODULES)
             names = [s.value for s in stages]
             label = f" at {dtype}" if len(dtypes) > 1 else ""
             progress.phase(f"setting up {args.device} and running {names[0]}{label}")
@@ -240,24 +249,100 @@ def _check(
                 at = names.index(result.stage) if result.stage in names else len(names)
                 progress.stage_done(result, names[at + 1] if at + 1 < len(names) else None)
                 if at + 1 >= len(names):
-                    progress.phase("ending the model's process")
+                    progress.phase("ending the model's process", announce=False)
 
             outcome = run_isolated(planned.spec, at, on_stage=on_stage)
+            outcome.alternatives = _alternatives(planned.spec, at, outcome, progress)
         rows, fallbacks = model_rows(RunContext.of("check", device, dtype), planned, outcome)
         out[dtype] = (rows, fallbacks, outcome)
     return planned, device, out
 
 
-def _facts(args: argparse.Namespace, rows: list, fallbacks: list, outcome: Any) -> dict:
-    """The verdict, the next step, and what the run took: wall time and peak memory, of the
-    model's process and of this whole command (what `/usr/bin/time -v` sees)."""
-    step = verdict.next_step(rows, model=args.model, device=args.device, timeout_s=args.timeout)
+def _known_switch(spec: Any, implementation: str) -> None:
+    """`--implementation SWITCH=VALUE` names a switch the model's class takes (exit 2 else)."""
+    from model_configs import build
+    from reports.errors import UsageError
+
+    takes = build.implementation_switches(spec)
+    switch = implementation.partition("=")[0]
+    if switch not in takes:
+        raise UsageError(
+            f"--implementation {implementation}: {spec.architecture} takes "
+            + (", ".join(f"{k} (default {v})" for k, v in takes.items()) or "no such switch"),
+            hint="experts_implementation: grouped_mm, batched_mm, eager; "
+            "attn_implementation: sdpa, eager",
+        )
+
+
+def _alternatives(spec: Any, settings: Any, outcome: Any, progress: Any) -> list:
+    """The switches of the model's own code worth a run after its default failed, each run in
+    its own process with progress (`runners.alternatives`)."""
+    from runners.alternatives import try_alternatives
+    from runners.isolation import run_isolated
+
+    def run(spec: Any, at: Any) -> Any:
+        label = at.implementation
+        return run_isolated(
+            spec, at, on_stage=lambda r: progress.stage_done(r, label=f"with {label}")
+        )
+
+    return try_alternatives(
+        spec,
+        settings,
+        outcome,
+        run=run,
+        on_try=lambda i: progress.phase(f"running every stage again with {i}"),
+    )
+
+
+def _facts(
+    args: argparse.Namespace, rows: list, fallbacks: list, outcome: Any, planned: Any = None
+) -> dict:
+    """The verdict, the next step, the alternatives tried, and what the run took: the stages'
+    seconds, the wall time and peak memory of the model's process and of this whole command
+    (what `/usr/bin/time -v` sees)."""
+    from reports.next_steps import Alternative
+
+    spec = getattr(planned, "spec", None)
+    tried = [
+        Alternative(
+            a.implementation,
+            a.passed,
+            *_first_failure_of(a.stages),
+            fallback_ops=max((st.fallback_op_count for st in a.stages), default=0),
+        )
+        for a in outcome.alternatives
+    ]
+    step = verdict.next_step(
+        rows,
+        model=args.model,
+        device=args.device,
+        timeout_s=args.timeout,
+        fallbacks=fallbacks,
+        memory_limit_bytes=options.memory_limit(args),
+        check=_check_command(args),
+        config=spec.config if spec else None,
+        changes=spec.changes if spec else None,
+        alternatives=tried,
+    )
     device_peaks = [r["peak_memory_bytes"] for r in rows if r.get("peak_memory_bytes") is not None]
     compile_s = next((r["duration_s"] for r in rows if r["stage"] == "compile"), None)
+    ran = [r["duration_s"] for r in rows if r.get("duration_s") is not None]
     return {
         "verdict": verdict.verdict(rows, fallbacks),
         "error": (lambda f: verdict.error_line(f) if f else None)(verdict.first_failure(rows)),
-        "next_step": {"command": step.command, "why": step.why} if step else None,
+        "next_step": step.to_dict(),
+        "alternatives": [
+            {
+                "implementation": a.implementation,
+                "passed": a.passed,
+                "described": t.describe(),
+                "wall_s": a.wall_s,
+                "stages": [st.row() for st in a.stages],
+            }
+            for a, t in zip(outcome.alternatives, tried, strict=True)
+        ],
+        "stages_s": sum(ran) if ran else None,
         "wall_s": outcome.timings.get("child_s"),
         "setup_s": outcome.timings.get("setup_s"),
         "compile_s": compile_s,
@@ -268,9 +353,29 @@ def _facts(args: argparse.Namespace, rows: list, fallbacks: list, outcome: Any) 
     }
 
 
+def _first_failure_of(stages: list) -> tuple[str | None, str | None]:
+    """(stage, op or error in a few words) of the first failing stage result, or Nones."""
+    failed = verdict.first_failure([s.row() for s in stages])
+    if failed is None:
+        return None, None
+    return failed["stage"], failed.get("failing_op") or verdict.error_line(failed, 60)
+
+
+def _check_command(args: argparse.Namespace) -> str:
+    """The command that reruns this check (its device, stages and dtypes)."""
+    extra = []
+    if args.stages:
+        extra += ["--stages", args.stages]
+    if args.dtype != "fp32":
+        extra += ["--dtype", args.dtype]
+    return verdict.check_command(args.model, args.device, *extra)
+
+
 def _print_facts(f: dict) -> None:
     out = sys.stdout
     print(file=out)
+    for a in f["alternatives"]:
+        print(f"tried:   {a['described']} (run again in its own process)", file=out)
     print(f"verdict: {f['verdict']}", file=out)
     if f["error"]:
         print(f"error:   {f['error']}", file=out)
@@ -280,12 +385,13 @@ def _print_facts(f: dict) -> None:
             for key, label in (("setup_s", "device set-up"), ("compile_s", "compile stage"))
             if f[key] is not None
         ]
-        where = f" ({', '.join(parts)})" if parts else ""
-        line = f"{fmt.seconds(f['wall_s'])} for the model's process{where}"
+        line = fmt.time_taken(f["stages_s"], f["wall_s"])
+        if parts:
+            line += f"; of it {', '.join(parts)}"
     else:
         line = "the model did not run"
     if f["command_wall_s"] is not None:
-        line += f"; {fmt.seconds(f['command_wall_s'])} for this command"
+        line += f"; this command {fmt.seconds(f['command_wall_s'])} (imports and planning too)"
     print(f"time:    {line}", file=out)
     mem = []
     if f["peak_host_memory_bytes"] is not None:
@@ -298,9 +404,12 @@ def _print_facts(f: dict) -> None:
         mem.append(f"peak device {fmt.byte_size(f['peak_device_memory_bytes'])}")
     if mem:
         print(f"memory:  {'; '.join(mem)}", file=out)
-    if f["next_step"]:
-        print(f"next:    {f['next_step']['command']}", file=out)
-        print(f"         ({f['next_step']['why']})", file=out)
+    step = f["next_step"]
+    print(f"next:    {step['text']}", file=out)
+    if step["command"]:
+        print(f"         run: {step['command']}", file=out)
+    if step["at_full_size"]:
+        print(f"         at full size: {step['at_full_size']}", file=out)
 
 
 def process_wall_s() -> float | None:
@@ -342,10 +451,10 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     if spec is not None:
         params = f"{first['param_count']:,} params" if first["param_count"] else "params n/a"
         print(
-            f"tiny:    {spec.architecture} ({spec.library}), {params}, "
-            f"config {spec.hash}, {len(spec.changes)} fields shrunk",
-            file=out,
+            f"tiny:    {spec.architecture} ({spec.library}), {params}, config {spec.hash}", file=out
         )
+        for line in shrunk_lines(spec.changes):
+            print(f"         {line}", file=out)
     if first.get("quantization"):
         print(f"quant:   {first['quantization']} (the method this checkpoint needs)", file=out)
     label = f"{device.name}" + (
@@ -358,11 +467,18 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
     print(f"{'stage':<16} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
+    clipped = False
+    same = len({(r["status"], r["reason"], r["error_message"]) for r in rows}) == 1
+    if len(rows) > 1 and same and rows[0]["status"] == "skip":  # skipped whole: one line
+        rows = [{**rows[0], "stage": "every stage"}]
     for r in rows:
         secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
         detail = r["reason"] or ""
+        if r["status"] == "skip" and r["reason"] == "not_applicable":
+            r = {**r, "status": "n/a", "error_message": "does not apply to this model"}
         if r["error_message"] and r["status"] not in ("pass",):
             message = fmt.clip(fmt.first_line(r["error_message"]), 120)
+            clipped = clipped or message.endswith("…")
             detail = (detail + ": " if detail else "") + message
         if r["failing_op"]:
             detail += f" [op {r['failing_op']}]"
@@ -375,11 +491,33 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             f"{detail}",
             file=out,
         )
+    if clipped:
+        print(
+            "(… cut: the error's whole first line is below, every line in --format json)", file=out
+        )
     if fallbacks:
         print(file=out)
         print("CPU fallbacks (op, calls, stage):", file=out)
         for fb in sorted(fallbacks, key=lambda f: (-f["count"], f["op"]))[:30]:
             print(f"  {fb['op']:<50} {fb['count']:>6}  {fb['stage']} ({fb['source']})", file=out)
+
+
+def shrunk_lines(changes: dict[str, Any], limit: int = 8) -> list[str]:
+    """What the shrink changed, a field a line (`num_hidden_layers: 24 -> 2`), the first
+    `limit` of them and how many more; a long list as its length and first items."""
+    if not changes:
+        return ["shrunk: nothing (the config is tiny already)"]
+    items = list(changes.items())
+    lines = [f"shrunk {len(items)} field{'s' if len(items) != 1 else ''}:"]
+    for key, change in items[:limit]:
+        if isinstance(change, list) and len(change) == 2:
+            text = f"{fmt.short_value(change[0])} -> {fmt.short_value(change[1])}"
+        else:
+            text = fmt.short_value(change)
+        lines.append(f"  {key}: {text}")
+    if len(items) > limit:
+        lines.append(f"  and {len(items) - limit} more (every one: --format json, `config`)")
+    return lines
 
 
 def _why(row: dict) -> str:

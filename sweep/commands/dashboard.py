@@ -15,13 +15,19 @@ import socket
 import sys
 
 from reports.errors import UsageError
-from sweep.commands.options import add_store_argument, store_to_read
+from sweep.commands.options import add_store_argument, catalog_models, store_to_read
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_store_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--catalog",
+        default="bundled",
+        help="the catalog a model page with no results searches: its rank, the ids meant "
+        "(default bundled)",
+    )
     p.add_argument(
         "--refresh",
         type=float,
@@ -45,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dashboard.app import create_app
 
-    app = create_app(args.store, refresh_s=args.refresh)
+    catalog = catalog_models(args.catalog)
+    app = create_app(args.store, refresh_s=args.refresh, catalog=catalog)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"hfsweep dashboard on http://{host}:{args.port} (store {args.store})")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))

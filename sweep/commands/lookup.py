@@ -1,15 +1,25 @@
 """`hfsweep lookup MODEL_ID`: the latest results for one model from the store.
 
+The id as given, else the one stored id that differs only in case; else no results, with the
+catalog's entry for it (its rank) and the exact `hfsweep check` command for the store's device,
+and the nearest ids of the store and the catalog ("did you mean").
+
 Exit 0 when the model passed every stage (at every dtype of a run of several), 1 when it failed
-or was skipped (at some dtype), 2 when the store has no results for it."""
+or was skipped (at some dtype), 5 when the store has no results for it (not an error: the
+answer says how to get them), 2 for bad usage (an empty id, a store that is not there or holds
+no run)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
+from sweep.commands import options
 from sweep.commands.options import add_store_argument, store_to_read
+
+EXIT_NO_RESULTS = 5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,12 +31,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="one dtype of a run of several (default: every dtype of the run, side by side)",
     )
     p.add_argument("--format", default="text", choices=("text", "json"))
+    p.add_argument(
+        "--catalog",
+        default="bundled",
+        help="the catalog to suggest ids from and rank a model with no results (default bundled)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     store_to_read(args.store)  # a file or a missing folder: one clear error
     from reports.errors import UsageError
-    from reports.models import model_detail, reproduce_command
+    from reports.models import find_stored_model, model_detail, not_found_answer, reproduce_command
     from reports.query import StoreQuery
     from reports.render import jsondoc
 
@@ -39,15 +54,22 @@ def run(args: argparse.Namespace) -> int:
             hint="run `hfsweep run` first, or pass --store DIR",
         )
     dtype = getattr(args, "dtype", None)
-    detail = model_detail(q, args.model_id, args.run, dtype)
+    found, check = find_stored_model(q, args.model_id, options.catalog_models(args.catalog))
+    detail = model_detail(q, found.model_id, args.run, dtype) if found.model_id else None
     if detail is None:
         where = f"run {args.run}" if args.run else "any run"
-        at = f" at dtype {dtype}" if dtype else ""
-        raise UsageError(
-            f"no results for model {args.model_id!r}{at} in {where} of {args.store!r}",
-            model_id=args.model_id,
-            hint=f"run it with: hfsweep check {args.model_id} --device DEVICE",
-        )
+        where += f" at dtype {dtype}" if dtype else ""
+        answer = not_found_answer(found, check, f"{where} of {args.store}")
+        if args.format == "json":
+            sys.stdout.write(jsondoc.render(answer))
+        else:
+            lines = [answer["message"], answer["hint"]]
+            if found.suggestions:
+                lines.append(found.did_you_mean())
+            sys.stdout.write("\n".join(lines) + "\n")
+        return EXIT_NO_RESULTS
+    if found.how == "case":
+        detail = {**detail, "asked": args.model_id}
     if dtype is not None:  # that dtype alone, as a run of one
         detail = {
             **detail,
@@ -55,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             "by_dtype": {},
             "dtype_differences": None,
             "reproduce": reproduce_command(
-                args.model_id,
+                detail["model_id"],
                 detail["device"],
                 (q.run_info(detail["run_id"]) or {}).get("stages"),
                 [dtype],
@@ -84,6 +106,10 @@ def render_text(d: dict[str, Any]) -> str:
     lines = [
         f"{d['model_id']}: {', '.join(outcomes)} on {d['device_label']}, run {d['run_id']}",
     ]
+    if d.get("asked"):
+        lines.append(
+            f"note: no results for {d['asked']!r}; this is the stored id that differs in case"
+        )
     if d["device_emulated"]:
         lines.append("note: an EMULATED device produced these results, not real hardware")
     lines.append(
@@ -92,12 +118,17 @@ def render_text(d: dict[str, Any]) -> str:
         f"{m['architecture'] or '-'}, config from {m['config_source'] or '-'}"
         + (" (a library's default, not the repo's own)" if d.get("config_is_default") else "")
     )
-    if d.get("wall_s") is not None or d.get("peak_host_memory_bytes") is not None:
+    if d.get("wall_s") is not None or d.get("stages_s") is not None:
         lines.append(
-            f"wall time {fmt.seconds(d.get('wall_s'))} (set-up and compile included), peak host "
-            f"memory {fmt.byte_size(d.get('peak_host_memory_bytes'))}"
+            f"time: {fmt.time_taken(d.get('stages_s'), d.get('wall_s'))}"
+            + (f", {d['measured_on']}" if d.get("measured_on") else "")
+        )
+    if d.get("peak_host_memory_bytes") is not None:
+        lines.append(
+            f"memory: peak host {fmt.byte_size(d.get('peak_host_memory_bytes'))} (the model's "
+            "process)"
             + (
-                f", peak device memory {fmt.byte_size(d['peak_device_memory_bytes'])}"
+                f", peak device {fmt.byte_size(d['peak_device_memory_bytes'])}"
                 if d.get("peak_device_memory_bytes") is not None
                 else ""
             )
@@ -111,11 +142,19 @@ def render_text(d: dict[str, Any]) -> str:
             f"dtypes {', '.join(per_dtype)}: "
             + (f"they differ: {diff['cause'] or diff['kind']}" if diff else "the same result")
         )
+    clipped = False
     for dtype, v in per_dtype.items():
         lines.append("")
         if d.get("by_dtype"):
             lines.append(f"at {dtype}:")
-        lines += _stage_lines(v["stages"], v["fallbacks"])
+        stage_lines, cut = _stage_lines(v["stages"], v["fallbacks"])
+        lines += stage_lines
+        clipped = clipped or cut
+    if clipped:
+        lines.append(
+            "(… cut: every stored line of an error: "
+            f"hfsweep lookup {shlex.quote(d['model_id'])} --format json)"
+        )
     if d["shrink_changes"]:
         base = "the library's default config" if d.get("config_is_default") else "the original"
         lines += ["", f"shrunk from {base}:"]
@@ -123,9 +162,11 @@ def render_text(d: dict[str, Any]) -> str:
         if isinstance(changes, dict):
             for key, change in changes.items():
                 if isinstance(change, list) and len(change) == 2:
-                    lines.append(f"  {key}: {change[0]} -> {change[1]}")
+                    lines.append(
+                        f"  {key}: {fmt.short_value(change[0])} -> {fmt.short_value(change[1])}"
+                    )
                 else:
-                    lines.append(f"  {key}: {fmt.text(change)}")
+                    lines.append(f"  {key}: {fmt.short_value(change)}")
     versions = ", ".join(f"{k.removesuffix('_version')} {v}" for k, v in d["versions"].items() if v)
     if versions:
         lines += ["", f"versions: {versions}"]
@@ -140,28 +181,61 @@ def render_text(d: dict[str, Any]) -> str:
                 for h in d["history"][:10]
             ),
         ]
-    lines += ["", f"reproduce: {d['reproduce']}"]
+    lines.append("")
+    for a in d.get("alternatives") or []:
+        lines.append(f"tried: {a['described']} (run again in its own process)")
+    step = d.get("next_step")
+    if step:
+        lines.append(f"next: {step['text']}")
+        if step.get("command"):
+            lines.append(f"      run: {step['command']}")
+        if step.get("at_full_size"):
+            lines.append(f"      at full size: {step['at_full_size']}")
+    lines.append(f"reproduce: {d['reproduce']}")
     if d.get("hub_url"):
         lines.append(f"on the Hub: {d['hub_url']}")
     return "\n".join(lines) + "\n"
 
 
-def _stage_lines(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]) -> list[str]:
+def _stage_lines(
+    stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]
+) -> tuple[list[str], bool]:
+    """The stage table and whether an error was cut. A model skipped at every stage for one
+    reason is one line; a stage that did not apply reads `n/a`; a stage not run says which
+    stage it needed, on its own line."""
     from reports.render import fmt
 
     lines = [f"{'stage':<16}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
+    skips = {(r["status"], r["reason"], r["error_message"]) for r in stages}
+    if len(stages) > 1 and len(skips) == 1 and stages[0]["status"] == "skip":
+        r = stages[0]
+        message = fmt.clip(fmt.first_line(r["error_message"]), 200)
+        lines.append(f"{'every stage':<16}{'skip':<15}{'-':>9}{'0':>14}  {r['reason']}")
+        if message:
+            lines.append(f"{'':<10}{message}")
+        return lines, message.endswith("…")
+    clipped = False
     for r in stages:
-        detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
+        na = r["status"] == "skip" and r["reason"] == "not_applicable"
+        status = "n/a" if na else r["status"]
+        if r["status"] == "not_run":
+            detail = fmt.first_line(r["error_message"])
+        else:
+            detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
+            if na:
+                detail = "does not apply to this model"
         secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
         lines.append(
-            f"{r['stage']:<16}{r['status']:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"{r['stage']:<16}{status:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
-        if r["error_message"]:
+        if r["error_message"] and r["status"] not in ("not_run",) and not na:
             kind = f"{r['error_type']}: " if r["error_type"] else ""
-            lines.append(f"{'':<10}{fmt.clip(kind + fmt.first_line(r['error_message']), 200)}")
+            message = fmt.clip(kind + fmt.first_line(r["error_message"]), 200)
+            clipped = clipped or message.endswith("…")
+            lines.append(f"{'':<10}{message}")
     if fallbacks:
         lines += ["", "CPU fallbacks:"]
         for f in fallbacks:
             lines.append(f"  {f['stage']:<16}{f['op']:<48}{f['count']:>8}  {f['source']}")
-    return lines
+    return lines, clipped

@@ -21,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["sample", "reference"],
         help="OpInfo.sample_inputs (default) or reference_inputs (more and larger samples)",
     )
-    p.add_argument("--skips", help="a JSON file of the device's own declared skips (see README)")
+    p.add_argument(
+        "--skips", help="a JSON file of the device's own declared skips (see docs/ops.md)"
+    )
     p.add_argument("--group-size", type=int, default=4, help="OpInfos per task (default 4)")
     p.add_argument("--list", action="store_true", help="print the OpInfo names and exit")
     p.add_argument("--top", type=int, default=20, help="rows per ranked table (default 20)")

@@ -16,11 +16,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from reports import settings
 from reports.errors import UsageError
 from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
-from runners.settings import DTYPE_NAMES, DeviceChoice, ModelSettings, dtype_names
+from runners.settings import (
+    ALTERNATIVES_MODES,
+    DTYPE_NAMES,
+    DeviceChoice,
+    ModelSettings,
+    dtype_names,
+)
 from sweep.settings import JobSettings
 
 PROFILE_HELP = (
@@ -172,6 +179,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--compile-backend",
         help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
     )
+    group.add_argument(
+        "--alternatives",
+        choices=ALTERNATIVES_MODES,
+        default="auto",
+        help="a model that fails is run again with switches of its own code (transformers' "
+        "experts_implementation, attn_implementation), each as rows of its own: auto (the "
+        "default) those its failure's class names (docs/next-steps.md), all, none",
+    )
 
 
 def dtypes(args: argparse.Namespace) -> tuple[str, ...]:
@@ -189,6 +204,8 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
         timeout_s=args.timeout,
         memory_limit=memory_limit(args),
         compile_backend=args.compile_backend,
+        alternatives=args.alternatives,
+        implementation=getattr(args, "implementation", None),
     )
 
 
@@ -238,3 +255,16 @@ def names(text: str | None) -> tuple[str, ...] | None:
 
 def command_line() -> str:
     return " ".join(["hfsweep", *sys.argv[1:]])
+
+
+def catalog_models(source: str) -> list[Any]:
+    """The catalog's entries as the reading side takes them (none when it cannot be read)."""
+    from model_configs.catalog import load_catalog
+    from reports.errors import SweepError
+    from reports.model_search import CatalogModel
+
+    try:
+        catalog = load_catalog(source)
+    except (SweepError, OSError):
+        return []
+    return [CatalogModel(e.model_id, e.rank, e.downloads) for e in catalog.entries]

@@ -37,7 +37,6 @@ from reports.schema import EVIDENCE_STRENGTH, CompileEvidence
 from runners.devices.aten_names import base_name, overload_name
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"
-SNAPSHOT_DIR = DATA_DIR / "torchneuron-2026-04-21"
 FILES = {
     CompileEvidence.DECOMPOSED: ("torchneuron-2026-04-21/compile-decomposed.txt",),
     CompileEvidence.REGISTERED: ("torchneuron-2026-04-21/compile-registered.txt",),

@@ -383,9 +383,5 @@ def _check_autograd_engine() -> None:
         ) from None
 
 
-def is_installed() -> bool:
-    return STATE.installed
-
-
 def current_device() -> ActiveDevice | None:
     return STATE.device

@@ -71,11 +71,6 @@ def dispatch_entry(op: str, key: str = "PrivateUse1") -> str | None:
     return None
 
 
-def native_ops_from_dispatch_table(candidates: Iterable[str]) -> set[str]:
-    """The ops among `candidates` that have a real kernel for the PrivateUse1 backend."""
-    return {op for op in candidates if dispatch_entry(op) == "kernel"}
-
-
 def installed_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 

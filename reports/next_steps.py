@@ -1,0 +1,466 @@
+"""The next step for a model's result: one table of failure classes, each with one line to act on.
+
+The table is data (`reports/data/next_steps.json`, a reason per entry): each class matches a
+model's deciding row (its first failing stage, else its skip, else its pass) on the columns it
+lists, and says what to do in one line, with a command where one takes the step. `hfsweep
+check`, `hfsweep lookup`, the model page and the report all read it here, so they say the same.
+
+A step is proven, not guessed, where the sweep ran the model again with one of its own
+implementation switches (`experts_implementation='batched_mm'`, `attn_implementation='eager'`:
+the `alternatives` table) and every stage passed: the step then says so and gives the command
+that reproduces it. A precondition that the tiny input meets or misses only by its size says
+what the full-size model meets (`at_full_size`).
+
+Pure functions over row dicts (the results schema's columns): no torch, nothing run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from reports.schema import FAILED_STATUSES, SkipReason, Status
+
+TABLE = Path(__file__).resolve().parent / "data" / "next_steps.json"
+_FAILED = {s.value for s in FAILED_STATUSES}
+_NA = SkipReason.NOT_APPLICABLE.value
+_PIP = re.compile(r"pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
+# the config keys that say how many experts each token is routed to (full size: the original)
+TOP_K_KEYS = (
+    "num_experts_per_tok",
+    "num_experts_per_token",
+    "experts_per_token",
+    "moe_topk",
+    "top_k",
+    "num_selected_experts",
+)
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """One entry of the table."""
+
+    failure: str
+    title: str
+    match: Mapping[str, Any]
+    step: str
+    reason: str
+    command: str | None = None
+    try_switches: tuple[str, ...] = ()
+    at_full_size: str | None = None
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        for key, want in self.match.items():
+            if key == "message":
+                if not re.search(want, row.get("error_message") or ""):
+                    return False
+            elif key == "unverified":
+                if bool(row.get("unverified_ops")) != want:
+                    return False
+            elif key == "fallbacks":
+                if bool(row.get("fallback_ops")) != want:
+                    return False
+            elif key == "evidence":
+                if row.get("compile_evidence") not in want:
+                    return False
+            elif key == "has":
+                if not all(row.get(column) for column in want):
+                    return False
+            elif row.get(key) not in want:
+                return False
+        return True
+
+
+@cache
+def classes() -> tuple[FailureClass, ...]:
+    """The table, in matching order."""
+    data = json.loads(TABLE.read_text(encoding="utf-8"))
+    return tuple(
+        FailureClass(
+            failure=c["failure"],
+            title=c["title"],
+            match=c["match"],
+            step=c["step"],
+            reason=c["reason"],
+            command=c.get("command"),
+            try_switches=tuple(c.get("try", ())),
+            at_full_size=c.get("at_full_size"),
+        )
+        for c in data["classes"]
+    )
+
+
+def classify(row: Mapping[str, Any]) -> FailureClass:
+    """The first class of the table that `row` (a deciding row: see `deciding_row`) matches."""
+    for c in classes():
+        if c.matches(row):
+            return c
+    return next(c for c in classes() if c.failure == "skipped")  # a status the table lacks
+
+
+def deciding_row(
+    rows: Sequence[Mapping[str, Any]], fallbacks: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The row a model's result turns on: its first failing stage, else its first skip (a
+    model not attempted), else a pass carrying the ops that fell back and those no evidence
+    decides (`fallback_ops`, `unverified_ops`)."""
+    failed = next((r for r in rows if r.get("status") in _FAILED), None)
+    if failed is not None:
+        return dict(failed)
+    skipped = next(
+        (r for r in rows if r.get("status") == Status.SKIP.value and r.get("reason") != _NA),
+        None,
+    )
+    if skipped is not None:
+        return dict(skipped)
+    ops = sorted({f["op"] for f in fallbacks if f.get("op")})
+    unverified = sorted({op for r in rows for op in (r.get("unverified_ops") or [])})
+    first = rows[0] if rows else {}
+    return {
+        "status": Status.PASS.value,
+        "stage": None,
+        "dtype": first.get("dtype"),
+        "fallback_ops": ops or ([] if not any(r.get("fallback_op_count") for r in rows) else ["?"]),
+        "unverified_ops": unverified,
+    }
+
+
+def summary_row(s: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's deciding row from its summary (the `model_runs` columns: its first failure,
+    its skip, or its pass with the fallbacks and unverified ops counted), for `classify`."""
+    if s.get("failed_status"):
+        return {
+            "status": s["failed_status"],
+            "stage": s.get("failed_stage"),
+            "error_type": s.get("error_type"),
+            "error_message": s.get("error_message"),
+            "failing_op": s.get("failing_op"),
+            "compile_evidence": s.get("failed_evidence"),
+            "dtype": s.get("dtype"),
+        }
+    if s.get("skip_reason"):
+        return {
+            "status": Status.SKIP.value,
+            "reason": s["skip_reason"],
+            "error_message": s.get("skip_message"),
+            "dtype": s.get("dtype"),
+        }
+    return {
+        "status": Status.PASS.value,
+        "dtype": s.get("dtype"),
+        "unverified_ops": ["?"] if s.get("unverified") else [],
+        "fallback_ops": ["?"] if s.get("fallback_ops") else [],
+    }
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One implementation switch the model was run again with, and how far it got."""
+
+    implementation: str  # "experts_implementation=batched_mm"
+    passed: bool
+    failed_stage: str | None = None
+    failure: str | None = None  # the failing op or error, in a few words
+    fallback_ops: int = 0  # distinct ops that fell back to the CPU (the most of any stage)
+
+    @property
+    def label(self) -> str:
+        """`experts_implementation='batched_mm'`, as transformers' code spells it."""
+        key, _, value = self.implementation.partition("=")
+        return f"{key}={value!r}"
+
+    def describe(self) -> str:
+        if self.passed:
+            fell = (
+                f", {self.fallback_ops} op{'s' if self.fallback_ops != 1 else ''} falling back "
+                "to the CPU"
+                if self.fallback_ops
+                else ""
+            )
+            return f"{self.label} passes every stage{fell}"
+        where = f" at {self.failed_stage}" if self.failed_stage else ""
+        return f"{self.label} fails{where}" + (f" ({self.failure})" if self.failure else "")
+
+
+def alternatives_of(rows: Iterable[Mapping[str, Any]]) -> list[Alternative]:
+    """The `alternatives` table's rows of one model and dtype, one Alternative per switch
+    value, in the order they were tried."""
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["implementation"], []).append(r)
+    out = []
+    for implementation, stage_rows in by.items():
+        failed = next((r for r in stage_rows if r.get("status") in _FAILED), None)
+        passed = failed is None and all(
+            r.get("status") == Status.PASS.value
+            or (r.get("status") == Status.SKIP.value and r.get("reason") == _NA)
+            for r in stage_rows
+        )
+        out.append(
+            Alternative(
+                implementation=implementation,
+                passed=passed,
+                failed_stage=failed.get("stage") if failed else None,
+                failure=_few_words(failed) if failed else None,
+                fallback_ops=max((r.get("fallback_op_count") or 0 for r in stage_rows), default=0),
+            )
+        )
+    return out
+
+
+def _few_words(row: Mapping[str, Any]) -> str | None:
+    if row.get("failing_op"):
+        return str(row["failing_op"])
+    message = (row.get("error_message") or "").strip().splitlines()
+    kind = row.get("error_type")
+    text = message[0] if message else ""
+    if len(text) > 60:
+        text = text[:57].rsplit(" ", 1)[0] + "..."
+    return f"{kind}: {text}" if kind and text else (kind or text or None)
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What to do next about one model, in one line (`text`), with the command that takes the
+    step (`command`, where one does) and why (`why`, the table's reason)."""
+
+    failure: str  # the failure class (the table's key)
+    title: str
+    text: str
+    command: str | None
+    why: str
+    proven: str | None = None  # the implementation switch that passed when it was run
+    tried: tuple[str, ...] = ()  # alternatives run that did not pass, each described
+    at_full_size: str | None = None  # what the full-size model meets, where size decides
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "failure": self.failure,
+            "title": self.title,
+            "text": self.text,
+            "command": self.command,
+            "why": self.why,
+            "proven": self.proven,
+            "tried": list(self.tried),
+            "at_full_size": self.at_full_size,
+        }
+
+    def lines(self) -> list[str]:
+        """The step as `check` and `lookup` print it: the step, then the command, what was
+        tried and the full-size note, each on a line of its own."""
+        out = [self.text]
+        if self.command:
+            out.append(f"run: {self.command}")
+        if self.tried:
+            out.append("tried: " + "; ".join(self.tried))
+        if self.at_full_size:
+            out.append(f"at full size: {self.at_full_size}")
+        return out
+
+
+def check_command(model: str, device: str, *extra: str) -> str:
+    """`hfsweep check MODEL --device DEVICE ...`, quoted for a shell."""
+    return " ".join(
+        ["hfsweep", "check", shlex.quote(model), "--device", shlex.quote(device), *extra]
+    )
+
+
+def next_step(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    model: str,
+    device: str,
+    fallbacks: Iterable[Mapping[str, Any]] = (),
+    check: str | None = None,
+    timeout_s: float | None = None,
+    memory_limit_bytes: int | None = None,
+    config: Mapping[str, Any] | None = None,
+    changes: Mapping[str, Any] | None = None,
+    alternatives: Sequence[Alternative] = (),
+) -> NextStep:
+    """The next step for one model's stage rows (at one dtype) on `device`. `check`: the
+    command that reruns it (default `hfsweep check MODEL --device DEVICE`); `config` and
+    `changes`: its shrunk config and what the shrink changed, for the full-size note;
+    `alternatives`: the implementation switches it was run again with."""
+    row = deciding_row(rows, fallbacks)
+    return step_for_row(
+        row,
+        model=model,
+        device=device,
+        check=check,
+        timeout_s=timeout_s,
+        memory_limit_bytes=memory_limit_bytes,
+        config=config,
+        changes=changes,
+        alternatives=alternatives,
+    )
+
+
+def step_for_row(
+    row: Mapping[str, Any],
+    *,
+    model: str,
+    device: str,
+    check: str | None = None,
+    timeout_s: float | None = None,
+    memory_limit_bytes: int | None = None,
+    config: Mapping[str, Any] | None = None,
+    changes: Mapping[str, Any] | None = None,
+    alternatives: Sequence[Alternative] = (),
+) -> NextStep:
+    """`next_step` of a model's deciding row (`deciding_row`, or `summary_row` of its summary)."""
+    found = classify(row)
+    base = check or check_command(model, device)
+    values = _values(row, model=model, device=device, check=base, timeout_s=timeout_s)
+    values["memory_of"] = (
+        f" (its budget: {memory_limit_bytes / 2**30:g} GiB)" if memory_limit_bytes else ""
+    )
+    values["memory2_gib"] = f"{(memory_limit_bytes or 4 * 2**30) * 2 / 2**30:g}"
+    text = found.step.format_map(values)
+    command = found.command.format_map(values) if found.command else None
+    if command == "":
+        command = None
+    note = _at_full_size(found.at_full_size, row, config or {}, changes or {})
+    passing = next((a for a in alternatives if a.passed), None)
+    tried = tuple(a.describe() for a in alternatives if not a.passed)
+    if passing is not None:  # proven: the model was run with it and every stage passed
+        return NextStep(
+            failure=found.failure,
+            title=found.title,
+            text=f"passes with {passing.label} (run: every stage passed with it); "
+            f"the default fails: {found.title}",
+            command=f"{base} --implementation {shlex.quote(passing.implementation)}",
+            why=f"{passing.label} was run in a process of its own and every stage passed; "
+            f"the default failed with {found.title}: {found.reason}",
+            proven=passing.implementation,
+            tried=tried,
+            at_full_size=note,
+        )
+    return NextStep(
+        failure=found.failure,
+        title=found.title,
+        text=text,
+        command=command,
+        why=found.reason,
+        tried=tried,
+        at_full_size=note,
+    )
+
+
+class _Blank(dict):  # a template's missing value reads as a dash, never a KeyError
+    def __missing__(self, key: str) -> str:
+        return "-"
+
+
+def _values(
+    row: Mapping[str, Any], *, model: str, device: str, check: str, timeout_s: float | None
+) -> _Blank:
+    message = row.get("error_message") or ""
+    pip = _PIP.search(message)
+    ops = list(row.get("unverified_ops") or row.get("fallback_ops") or [])
+    shown = ", ".join(ops[:3]) + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
+    values = _Blank(
+        model=model,
+        model_q=shlex.quote(model),
+        device=device,
+        check=check,
+        op=row.get("failing_op") or "an op",
+        stage=row.get("stage") or "a stage",
+        status=row.get("status") or "-",
+        dtype=row.get("dtype") or "the dtype",
+        error_type=row.get("error_type") or "an error",
+        reason=row.get("reason") or "no reason given",
+        pip=pip.group(0) if pip else "install it (the message names it)",
+        pip_command=pip.group(0) if pip else "",
+        ops=shown or "some ops",
+    )
+    if timeout_s:
+        values["timeout"] = f"{timeout_s:g} s"
+        values["timeout2_s"] = f"{timeout_s * 2:g}"
+    else:
+        values["timeout"] = "its time limit"
+        values["timeout2_s"] = "1200"
+    return values
+
+
+# ---- what the full-size model meets, where the tiny input's size decides --------------------
+
+
+def _at_full_size(
+    kind: str | None,
+    row: Mapping[str, Any],
+    config: Mapping[str, Any],
+    changes: Mapping[str, Any],
+) -> str | None:
+    if kind == "routed_rows":
+        return routed_rows_note(row.get("error_message") or "", config, changes)
+    return None
+
+
+_OFFSETS = re.compile(r"offsets \[([\d,\s]+)\]")
+_ROWS = re.compile(r"divisible by (\d+), got (\d+)")
+_ALIGN = re.compile(r"divisible by (\d+)")
+
+
+def full_size_value(key: str, config: Mapping[str, Any], changes: Mapping[str, Any]) -> Any:
+    """A config value at full size: the original where the shrink changed it (`changes`:
+    dotted key -> [original, shrunk]), else the shrunk config's own (top level or text_config)."""
+    for dotted in (key, f"text_config.{key}"):
+        change = changes.get(dotted)
+        if isinstance(change, list) and len(change) == 2:
+            return change[0]
+    for scope in (config, config.get("text_config") or {}):
+        if isinstance(scope, Mapping) and key in scope:
+            return scope[key]
+    return None
+
+
+def routed_rows_note(
+    message: str, config: Mapping[str, Any], changes: Mapping[str, Any]
+) -> str | None:
+    """The grouped matmul's routing precondition at full size: whether the tiny input's rows
+    alone decide it, and what a full-size batch meets."""
+    align_m = _ALIGN.search(message)
+    if align_m is None:
+        return None
+    align = int(align_m.group(1))
+    top_k = next(
+        (
+            v
+            for v in (full_size_value(k, config, changes) for k in TOP_K_KEYS)
+            if isinstance(v, int) and v > 0
+        ),
+        None,
+    )
+    tokens = align // math.gcd(align, top_k) if top_k else None
+    full = (
+        f"a full-size batch routes tokens x {top_k} rows (top-{top_k}), a multiple of {align} "
+        f"for any multiple of {tokens} tokens"
+        if top_k
+        else f"a full-size batch routes tokens x experts-per-token rows, a multiple of {align} "
+        "once padded"
+    )
+    offsets = _OFFSETS.search(message)
+    if offsets is not None:
+        values = [int(v) for v in offsets.group(1).replace(" ", "").split(",") if v]
+        shown = ", ".join(map(str, values[:8]))
+        return (
+            f"not the tiny input's size: its {values[-1] if values else '?'} routed rows are a "
+            f"multiple of {align}, as {full}; but each expert's offset must be one too and the "
+            f"router decides those ({shown} here) at every size, so the default is blocked at "
+            "full size as well"
+        )
+    got = _ROWS.search(message)
+    if got is not None:
+        return (
+            f"the tiny input routed {got.group(2)} rows; {full}; each expert's offset must be "
+            f"a multiple of {align} too, which the router decides at every size"
+        )
+    return None
