@@ -1,7 +1,12 @@
 """The house's shape at one or more git revisions, side by side: lines in the five folders,
 import circles, the largest file and function, how many places declare each shared CLI option
-and the tiny-input constants, and the `duplicates` pairs of the tree (where that tool is on the
-machine).
+and the tiny-input constants, where each library's code lives, and the `duplicates` pairs of
+each folder (where that tool is on the machine).
+
+Where a library's code lives: the modules its registry entry's adapter reaches through imports
+(module level or inside a function), less those the rest of the house reaches without going
+through an adapter (the interface, the spec, the shared helpers), counted by folder. A module two
+libraries reach (sentence-transformers builds on transformers' shrink) counts for both.
 
     python bench/house.py                      # the working tree
     python bench/house.py --rev 7ecad25 --rev HEAD
@@ -87,6 +92,92 @@ def duplicate_pairs(root: Path) -> str:
     return "; ".join(lines)
 
 
+def _adapter_targets(root: Path) -> dict[str, str]:
+    """Hub library name -> the adapter module its registry entry names (read as text)."""
+    for registry in ("model_configs/libraries/__init__.py", "model_configs/adapters/__init__.py"):
+        path = root / registry
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            found = re.findall(r'"([\w.-]+)":\s*\(?\s*"(model_configs[\w.]+):\w+"', text)
+            return {library: module for library, module in found}
+    return {}
+
+
+def _graph(modules: dict[str, tuple[Path, bool]]) -> dict[str, set[str]]:
+    """The import graph, with the modules a package loads by name from its `GROUPS` tuple
+    (`importlib.import_module(f"{__name__}.{group}")`, which `ast` cannot follow)."""
+    graph = {m: set(targets) for m, targets in arch.import_graph().items()}
+    for module, (path, package) in modules.items():
+        text = path.read_text(encoding="utf-8")
+        found = re.search(r"^GROUPS = \(([^)]*)\)", text, flags=re.M)
+        if package and found and 'import_module(f"{__name__}.' in text:
+            for group in re.findall(r'"(\w+)"', found.group(1)):
+                graph[module].add(f"{module}.{group}")
+    return graph
+
+
+def _reach(graph: dict[str, set[str]], start: set[str], stop: set[str]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen and nxt not in stop:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _token(adapter: str) -> str:
+    """The name a library's modules carry: `...adapters.timm` / `...libraries.timm.adapter`."""
+    parts = adapter.split(".")
+    return parts[-2] if parts[-1] == "adapter" else parts[-1]
+
+
+def _names(module: str, token: str) -> bool:
+    parts = module.split(".")
+    return token in parts or parts[-1].startswith(token + "_")
+
+
+def library_homes(root: Path) -> dict[str, tuple[int, int, list[str]]]:
+    """Hub library -> (modules, lines, the folders holding them) of its own code; the modules
+    several libraries reach and none owns are listed under `(shared by libraries)`."""
+    modules = arch.project_modules()
+    graph = _graph(modules)
+    targets = _adapter_targets(root)
+    adapters = set(targets.values())
+    # a library's reach stops at another library's adapter (what it borrows from it is that
+    # library's code, not its own)
+    reach = {lib: _reach(graph, {module}, adapters - {module}) for lib, module in targets.items()}
+    reached = set().union(*reach.values())
+    # what the rest of the house reaches without an adapter is shared, no library's own
+    roots = {m for m in graph if m not in reached}
+    shared = _reach(graph, roots, adapters)
+    owner: dict[str, str | None] = {}
+    for module in sorted(reached - shared):
+        libs = [lib for lib in reach if module in reach[lib]]
+        named = [lib for lib in libs if _names(module, _token(targets[lib]))]
+        if len(libs) == 1 or len(named) == 1:
+            owner[module] = libs[0] if len(libs) == 1 else named[0]
+    changed = True
+    while changed:  # a module every importer of which one library owns is that library's too
+        changed = False
+        for module in sorted(reached - shared - set(owner)):
+            importers = {owner.get(m, "?") for m in graph if module in graph[m] and m in reached}
+            importers -= {None}
+            if len(importers) == 1 and "?" not in importers:
+                owner[module], changed = importers.pop(), True
+    for module in reached - shared - set(owner):
+        owner[module] = None
+    out = {}
+    for library in sorted(targets) + [None]:
+        own = [m for m, lib in owner.items() if lib == library and m in modules]
+        files = [modules[m][0] for m in own]
+        lines = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files)
+        folders = sorted({f.parent.relative_to(root).as_posix() + "/" for f in files})
+        if files or library is not None:
+            out[library or "(shared by libraries)"] = (len(files), lines, folders)
+    return out
+
+
 def measure(root: Path) -> dict[str, Any]:
     arch.ROOT = root
     arch._edges.cache_clear()
@@ -106,6 +197,7 @@ def measure(root: Path) -> dict[str, Any]:
         "largest_files": sizes[:3],
         "largest_functions": funcs[:3],
         "declarations": declarations(root),
+        "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
     }
 
@@ -130,7 +222,12 @@ def main() -> None:
         print("  largest files: " + ", ".join(f"{p} {n}" for n, p in r["largest_files"]))
         print("  largest functions: " + ", ".join(f"{q} {n}" for n, q in r["largest_functions"]))
         print("  places declaring: " + ", ".join(f"{k} {v}" for k, v in r["declarations"].items()))
-        print(f"  duplicates: {r['duplicates']}")
+        print("  where each library's code lives (modules, lines: folders):")
+        for library, (n, lines, folders) in r["libraries"].items():
+            print(f"    {library}: {n} modules, {lines:,} lines: {', '.join(folders)}")
+        print("  duplicates, per folder:")
+        for line in r["duplicates"].split("; "):
+            print(f"    {line}")
 
 
 if __name__ == "__main__":

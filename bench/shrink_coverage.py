@@ -182,7 +182,7 @@ def run_jobs(jobs: list[dict[str, Any]], *, workers: int, timeout: float, jsonl:
 
 
 def default_jobs(only: set[str] | None) -> list[dict[str, Any]]:
-    from model_configs.transformers_models import iter_default_configs
+    from model_configs.libraries.transformers.build import iter_default_configs
 
     jobs = []
     for resolved in iter_default_configs():
@@ -238,7 +238,7 @@ def catalog_jobs(only: set[str] | None) -> tuple[list[dict[str, Any]], list[dict
 
 def _parents() -> dict[str, set[str]]:
     """sub-component model type -> the model types whose default config nests it."""
-    from model_configs.transformers_models import iter_default_configs
+    from model_configs.libraries.transformers.build import iter_default_configs
 
     parents: dict[str, set[str]] = defaultdict(set)
 
@@ -256,8 +256,8 @@ def _parents() -> dict[str, set[str]]:
 
 
 def report(rows: list[dict[str, Any]], *, catalog_entries: list[dict[str, Any]] | None) -> None:
+    from model_configs.libraries.transformers.build import model_types_with_class
     from model_configs.pass_rule import grad_failure, size_failure
-    from model_configs.transformers_models import model_types_with_class
 
     n = len(rows)
     built = sum(1 for r in rows if "params" in r)
@@ -320,7 +320,7 @@ def report(rows: list[dict[str, Any]], *, catalog_entries: list[dict[str, Any]] 
 
 def _explain(uncovered: list[str], by_type: dict[str, dict[str, Any]]) -> None:
     """Each type not covered with the reason its family file gives (`known_failures`)."""
-    from model_configs.family_rules import known_failures
+    from model_configs.libraries.transformers.families import known_failures
 
     known = known_failures()
     kinds: dict[str, list[str]] = defaultdict(list)

@@ -47,9 +47,9 @@ def run_class(resolved: Any) -> dict[str, Any]:
     """One row: how far the class got, and why it stopped."""
     import torch
 
-    from model_configs import diffusers_models as dm
+    from model_configs.libraries.diffusers import build as dm
+    from model_configs.libraries.diffusers.shrink import model_class
     from model_configs.shrink import shrink
-    from model_configs.shrink.diffusers import model_class
 
     name = resolved.config["_class_name"]
     row: dict[str, Any] = {"class": name, "stage": "shrink", "built": False, "forward": False}
@@ -126,7 +126,7 @@ def run_class(resolved: Any) -> dict[str, Any]:
 
 def _known_failures() -> dict[str, dict[str, str]]:
     """Classes known not to pass, with reason and kind (model_configs/data/...rules.json)."""
-    path = ROOT / "model_configs" / "data" / "diffusers_class_rules.json"
+    path = ROOT / "model_configs" / "libraries" / "diffusers" / "data" / "class_rules.json"
     table = json.loads(path.read_text()).get("known_failures", {})
     return {k: v for k, v in table.items() if not k.startswith("_")}
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
-    from model_configs import diffusers_models as dm
+    from model_configs.libraries.diffusers import build as dm
 
     def run_all(configs: Any) -> list[dict[str, Any]]:
         out = []

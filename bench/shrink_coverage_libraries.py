@@ -6,7 +6,7 @@ Per adapter it prints the architectures tried, built, passed (the pass rule of
 parameters with a finite gradient), the median and maximum shrunk parameters (none may be
 above the cap), the median seconds (shrink excluded: build + save/load + forward + backward),
 and every failure with its reason from the adapter's known-failures table
-(`model_configs/data/libraries/<library>.json`), or UNEXPLAINED.
+(`model_configs/libraries/<package>/data/tables.json`), or UNEXPLAINED.
 
     .venv/bin/python bench/shrink_coverage_libraries.py [--library timm,open_clip,...]
         [--per-family N] [--workers 2] [--timeout 120] [--jsonl out.jsonl]
@@ -38,7 +38,7 @@ LIBRARIES = ("timm", "open_clip", "chronos-forecasting", "sentence-transformers"
 
 
 def jobs_for(library: str, per_family: int) -> list[dict[str, Any]]:
-    from model_configs.adapters import get_adapter
+    from model_configs.libraries import get_adapter
 
     adapter = get_adapter(library)
     resolved = list(adapter.iter_architectures())
@@ -55,14 +55,14 @@ def jobs_for(library: str, per_family: int) -> list[dict[str, Any]]:
 
 def _family(library: str, key: str, resolved: Any) -> str:
     if library == "timm":
-        from model_configs.adapters.timm import family
+        from model_configs.libraries.timm.adapter import family
 
         return family(key)
     return str(resolved.model_type or key)
 
 
 def _sample_timm(resolved: list[Any], per_family: int) -> list[Any]:
-    from model_configs.adapters.timm import family
+    from model_configs.libraries.timm.adapter import family
 
     groups: dict[str, list[Any]] = defaultdict(list)
     for r in resolved:
@@ -78,7 +78,7 @@ def _sample_timm(resolved: list[Any], per_family: int) -> list[Any]:
 
 def report(library: str, rows: list[dict[str, Any]], total_offered: int) -> int:
     """Print the adapter's figures; returns the number of unexplained failures."""
-    from model_configs.adapters import get_adapter
+    from model_configs.libraries import get_adapter
     from model_configs.pass_rule import MAX_PARAMS
 
     known = get_adapter(library).known_failures()
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch  # noqa: F401  (imported once, before forking)
 
-    from model_configs.adapters import get_adapter
+    from model_configs.libraries import get_adapter
     from runners.run_model import quiet_libraries
 
     quiet_libraries()

@@ -89,7 +89,7 @@ def dump_one(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def timm_jobs(per_family: int) -> list[dict[str, Any]]:
-    from model_configs.adapters import get_adapter
+    from model_configs.libraries import get_adapter
 
     resolved = list(get_adapter("timm").iter_architectures())
     if per_family:  # the benches' sample, and the architectures the tests name

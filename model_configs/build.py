@@ -1,6 +1,6 @@
 """Build a tiny model from a TinySpec, feed it and train it, through the spec's library adapter.
 
-Every adapter (`model_configs.adapters`, one per Hub library) provides:
+Every adapter (`model_configs.libraries`, one package per Hub library) provides:
 
 - `build_model(spec) -> torch.nn.Module`: fp32, on the CPU, weights from a fixed seed, eval mode.
 - `make_inputs(spec, model, *, seed=0, purpose="train") -> dict[str, Any]`: CPU tensors for
@@ -82,6 +82,14 @@ def set_implementation(spec: TinySpec, model: Any, implementation: str) -> None:
     get_adapter(spec.library).set_implementation(model, switch, value)
 
 
+def compiled_generate(
+    spec: TinySpec, model: Any, *, backend: Any, dynamic: bool | None
+) -> dict[str, Any]:
+    """The `generate` arguments for a static KV cache and a compiled forward, the library's
+    way (raises `NoCompiledGenerate` where it has none)."""
+    return get_adapter(spec.library).compiled_generate(model, backend=backend, dynamic=dynamic)
+
+
 def missing_package(exc: BaseException) -> str | None:
     """The optional package an ImportError says the model needs but this environment lacks
     (timm, natten, detectron2, torchaudio...), or None for any other error."""
@@ -93,9 +101,9 @@ def missing_package(exc: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
-def count_on_meta(spec: TinySpec) -> int | None:
-    """The tiny model's parameter count from a build on the `meta` device (no memory), or
-    None when the library cannot build it there."""
+def build_on_meta(spec: TinySpec) -> Any:
+    """The model of `spec` built on the `meta` device (shapes only, no memory) through its
+    library's adapter; raises what the build raises."""
     import torch
 
     adapter = get_adapter(spec.library)
@@ -104,9 +112,15 @@ def count_on_meta(spec: TinySpec) -> int | None:
             with contextlib.suppress(Exception):
                 module = importlib.import_module(name)
                 getattr(module, spec.architecture, None)  # a lazy package imports the class
+    with torch.device("meta"):
+        return adapter.build_model(spec)
+
+
+def count_on_meta(spec: TinySpec) -> int | None:
+    """The tiny model's parameter count from a build on the `meta` device (no memory), or
+    None when the library cannot build it there."""
     try:
-        with torch.device("meta"):
-            model = adapter.build_model(spec)
+        model = build_on_meta(spec)
         return sum(p.numel() for p in model.parameters())
     except Exception:
         return None

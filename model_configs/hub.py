@@ -54,20 +54,6 @@ NO_CONFIG = SkipReason.NO_CONFIG.value
 CONFIG_FILENAMES = frozenset({"config.json", "model_index.json", "scheduler_config.json",
                               "modules.json", "sentence_bert_config.json",
                               "open_clip_config.json", "config.yaml"})  # fmt: skip
-# Per library adapter (model_configs/adapters/): the files its `from_files` reads.
-PATTERNS: dict[str, tuple[str, ...]] = {
-    "transformers": ("config.json",),
-    "diffusers": ("model_index.json", "config.json", "*/config.json", "*/scheduler_config.json"),
-    "sentence-transformers": (
-        "modules.json",
-        "config.json",
-        "sentence_bert_config.json",
-        "*/config.json",
-        "*/sentence_bert_config.json",
-    ),  # fmt: skip
-    "open_clip": ("open_clip_config.json",),
-    "pyannote-audio": ("config.yaml",),
-}
 # Never asked for, whatever a repo's tree lists: paths that climb (`..`) or are absolute
 # (huggingface_hub refuses those with an error that would stop the whole refresh), and anything
 # two folders down. (huggingface_hub reads a backslash in a pattern as a path separator.)
@@ -86,8 +72,12 @@ RETRY_STATUS = frozenset({408, 425, 429})  # and every 5xx
 
 
 def config_patterns(library: str | None) -> tuple[str, ...]:
-    """`allow_patterns` for a library's configs (a transformers repo needs only `config.json`)."""
-    return PATTERNS.get(library or "", PATTERNS["transformers"])
+    """`allow_patterns` for a library's configs: its adapter's `hub_files` (`config.json` for a
+    library no adapter takes)."""
+    from model_configs.libraries import ADAPTERS, get_adapter
+    from model_configs.libraries.base import Adapter
+
+    return get_adapter(library).hub_files if library in ADAPTERS else Adapter.hub_files
 
 
 def is_config_file(path: str) -> bool:

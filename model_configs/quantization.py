@@ -7,7 +7,7 @@ from the catalog's tags (the first method in the table whose tag the repo carrie
 
 - `dequantize`: transformers dequantizes the checkpoint while loading it without CUDA; the tiny
   checkpoint is written in the method's format and loaded through transformers' quantizer
-  (`model_configs.quantized_build`);
+  (`model_configs.libraries.transformers.quantized`);
 - `emulate`: the weights stay compressed and a pure-PyTorch library decompresses and
   fake-quantizes them in forward, on the device;
 - `skip`: an `unsupported_quantization` skip naming the method and what it needs.

@@ -9,7 +9,7 @@ catalog's model type, a diffusers pipeline's known components, timm's architectu
 repo name, ...). A repo the catalog tags quantized whose config has no `quantization_config`
 gets its method's (`model_configs.quantization`), or a skip. Anything else raises ConfigError
 with a SkipReason, so the model still gets its rows. The adapters live in
-`model_configs.adapters`, one per Hub library.
+`model_configs.libraries`, one package per Hub library.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from reports.schema import ConfigSource, SkipReason
 
 def library_for(entry: CatalogEntry) -> str | None:
     """The adapter (a Hub library name) that would build this entry, or None."""
-    from model_configs.adapters import library_for as adapter_library
+    from model_configs.libraries import library_for as adapter_library
 
     return adapter_library(entry)
 
@@ -41,7 +41,7 @@ def resolve_entry(
     offline: bool | None = None,
     hub: Any = None,
 ) -> ResolvedConfig:
-    from model_configs.adapters import adapter_names, get_adapter
+    from model_configs.libraries import adapter_names, get_adapter
 
     offline = settings.hub_offline() if offline is None else offline
     library = library_for(entry)
@@ -111,9 +111,11 @@ def default_hub() -> Any:
 
 
 def transformers_default_config(model_type: str) -> dict[str, Any]:
-    from model_configs.adapters.transformers import default_config_dict
+    """transformers' default config for `model_type` (what tests and benches build from)."""
+    from model_configs.libraries import get_adapter
 
-    return default_config_dict(model_type)
+    entry = CatalogEntry(model_id=f"default/{model_type}", model_type_hint=model_type)
+    return get_adapter("transformers").default_config(entry).config
 
 
 # ---- local files --------------------------------------------------------------------------

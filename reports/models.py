@@ -27,6 +27,8 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
+from reports.shapes import shape_detail
+from reports.sizing import FITS, PARAMS, model_sizing
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -40,6 +42,9 @@ SORT_COLUMNS = {
     "pipeline_tag": "pipeline_tag",
     "model_type": "model_type",
     "architecture": "architecture",
+    "parameters": "parameters",
+    "serve_cores": "serve_cores",
+    "finetune_cores": "finetune_cores",
 }
 OUTCOME_FILTERS = (*OUTCOMES, "on_device", "with_fallback")
 STATUS_VALUES = tuple(s.value for s in Status)
@@ -49,7 +54,9 @@ TABLE_COLUMNS = (
     "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
     "failing_op, error_type, error_message, skip_message, stages_passed, fallback_ops, "
-    "fallback_calls, wall_s, peak_host_memory_bytes, " + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
+    "fallback_calls, wall_s, peak_host_memory_bytes, sizing_status, parameters, sizing_hardware, "
+    "serve_cores, finetune_cores, lora_cores, cores_per_chip, cores_per_instance, "
+    + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
 )
 
 
@@ -72,6 +79,8 @@ class ModelFilter:
     error_signature: str | None = None  # the signature of the model's first failure, exactly
     dtype: str | None = None  # a run of several dtypes: the rows of that dtype only
     differs: bool = False  # only models whose outcome differs between the run's dtypes
+    fit: str | None = None  # at full size: serve_one_core, finetune_one_chip, ... (FITS)
+    params: str | None = None  # at full size: under_1b, 1b_10b, 10b_100b, over_100b (PARAMS)
     sort: str = "downloads"
     order: str = "desc"
     page: int = 1
@@ -96,6 +105,10 @@ class ModelFilter:
             raise QueryError("search is longer than 200 characters")
         if self.dtype is not None and len(self.dtype) > 32:
             raise QueryError("dtype is longer than 32 characters")
+        if self.fit and self.fit not in FITS:
+            raise QueryError(f"unknown fit {self.fit!r}; use {', '.join(FITS)}")
+        if self.params and self.params not in PARAMS:
+            raise QueryError(f"unknown params {self.params!r}; use {', '.join(PARAMS)}")
         return self
 
 
@@ -138,6 +151,10 @@ def model_table(
     elif flt.status:
         where.append("(" + " OR ".join(f"s_{s} = $status" for s in STAGES) + ")")
         params["status"] = flt.status
+    if flt.fit:
+        where.append(f"({FITS[flt.fit]})")  # from the closed FITS table
+    if flt.params:
+        where.append(f"({PARAMS[flt.params]})")
     for key in ("library", "pipeline_tag", "model_type", "architecture", "error_signature"):
         value = getattr(flt, key)
         if value:
@@ -291,7 +308,7 @@ def model_detail(
     shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
         legacy[0] if legacy else {}
     )
-    return _detail(
+    detail = _detail(
         model_id,
         run_id,
         primary,
@@ -303,6 +320,8 @@ def model_detail(
         by_dtype,
         alternatives=by_dtype[primary["dtype"]].get("alternatives", []),
     )
+    detail["full_size"] = model_sizing(q, run_id, detail["model"]["config_hash"])
+    return detail
 
 
 def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -408,6 +427,7 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
             run,
             alternatives=alternatives.get(model_id, {}).get(str(summary.get("dtype")), []),
         )
+        out[model_id]["full_size"] = model_sizing(q, run_id, first.get("config_hash"))
     return out
 
 
@@ -451,6 +471,8 @@ def _detail(
     source = first.get("config_source")
     by_dtype = by_dtype or {}
     dtypes = list(by_dtype) or [d for d in (first.get("dtype") or summary.get("dtype"),) if d]
+    for r in stages:
+        r["shape_detail"] = shape_detail(r) or None
     history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
         s.value for s in DEFAULT_STAGES
     ]

@@ -28,6 +28,7 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
+from reports.sizing_columns import SUMMARY_SIZING_COLUMNS, with_sizing
 from reports.store import Store
 
 T = TypeVar("T")
@@ -59,6 +60,7 @@ _RESULT_COLUMN_NAMES = (
     "architecture",
     "config_source",
     "quantization",
+    "config_hash",
     "shrunk_config_hash",
     "device",
     "device_emulated",
@@ -121,6 +123,7 @@ SELECT
   any_value(architecture) AS architecture,
   any_value(config_source) AS config_source,
   any_value(quantization) AS quantization,
+  any_value(config_hash) AS config_hash,
   any_value(shrunk_config_hash) AS shrunk_config_hash,
   any_value(device) AS device,
   bool_or(device_emulated) AS device_emulated,
@@ -198,7 +201,8 @@ _MODEL_RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS model_runs (
   run_id VARCHAR, model_id VARCHAR, rank INTEGER, downloads BIGINT, library VARCHAR,
   pipeline_tag VARCHAR, model_type VARCHAR, architecture VARCHAR, config_source VARCHAR,
-  quantization VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR, device_emulated BOOLEAN,
+  quantization VARCHAR, config_hash VARCHAR, shrunk_config_hash VARCHAR, device VARCHAR,
+  device_emulated BOOLEAN,
   dtype VARCHAR,
   {", ".join(f"s_{s} VARCHAR, f_{s} INTEGER, n_{s} BOOLEAN" for s in STAGES)},
   outcome VARCHAR, skip_reason VARCHAR, failed_stage VARCHAR, failed_status VARCHAR,
@@ -207,7 +211,8 @@ CREATE TABLE IF NOT EXISTS model_runs (
   skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
   peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
-  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR
+  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR,
+  {SUMMARY_SIZING_COLUMNS}
 )
 """
 
@@ -417,6 +422,10 @@ class StoreQuery:
                     ).fetchall()[0][0]
                 )
             sql = sql.replace("{dedup}", _DEDUP_SQL if dedup else "")
+            sizing = self.store.part_files("sizing", run_id)
+            if sizing:  # each model's full size, by its config (any part of the run has it)
+                sql = with_sizing(sql)
+                scans["sizing_parts"] = Scan("sizing", sizing)
             cur.execute("BEGIN TRANSACTION")  # readers see the old rows or the new, never none
             try:
                 if replace_run:

@@ -29,6 +29,11 @@ class Stage(str, enum.Enum):
     OPTIMIZER_FUSED = "optimizer_fused"
     AMP = "amp"
     LORA = "lora"
+    # The shape stages (docs/stages-shapes.md): the compiled forward at a second sequence
+    # length and batch size (graphs, recompiles and their reasons, the device's compile rule),
+    # and greedy generation with a static KV cache and the compiled forward.
+    SHAPES = "shapes"
+    GENERATE_COMPILED = "generate_compiled"
 
     def __str__(self) -> str:
         return self.value
@@ -46,12 +51,16 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     Stage.GENERATE,
 )
 TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
+SHAPE_STAGES: tuple[Stage, ...] = (Stage.SHAPES, Stage.GENERATE_COMPILED)
 # The stages each one builds on (among those a run asks for): one of them not passing makes it
 # `not_run`. The first five build on every stage before them; a training stage on a model that
 # loads, runs forward and backward, so a compile or generate failure does not hide it.
 STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
     **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
     **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
+    # shapes recompiles what compile compiled; generate_compiled compares with generate's tokens
+    Stage.SHAPES: (Stage.LOAD, Stage.FORWARD, Stage.COMPILE),
+    Stage.GENERATE_COMPILED: (Stage.LOAD, Stage.FORWARD, Stage.GENERATE),
 }
 
 
@@ -160,6 +169,40 @@ EVIDENCE_STRENGTH: tuple[CompileEvidence, ...] = (
     CompileEvidence.TORCH_MLIR,
     CompileEvidence.NONE,
 )
+
+
+class ShapeVerdict(str, enum.Enum):
+    """What the `shapes` stage found about new input shapes (`shape_verdict`); `SHAPE_ADVICE`
+    says what to do about each."""
+
+    STATIC = "static"  # every new input shape compiled a graph of its own
+    DYNAMIC = "dynamic"  # later shapes reused a graph with symbolic sizes
+    DATA_DEPENDENT = "data_dependent"  # an op whose output size depends on values (failing_op)
+    REJECTED = "rejected"  # the device's compile rule refused the shapes (its error)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SHAPE_ADVICE: dict[str, str] = {
+    ShapeVerdict.STATIC.value: "static: one graph per input shape; pad inputs to fixed buckets",
+    ShapeVerdict.DYNAMIC.value: "dynamic: one graph serves every input shape",
+    ShapeVerdict.DATA_DEPENDENT.value: "data-dependent shapes at {op}: cannot be compiled",
+    ShapeVerdict.REJECTED.value: "the device's compiler refuses symbolic shapes: compile with "
+    "dynamic=False and pad inputs to fixed buckets",
+}
+
+
+class SizingStatus(str, enum.Enum):
+    """How the full-size model's sizing went (`sizing.status`)."""
+
+    OK = "ok"
+    ERROR = "error"  # building it on the meta device raised (the error as raised)
+    REFUSED = "refused"  # the config claims sizes past the guards: nothing was built
+    UNSUPPORTED = "unsupported"  # no full-size builder for the model's library
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class OpStatus(str, enum.Enum):
@@ -276,6 +319,10 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("peak_host_memory_bytes", pa.int64()),
         pa.field("compile_mode", pa.string()),  # the neuron compiler's: raise / eager / partition
         pa.field("recompile_count", pa.int32()),  # compile stage: frames compiled again
+        # shapes / generate_compiled: why each recompile happened (Dynamo's guard failures), and
+        # the shapes stage's ShapeVerdict
+        pa.field("recompile_reasons", pa.list_(pa.string())),
+        pa.field("shape_verdict", pa.string()),
         # optimizer stages: native op calls of the optimizer's part of the last step (clip,
         # step, zero_grad), where the device counts its calls (the emulated device); else null
         pa.field("step_op_calls", pa.int64()),
@@ -358,6 +405,50 @@ PLANS_SCHEMA = pa.schema(
         pa.field("model_id", pa.string(), nullable=False),
         pa.field("plan_key", pa.string(), nullable=False),  # the hash of what it planned from
         pa.field("plan", pa.string(), nullable=False),  # JSON: the spec or decided outcome
+    ]
+)
+
+# The model at full size, once per run and full-size config (`config_hash`, the results rows'),
+# one row per hardware type of the run's device (null `hardware`: a device with none, or a
+# failed sizing): its parameters and bytes, and the cores needed to serve and fine-tune it by
+# the formula of docs/sizing.md.
+SIZING_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("config_hash", pa.string(), nullable=False),
+        # ConfigSource: the repo's own config, or a library's default (as the results rows say)
+        pa.field("config_source", pa.string()),
+        pa.field("architecture", pa.string()),  # the class sized
+        pa.field("status", pa.string(), nullable=False),  # SizingStatus
+        pa.field("error_type", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("parameters", pa.int64()),  # tied weights once
+        pa.field("buffers", pa.int64()),  # elements
+        pa.field("bytes_fp32", pa.int64()),  # weights and buffers at each dtype
+        pa.field("bytes_bf16", pa.int64()),
+        pa.field("bytes_fp16", pa.int64()),
+        pa.field("bytes_fp8", pa.int64()),
+        pa.field("kv_bytes_per_token", pa.int64()),  # bf16, layers without a window
+        pa.field("kv_window_bytes_per_token", pa.int64()),  # bf16, layers with a window
+        pa.field("sliding_window", pa.int64()),
+        pa.field("attention_heads", pa.int32()),
+        pa.field("kv_heads", pa.int32()),
+        pa.field("lora_parameters", pa.int64()),
+        pa.field("sizing_s", pa.float64()),  # the meta build's time (where it was built)
+        pa.field("hardware", pa.string()),  # trn2, h100-80gb, ...
+        pa.field("primary_hardware", pa.bool_()),  # the run device's main hardware type
+        pa.field("core_memory_bytes", pa.int64()),
+        pa.field("cores_per_chip", pa.int32()),
+        pa.field("cores_per_instance", pa.int32()),
+        pa.field("serve_context", pa.int64()),
+        pa.field("serve_batch", pa.int32()),
+        pa.field("serve_bytes", pa.int64()),
+        pa.field("finetune_bytes", pa.int64()),
+        pa.field("lora_bytes", pa.int64()),
+        pa.field("serve_cores", pa.int32()),  # null: no degree up to the largest domain fits
+        pa.field("finetune_cores", pa.int32()),
+        pa.field("lora_cores", pa.int32()),
+        pa.field("note", pa.string()),  # why a count is null, how KV heads are replicated
     ]
 )
 
@@ -523,6 +614,7 @@ TABLES: dict[str, pa.Schema] = {
     "alternatives": ALTERNATIVES_SCHEMA,
     "configs": CONFIGS_SCHEMA,
     "plans": PLANS_SCHEMA,
+    "sizing": SIZING_SCHEMA,
     "runs": RUNS_SCHEMA,
     "ops": OPS_SCHEMA,
     "op_summary": OP_SUMMARY_SCHEMA,

@@ -7,6 +7,7 @@ Layout (the tables of `reports.schema.TABLES`; docs/store.md says how to read th
     STORE/alternatives/run_id=<id>/part-...
     STORE/configs/run_id=<id>/part-...
     STORE/plans/run_id=<id>/part-...
+    STORE/sizing/run_id=<id>/part-...
     STORE/runs/run_id=<id>/part-...
     STORE/ops/..., STORE/op_summary/..., STORE/op_runs/...   (the op sweep's)
 
@@ -24,7 +25,7 @@ one on disk.
 Part files are complete or absent: each is written under a hidden temporary name and then renamed
 (object stores publish a whole object at once). Readers only ever see `*.parquet` files in
 `run_id=<id>` folders, so anything else (temporaries, hidden folders) is invisible to them.
-Fallbacks, alternatives, configs and plans parts share their results part's name and count
+Fallbacks, alternatives, configs, plans and sizing parts share their results part's name and count
 only once it exists.
 """
 
@@ -50,9 +51,17 @@ from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
-COMMITTED_BY_RESULTS = ("fallbacks", "alternatives", "configs", "plans")
+COMMITTED_BY_RESULTS = ("fallbacks", "alternatives", "configs", "plans", "sizing")
 # What each sweep writes into a run (what a resume checks for damaged parts).
-MODEL_SWEEP_TABLES = ("results", "fallbacks", "alternatives", "configs", "plans", "runs")
+MODEL_SWEEP_TABLES = (
+    "results",
+    "fallbacks",
+    "alternatives",
+    "configs",
+    "plans",
+    "sizing",
+    "runs",
+)
 OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
 # A table's part of no rows that a run starts with (`Store.create_tables`): no data, so left
 # out of `part_infos`; outside readers see a Parquet file of the table's schema.

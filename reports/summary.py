@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops
+from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops, sizing
 from reports.query import StoreQuery
 
 
@@ -32,6 +32,7 @@ def run_report(
             "band": coverage.band(q, run_id, dtype),
             "headline": coverage.headline(q, run_id, dtype=dtype),
             "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
+            "cores_needed": sizing.cores_needed(q, run_id, dtype),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
                 for key in coverage.BREAKDOWN_KEYS

@@ -36,6 +36,8 @@ class StageResult:
     graph_count: int | None = None
     graph_break_count: int | None = None
     recompile_count: int | None = None
+    recompile_reasons: list[str] | None = None  # shapes / generate_compiled: Dynamo's guards
+    shape_verdict: str | None = None  # shapes: a ShapeVerdict value
     partition_count: int | None = None
     compile_s: float | None = None
     step_s: float | None = None

@@ -47,7 +47,7 @@ GENERATE_TOKENS = 3
 class AccuracyError(Exception):
     """Outputs or gradients differ from the CPU reference beyond the dtype's tolerance."""
 
-    def __init__(self, message: str, max_abs_error: float):
+    def __init__(self, message: str, max_abs_error: float | None):
         super().__init__(message)
         self.max_abs_error = max_abs_error
 
@@ -333,6 +333,8 @@ STAGES: dict[Stage, str] = {
     Stage.OPTIMIZER_FUSED: "runners.training:FusedOptimizerStage",
     Stage.AMP: "runners.training:AmpStage",
     Stage.LORA: "runners.training:LoraStage",
+    Stage.SHAPES: "runners.shape_stages:ShapesStage",
+    Stage.GENERATE_COMPILED: "runners.shape_stages:GenerateCompiledStage",
 }
 
 
@@ -573,6 +575,9 @@ _EXTRA_COLUMNS = {
     "compile_s",
     "step_s",
     "step_op_calls",
+    "recompile_reasons",
+    "shape_verdict",
+    "failing_op",  # the op a passing stage's verdict names (shapes: a data-dependent op)
 }
 
 

@@ -35,7 +35,7 @@ from sweep.executors.protocol import Abandoned, Executor, PlanDone, RunDone
 from sweep.ledger import Finished, Ledger
 from sweep.plan import Planned, Task
 from sweep.plans import PlanCache, plan_row
-from sweep.rows import RunContext, alternative_rows, config_row, model_rows
+from sweep.rows import RunContext, alternative_rows, config_row, model_rows, sizing_rows
 from sweep.settings import PLAN_BATCH
 from sweep.writer import RowWriter
 
@@ -70,6 +70,10 @@ class RunLoop:
         self.on_model = on_model or (lambda outcome, n: None)
         self.queue: deque[Task] = deque()
         self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
+        # the full-size configs sized in this run so far, and each model's sizing rows (its
+        # config's first model's) until its first rows are written
+        self._sized: set[str] = set()
+        self._sizing: dict[str, list[dict[str, Any]]] = {}
         # earlier plans by content (None: plan everything, keep no plans), the batches whose
         # entries are partly planned from them (key -> each entry's plan, None: being planned)
         # and each model's plans row until its first rows are written
@@ -195,11 +199,22 @@ class RunLoop:
                 if self.plans is not None
                 else None
             )
+            if p.size is not None and p.config_hash and p.config_hash not in self._sized:
+                self._sized.add(p.config_hash)
+                self._sizing[p.entry.model_id] = sizing_rows(self.run, p)
             if p.outcome is not None:
                 for dtype in dtypes:
                     results, fallbacks = model_rows(self.contexts[dtype], p, p.outcome)
                     plans, plan = [plan] if plan else None, None
-                    self.writer.add({"results": results, "fallbacks": fallbacks, "plans": plans})
+                    sizing = self._sizing.pop(p.entry.model_id, None)
+                    self.writer.add(
+                        {
+                            "results": results,
+                            "fallbacks": fallbacks,
+                            "plans": plans,
+                            "sizing": sizing,
+                        }
+                    )
                     self.skipped += 1
                     self.on_model(headline(p.outcome), 1)
                 continue
@@ -275,6 +290,7 @@ class RunLoop:
                 "alternatives": alternatives,
                 "configs": [pair] if pair else None,
                 "plans": [plan] if plan else None,
+                "sizing": self._sizing.pop(member.entry.model_id, None),
             }
         )
 

@@ -15,12 +15,16 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from reports.errors import ConfigError, is_environment_error, safe_text
 from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 from runners.settings import ModelSettings
+
+if TYPE_CHECKING:
+    from model_configs.sizing import ModelSize
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Planned:
     model_type: str | None = None
     quantization: str | None = None  # the method a quantized checkpoint needs (its rows say it)
     plan_key: str | None = None  # the key of what it was planned from (`sweep.plans`)
+    size: ModelSize | None = None  # the model at full size (`model_configs.sizing`)
 
     def slim(self) -> Planned:
         return replace(self, resolved=None)
@@ -94,6 +99,7 @@ def plan_entry(
     from model_configs.quantization import method_of_entry
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
+    from model_configs.sizing import size_model
     from runners import faults
 
     planned = Planned(entry=entry, resolved=resolved)
@@ -108,6 +114,7 @@ def plan_entry(
         planned.spec = shrink(
             planned.resolved, architecture_hint=arch, pipeline_tag=entry.pipeline_tag
         )
+        planned.size = size_model(planned.resolved, planned.spec)  # never fails the model
     except ConfigError as exc:
         planned.outcome = skipped(stages, exc.reason, exc.message)
     except Exception as exc:  # the shrinker failed: the model could not be loaded

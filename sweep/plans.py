@@ -35,7 +35,7 @@ from sweep.plan import Planned
 NOT_PLANNED_FROM = frozenset({"rank", "downloads", "likes"})
 # Planned's own fields kept in a plan record (the entry is the catalog's, the config is dropped)
 META = ("config_source", "config_hash", "library", "model_type", "quantization")
-RECORD_VERSION = 2  # of a plan record's layout: part of every key (a new layout, new keys)
+RECORD_VERSION = 3  # of a plan record's layout: part of every key (a new layout, new keys)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PlanKeys:
     def of(cls, stages: Iterable[str], config_dir: str | Path | None) -> PlanKeys:
         from reports import settings
         from runners import faults
-        from sweep.reuse import adapter_versions, code_hash
+        from sweep.reuse import KEY_VERSION, adapter_versions, code_hash
         from sweep.settings import package_version
 
         versions = dict(adapter_versions())
@@ -59,6 +59,7 @@ class PlanKeys:
         offline = settings.hub_offline()
         shared = {
             "record": RECORD_VERSION,
+            "keys": KEY_VERSION,
             "code_hash": code_hash(),
             "python": platform.python_version(),
             "versions": versions,
@@ -133,15 +134,19 @@ def plan_record(planned: Planned) -> str:
     record["spec"] = _encode(planned.spec.to_dict()) if planned.spec is not None else None
     record["shrunk_config_hash"] = planned.shrunk_hash
     record["outcome"] = asdict(planned.outcome) if planned.outcome is not None else None
+    record["size"] = planned.size.to_dict() if planned.size is not None else None
     return json.dumps(record, sort_keys=True, default=str)
 
 
 def planned_from(record: str, entry: CatalogEntry) -> Planned | None:
     """The plan a record holds, for `entry` (today's catalog fields: rank, downloads); None
     when the record cannot give back the very plan it was made from."""
+    from model_configs.sizing import ModelSize
+
     try:
         data = json.loads(record)
         spec = TinySpec.from_dict(_decode(data["spec"])) if data.get("spec") else None
+        size = ModelSize.from_dict(data["size"]) if data.get("size") else None
         outcome = None
         if data.get("outcome"):
             raw = dict(data["outcome"])
@@ -153,7 +158,9 @@ def planned_from(record: str, entry: CatalogEntry) -> Planned | None:
         return None  # not the plan it was made from: plan it again
     if spec is None and outcome is None:
         return None
-    return Planned(entry=entry, spec=spec, outcome=outcome, **{k: data.get(k) for k in META})
+    planned = Planned(entry=entry, spec=spec, outcome=outcome, **{k: data.get(k) for k in META})
+    planned.size = size
+    return planned
 
 
 @dataclass

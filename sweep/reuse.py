@@ -1,7 +1,9 @@
 """Result reuse by content: a unique tiny-model task's key, and the earlier rows a run may copy.
 
 A task's key is everything that can change its rows (DESIGN.md, Contracts):
-- the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config);
+- the shrunk config's hash (`TinySpec.hash`: the library, the class and the tiny config, in its
+  canonical form: fields that change no op set to one value, `Adapter.canonical`), and what a
+  key means (`KEY_VERSION`);
 - the library's adapter package version, and torch, transformers, diffusers and the device
   package versions (the run's settings);
 - the task's dtype (a run of several dtypes has a task per dtype);
@@ -36,6 +38,11 @@ from reports.schema import Status
 from reports.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a task key and a plan key mean. A new version whenever a key would map the same content to
+# other rows or another plan, so that an older store's keys match nothing: its tasks run again
+# and its entries are planned again, never read as if they meant what they mean now.
+# 2: tiny configs in canonical form (`Adapter.canonical`), a tiny model's hash names the ops.
+KEY_VERSION = 2
 # What decides a row: resolving, shrinking, building and running a model (with their data
 # files), the stages' status vocabulary and error signatures, and the mapping of an outcome to
 # rows. Not: the driver, executors, writer, reports and dashboard, which move rows or read them.
@@ -48,6 +55,9 @@ CODE = (
     "sweep/rows.py",
 )
 CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
+# In those folders but deciding no task's rows: the hardware data and the cores-needed formula,
+# which the driver applies to each run's sizing rows (a corrected figure reruns no model).
+NOT_CODE = frozenset({"runners/hardware.py", "runners/data/hardware.json"})
 # Run settings that are not part of a task's content: the catalog (a model's content is its
 # resolved config, in the shrunk config's hash) and where the run was made.
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
@@ -67,7 +77,7 @@ def code_hash() -> str:
             else sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES)
         )
         for f in files:
-            if "__pycache__" in f.parts:
+            if "__pycache__" in f.parts or str(f.relative_to(ROOT)) in NOT_CODE:
                 continue
             digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -75,7 +85,7 @@ def code_hash() -> str:
 
 def adapter_versions() -> dict[str, str | None]:
     """The installed version of each library adapter's package (None: not installed)."""
-    from model_configs.adapters import ADAPTERS, get_adapter
+    from model_configs.libraries import ADAPTERS, get_adapter
     from sweep.settings import package_version
 
     out: dict[str, str | None] = {}
@@ -117,7 +127,7 @@ class KeyContext:
     def key(self, spec: Any, dtype: str) -> str:
         """The key of the task that runs `spec` (a TinySpec) at `dtype` in this run."""
         package = dict(self.versions).get(spec.library)
-        text = f"{self.run_part}\0{spec.library}\0{package}\0{spec.hash}\0{dtype}"
+        text = f"{KEY_VERSION}\0{self.run_part}\0{spec.library}\0{package}\0{spec.hash}\0{dtype}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

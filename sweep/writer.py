@@ -20,7 +20,7 @@ from typing import Any
 from reports.store import Store
 
 MAX_BUFFERED_ROWS = 2000  # rows of the committing table: past them, a flush at once
-MODEL_TABLES = ("fallbacks", "alternatives", "configs", "plans", "results")
+MODEL_TABLES = ("fallbacks", "alternatives", "configs", "plans", "sizing", "results")
 OP_TABLES = ("ops",)
 
 

@@ -157,8 +157,14 @@ def ray_session():
     Ray a few percent of a core); its users share one xdist worker (RAY_GROUP)."""
     import ray
 
+    from sweep.executors.ray_cluster import start_embedded
+
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_embedded(
+            lambda: ray.init(
+                address="local", num_cpus=2, include_dashboard=False, log_to_driver=False
+            )
+        )
     yield ray
     ray.shutdown()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from model_configs.adapters import ADAPTERS, adapter_names, get_adapter, library_for
+from model_configs.libraries import ADAPTERS, adapter_names, get_adapter, library_for
 from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from reports.errors import ConfigError, UnknownNameError
@@ -121,7 +121,7 @@ def test_timm_architectures_shrink_by_their_constructor(arch):
 
 
 def test_timm_positional_stages_and_grouped_bottlenecks_shrink_by_role():
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     shrinker = tshrink.Shrinker(4.0, "SelecSls")
     features = [(32, 0, 64, 64, True, 2), (64, 64, 64, 128, False, 1)]

@@ -14,6 +14,9 @@ import each other when either is imported.
 Rules (docs/architecture.md, the design card): no circle anywhere in the five folders; `sweep` ->
 `runners` -> `model_configs`, everything may use `reports`, `reports` uses none of the others,
 `dashboard` imports only `reports` (and only the CLI, in `sweep`, imports `dashboard`, to serve it).
+A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
+target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
+the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
 """
 
 from __future__ import annotations
@@ -42,6 +45,26 @@ KNOWN_EDGES: set[tuple[str, str]] = {}
 DEVICE_PACKAGE = "runners/devices/neuron/"
 NAMES_NEURON = {
     "runners/devices/__init__.py": "the device registry names the package it loads",
+}
+# The library packages: each is one folder under LIBRARIES, named by one registry entry.
+LIBRARIES = "model_configs/libraries/"
+REGISTRY = "model_configs.libraries"
+# A library package that builds on another's code, each with why.
+LIBRARY_DEPENDENCIES = {
+    ("open_clip", "timm"): "a timm trunk in open_clip's vision tower shrinks and builds as timm's",
+    ("sentence_transformers", "transformers"): "the stack's backbone is a transformers model",
+    ("single_file", "diffusers"): "a single-file checkpoint is a diffusers class: after resolving, "
+    "everything is the diffusers adapter's",
+}
+# Where a library's own Python package is imported outside its library package (a module, or
+# another library package), with why.
+IMPORTS_LIBRARY = {
+    ("chronos", "transformers"): "Chronos and Chronos-Bolt are transformers T5 models",
+    ("transformers", "timm"): "the timm-backed families' towers are timm models",
+    ("runners/run_model.py", "transformers"): "quiets its logging in every model process",
+    ("runners/run_model.py", "diffusers"): "quiets its logging in every model process",
+    ("model_configs/config_files.py", "transformers"): "a config mapping to repo code is refused "
+    "before any library is chosen (transformers knows which model types are its own)",
 }
 _NEURON = re.compile(
     r"(?i)(?<![a-z])neuron(?!s)"
@@ -198,8 +221,10 @@ def test_the_graph_sees_imports_of_every_kind():
     relative import are each an edge (else the tests above would pass on a blind reader)."""
     graph = import_graph()
     assert "reports.schema" in graph["model_configs.resolve"]  # module level
-    assert "model_configs.adapters" in graph["model_configs.resolve"]  # inside a function
-    assert "model_configs.adapters.base" in graph["model_configs.adapters"]  # TYPE_CHECKING
+    assert "model_configs.libraries" in graph["model_configs.resolve"]  # inside a function
+    assert "model_configs.libraries.base" in graph["model_configs.libraries"]  # TYPE_CHECKING
+    lazy = import_graph(lazy=True)[REGISTRY]
+    assert "model_configs.libraries.transformers.adapter" in lazy  # a registry's string
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -271,3 +296,96 @@ def f(neuron_options): ...
 """
     hits = [h.split(": ", 1)[1] for h in neuron_in_code(code)]
     assert hits == ["runners.devices.neuron.compiler", "neuron", "neuron", "neuron_options"]
+
+
+def library_of(module: str) -> str | None:
+    """The library package a project module belongs to (`model_configs.libraries.timm.shrink`
+    -> `timm`), or None (the registry, the interface, anything else)."""
+    parts = module.split(".")
+    if parts[:2] != ["model_configs", "libraries"] or len(parts) < 3:
+        return None
+    return parts[2] if (ROOT / LIBRARIES / parts[2]).is_dir() else None
+
+
+def registered_packages() -> dict[str, str]:
+    """Library package -> the Hub library_name the registry gives it (read with `ast`)."""
+    tree = ast.parse((ROOT / LIBRARIES / "__init__.py").read_text(encoding="utf-8"))
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(getattr(t, "id", None) == "ADAPTERS" for t in targets):
+                for key, value in zip(node.value.keys, node.value.values, strict=True):
+                    module = ast.literal_eval(value).split(":")[0]  # type: ignore[arg-type]
+                    found[library_of(module) or module] = ast.literal_eval(key)  # type: ignore[arg-type]
+    return found
+
+
+def test_every_library_is_one_registered_package():
+    """Each registry entry is a package's `adapter` module, and each package is registered once."""
+    packages = sorted(p.name for p in (ROOT / LIBRARIES).iterdir() if (p / "__init__.py").is_file())
+    registered = registered_packages()
+    assert sorted(registered) == packages, "a library package the registry does not name, or "
+    "an entry outside model_configs/libraries/"
+    for package in packages:
+        assert (ROOT / LIBRARIES / package / "adapter.py").is_file(), package
+
+
+def test_only_the_registry_names_a_library():
+    """A library package is imported by itself, named by the registry (lazily), and imported by
+    another library only where `LIBRARY_DEPENDENCIES` says why; never by the rest of the house."""
+    wrong = []
+    for module, targets in import_graph(lazy=True).items():
+        if module == REGISTRY:
+            continue
+        here = library_of(module)
+        for target in targets:
+            there = library_of(target)
+            if there is None or there == here or (here, there) in LIBRARY_DEPENDENCIES:
+                continue
+            wrong.append(f"{module} -> {target}")
+    assert wrong == [], "library packages imported from outside:\n" + "\n".join(sorted(wrong))
+
+
+def _library_imports() -> dict[str, str]:
+    """Python package a library's adapter needs -> its package folder (from `package = ...`)."""
+    found = {}
+    for package in registered_packages():
+        tree = ast.parse((ROOT / LIBRARIES / package / "adapter.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and any(getattr(t, "id", None) == "package" for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                found.setdefault(node.value.value, package)
+    return found
+
+
+def test_a_library_is_imported_only_inside_its_package():
+    """`import timm` (and every other library's own package) happens in its package only, or
+    in another library's that builds on it, or where `IMPORTS_LIBRARY` says why."""
+    owners = _library_imports()
+    assert {"transformers", "diffusers", "timm"} <= set(owners)  # the reader sees them
+    wrong = []
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            here = rel.split("/")[2] if rel.startswith(LIBRARIES) else None
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names: list[str]
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    owner = owners.get(top)
+                    if owner is None or owner == here or (here, owner) in LIBRARY_DEPENDENCIES:
+                        continue
+                    if not {(rel, top), (here, top)} & set(IMPORTS_LIBRARY):
+                        wrong.append(f"{rel}:{node.lineno} imports {name}")
+    assert wrong == [], "a library's package imported outside it:\n" + "\n".join(wrong)

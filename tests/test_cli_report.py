@@ -148,7 +148,7 @@ def test_lookup_exit_codes(store: str) -> None:
     p = hfsweep("lookup", "org/c-fail-compile", "--store", store)
     assert (
         p.returncode == 1
-        and f"{'compile':<16}fail" in p.stdout
+        and f"{'compile':<18}fail" in p.stdout
         and "boom in aten::nonzero" in p.stdout
     )
     assert "RuntimeError: boom " not in p.stdout.replace("boom in", "")  # no signature shown

@@ -1,6 +1,6 @@
 """Detection, segmentation, OCR, depth, video and keypoint families: shrink the default config,
-build, feed the inputs their users feed, train (rules: data/transformers_families/vision.json,
-builders: model_configs/family_inputs/vision.py)."""
+build, feed the inputs their users feed, train (rules and builders: the `images`, `video` and
+`regions` layouts of model_configs/libraries/transformers/: data/families/ and inputs/)."""
 
 from __future__ import annotations
 

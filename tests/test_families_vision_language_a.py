@@ -102,7 +102,7 @@ def test_glm_image_source_tokens_match_grid() -> None:
     assert run.inputs["images_per_sample"].tolist() == [2, 2]
     assert (ids[:, -1] == config.image_start_token_id).all()
     # Built as its checkpoints are (ForConditionalGeneration, LM loss): the tower is a tokenizer
-    # behind an argmax, so it is a known failure, not a pass (see vision_language_a.json).
+    # behind an argmax, so it is a known failure, not a pass (see patch_rows.json).
     assert (
         run.spec.architecture == "GlmImageForConditionalGeneration"
         and run.grad_share < MIN_GRAD_SHARE

@@ -6,12 +6,14 @@ import json
 
 import pytest
 
-from model_configs import family_inputs, family_rules
+from model_configs.libraries.transformers import families as family_rules
+from model_configs.libraries.transformers import inputs as family_inputs
 
 
 def test_rules_load_from_every_group_file_and_each_says_why() -> None:
-    files = sorted(p.name for p in family_rules.RULES_DIR.glob("*.json"))
-    assert "core.json" in files and len(files) >= 2
+    """One rule file per input layout, named as the module that builds that layout."""
+    files = sorted(p.stem for p in family_rules.RULES_DIR.glob("*.json"))
+    assert files == sorted(set(family_inputs.GROUPS) - {"generic"})
     rules = family_rules.shrink_rules()
     assert "whisper" in rules and all(r["reason"] for r in rules.values())
     assert family_rules.input_rules()["whisper"]["features"] == "mel_channels_first"
@@ -38,7 +40,10 @@ def test_a_model_type_defined_twice_is_refused(tmp_path, monkeypatch) -> None:
 
 def test_input_builders_register_once_per_model_type() -> None:
     builders = family_inputs.registered()
-    assert all(b.module.startswith("model_configs.family_inputs.") for b in builders.values())
+    assert all(
+        b.module.startswith("model_configs.libraries.transformers.inputs.")
+        for b in builders.values()
+    )
 
     @family_inputs.family_inputs("__test_type__")
     def first(ctx: family_inputs.InputContext) -> None:
@@ -72,7 +77,7 @@ def test_signature_entries_apply_in_order_and_each_says_why() -> None:
 
 
 def test_timm_shrink_exceptions_are_data_with_a_reason() -> None:
-    from model_configs.shrink import timm as tshrink
+    from model_configs.libraries.timm import shrink as tshrink
 
     rules = json.loads(tshrink.RULES_FILE.read_text())["shrink_rules"]
     tables = {k: v for k, v in rules.items() if not k.startswith("_")}

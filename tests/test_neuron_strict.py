@@ -127,8 +127,8 @@ def test_a_mixture_of_experts_routes_rows_as_a_padded_batch() -> None:
     experts routes a multiple of 128 rows (tokens x experts per token)."""
     from types import SimpleNamespace
 
+    from model_configs.libraries.transformers.build import experts_per_token
     from model_configs.tiny_inputs import BATCH, ROUTED_ROWS_MULTIPLE, SEQ, routed_seq
-    from model_configs.transformers_models import experts_per_token
 
     for k in (1, 2, 3, 6, 8):
         seq = routed_seq(SEQ, k)

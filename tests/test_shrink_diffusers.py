@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from model_configs import diffusers_models as dm  # noqa: E402
-from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402
-from model_configs.shrink import shrink  # noqa: E402
-from model_configs.shrink.diffusers import (  # noqa: E402
+from model_configs.libraries.diffusers import build as dm  # noqa: E402
+from model_configs.libraries.diffusers.shrink import (  # noqa: E402
+    DATA_DIR,
     default_config,
     evaluate,
     pipeline_denoiser,
     shrink_diffusers,
 )
+from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402
+from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig  # noqa: E402
 from reports.errors import ConfigError  # noqa: E402
 from reports.schema import SkipReason  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parent.parent / "model_configs" / "data" / "diffusers_configs"
+CONFIGS = DATA_DIR / "configs"
 
 
 def _bundled(name: str) -> dict:
@@ -270,7 +270,7 @@ def test_unrunnable_class_is_a_named_skip():
 
 
 def test_every_class_rule_has_a_reason():
-    from model_configs.shrink.diffusers import load_rules
+    from model_configs.libraries.diffusers.shrink import load_rules
 
     classes = load_rules()["classes"]
     assert len(classes) > 100

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from model_configs.shrink.transformers_rules import HIDDEN, RULES, Level, rule_named
+from model_configs.libraries.transformers.shrink_rules import HIDDEN, RULES, Level, rule_named
 
 
 def run_until(name: str, d: dict, **level_kw) -> tuple[dict, dict]:

@@ -25,12 +25,14 @@ from reports.models import (
 )
 from reports.models import model_table as model_table_query
 from reports.schema import Status
+from reports.sizing import FITS, PARAMS
 
 router = APIRouter()
 API = {
     "/api/models?run=&search=&outcome=&stage=&status=&library=&task=&model_type="
-    "&sort=&order=&page=&per_page=": "one page of the models table (a run of several dtypes: "
-    "a row per model and dtype; &dtype= one of them, &differs=true the models that differ)",
+    "&fit=&params=&sort=&order=&page=&per_page=": "one page of the models table (a run of several "
+    "dtypes: a row per model and dtype; &dtype= one of them, &differs=true the models that "
+    "differ; &fit= and &params= filter by the cores and parameters at full size)",
     "/api/models/{org}/{name}?run=": "one model (ids without an org: /api/models/{name}; "
     "&dtype= the top level at one dtype of a run of several)",
 }
@@ -50,6 +52,8 @@ def table_params(
     signature: str | None = None,
     dtype: str | None = None,
     differs: bool = False,
+    fit: str | None = None,
+    params: str | None = None,
     sort: str = "downloads",
     order: str = "desc",
     page: int = Query(1),
@@ -69,6 +73,8 @@ def table_params(
         "signature": signature,
         "dtype": dtype,
         "differs": differs,
+        "fit": fit,
+        "params": params,
         "sort": sort,
         "order": order,
         "page": page,
@@ -92,6 +98,8 @@ def table_data(dash: Dashboard, params: dict[str, Any]) -> tuple[dict[str, Any],
         error_signature=params["signature"] or None,
         dtype=params["dtype"] or None,
         differs=bool(params["differs"]),
+        fit=params["fit"] or None,
+        params=params["params"] or None,
         sort=params["sort"],
         order=params["order"],
         page=params["page"],
@@ -144,6 +152,8 @@ def models(
         outcomes=OUTCOME_FILTERS,
         statuses=[s.value for s in Status],
         sort_columns=SORT_COLUMNS,
+        fits=FITS,
+        param_ranges=PARAMS,
         denominators=dash.denominators(data["run_id"]),
         stages=run_stages(dash.q, data["run_id"]),
     )

@@ -153,3 +153,28 @@ def short_value(value: Any, limit: int = 60) -> str:
         head = ", ".join(repr(v) for v in value[:2])
         return f"[{len(value)} items: {head}, ...]"
     return clip(repr(value) if isinstance(value, str) else str(value), limit)
+
+
+def params(n: int | None) -> str:
+    """8030261248 -> 8.03B (parameters, as model cards write them)."""
+    if n is None:
+        return "-"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def cores(n: int | None, per_chip: int | None = None, per_instance: int | None = None) -> str:
+    """A count of cores at full size: `1`, `8 (2 chips)`, `128 (32 chips, over one
+    instance)`, `none fits` (None with a hardware type), `-` (not sized)."""
+    if per_chip is None:
+        return "-"
+    if n is None:
+        return "none fits"
+    parts = []
+    if n > per_chip > 1:
+        parts.append(f"{-(-n // per_chip)} chips")
+    if per_instance and n > per_instance:
+        parts.append("over one instance")
+    return f"{n} ({', '.join(parts)})" if parts else str(n)

@@ -247,6 +247,70 @@ def fine_tune_section(report: dict[str, Any]) -> Section:
     )
 
 
+def cores_needed_section(report: dict[str, Any]) -> Section:
+    """At full size: the cores each model needs on the device's primary hardware type, by
+    models and by downloads (docs/sizing.md)."""
+    c = report.get("cores_needed") or {}
+    total = c.get("downloads") or 0
+    rows = [
+        [
+            b["cores"],
+            *(
+                cell
+                for w in ("serve", "finetune", "lora")
+                for cell in (fmt.count(b[f"{w}_models"]), fmt.pct(b[f"{w}_downloads_share"]))
+            ),
+        ]
+        for b in c.get("buckets") or []
+    ]
+    notes = [
+        f"Cores on {c.get('hardware') or '-'}: the smallest tensor-parallel degree whose share "
+        "of the memory fits one core (a power of two dividing the attention heads); serving at "
+        f"bf16 with a {fmt.count(c.get('serve_context'))}-token context and a batch of "
+        f"{c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed precision, LoRA "
+        "at peft's default rank. The formula and its constants: docs/sizing.md.",
+        "Shares are of all the run's downloads. Sized: "
+        f"{fmt.of(c.get('sized'), c.get('models'))} models, "
+        f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads"
+        + (
+            "; not sized: "
+            + ", ".join(f"{r['status']} {fmt.count(r['models'])}" for r in c["not_sized"])
+            if c.get("not_sized")
+            else ""
+        )
+        + ".",
+    ]
+    if c.get("from_default"):
+        notes.append(
+            f"{fmt.count(c['from_default'])} sized models ({fmt.pct(c['from_default_downloads_share'])}"
+            " of downloads) were sized from their library's default config for the model type, "
+            "not the repo's own (an offline run reads no config file)."
+        )
+    for h in c.get("per_hardware") or []:
+        notes.append(
+            f"{h['hardware']} ({fmt.byte_size(h['core_memory_bytes'])} per core, "
+            f"{h['cores_per_chip']} per chip, {h['cores_per_instance']} per instance): serves on "
+            f"one core {fmt.pct(h['serve_one_core_downloads_share'])} of downloads, fine-tunes "
+            f"on one chip {fmt.pct(h['finetune_one_chip_downloads_share'])}, serves, fine-tunes "
+            f"and trains LoRA on one instance {fmt.pct(h['fits_instance_downloads_share'])}."
+        )
+    return Section(
+        "cores_needed",
+        "Cores needed, by downloads",
+        [
+            "cores",
+            "serve: models",
+            "% downloads",
+            "fine-tune: models",
+            "% downloads",
+            "LoRA: models",
+            "% downloads",
+        ],
+        rows,
+        notes,
+    )
+
+
 def optimizer_ops_section(report: dict[str, Any]) -> Section:
     """The ops that fall back in the optimizer's part of a step, by downloads."""
     rows = [
@@ -634,6 +698,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
         band_section,
         headline_section,
         *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
+        *([cores_needed_section] if (report.get("cores_needed") or {}).get("ran") else []),
         failures_section,
         skips_section,
         next_steps_section,

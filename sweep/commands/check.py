@@ -17,6 +17,7 @@ from typing import Any
 
 from reports import settings
 from reports.render import fmt
+from reports.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
 
@@ -44,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run with a switch of the model's own code, e.g. experts_implementation=batched_mm "
         "or attn_implementation=eager (transformers' own; no alternatives are tried then)",
     )
+    options.add_sizing_arguments(p)
 
 
 def _plan(args: argparse.Namespace, stages: list) -> Any:
@@ -136,11 +138,13 @@ def run(args: argparse.Namespace) -> int:
                         "stages": rows,
                         "fallbacks": fallbacks,
                         "config": _config(planned, device, dtype),
+                        "full_size": _full_size(args, planned, device),
                     }
                 )
             )
         else:
             _print_text(planned, rows, fallbacks, device)
+            _print_full_size(args, planned, device)
             _print_facts(facts)
         return 0 if ok else 1
     # several dtypes: each one's stages and verdict, then what differs between them
@@ -165,19 +169,43 @@ def run(args: argparse.Namespace) -> int:
                     "differences": _differences(per_dtype),
                     "by_dtype": by_dtype,
                     "config": _config(planned, device, first),
+                    "full_size": _full_size(args, planned, device),
                 }
             )
         )
     else:
-        for i, (dtype, (rows, fallbacks, outcome)) in enumerate(per_dtype.items()):
-            if i:
-                print()
+        _print_full_size(args, planned, device)
+        for dtype, (rows, fallbacks, outcome) in per_dtype.items():
+            print()
             print(f"== at {dtype} ==")
             _print_text(planned, rows, fallbacks, device)
             _print_facts(_facts(args, rows, fallbacks, outcome, planned))
         print()
         print(f"dtypes:  {_differences(per_dtype)}")
     return 0 if all(ok_at.values()) else 1
+
+
+def _full_size(args: argparse.Namespace, planned: Any, device: Any) -> list[dict]:
+    """The model's sizing rows (docs/sizing.md) on the device's hardware types."""
+    from sweep.rows import RunContext, sizing_rows
+
+    return sizing_rows(
+        RunContext.of("check", device, "bf16"),
+        planned,
+        context=args.serve_context,
+        batch=args.serve_batch,
+    )
+
+
+def _print_full_size(args: argparse.Namespace, planned: Any, device: Any) -> None:
+    from reports.coverage import DEFAULT_CONFIG_SOURCES
+    from reports.render.sizing import full_size_lines
+
+    default = planned.config_source in DEFAULT_CONFIG_SOURCES
+    lines = full_size_lines(_full_size(args, planned, device), config_is_default=default)
+    if lines:
+        print()
+        print("\n".join(lines))
 
 
 def _json(doc: dict) -> str:
@@ -466,7 +494,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     )
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
-    print(f"{'stage':<16} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
+    print(f"{'stage':<17} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
     clipped = False
     same = len({(r["status"], r["reason"], r["error_message"]) for r in rows}) == 1
     if len(rows) > 1 and same and rows[0]["status"] == "skip":  # skipped whole: one line
@@ -486,8 +514,10 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
             detail += f" [evidence {r['compile_evidence']}]"
         if r.get("unverified_ops"):
             detail += f" unverified (no evidence either way): {', '.join(r['unverified_ops'][:4])}"
+        if shape_detail(r):
+            detail += f" [{shape_detail(r)}]"
         print(
-            f"{r['stage']:<16} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
+            f"{r['stage']:<17} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
             f"{detail}",
             file=out,
         )

@@ -155,6 +155,11 @@ def render_text(d: dict[str, Any]) -> str:
             "(… cut: every stored line of an error: "
             f"hfsweep lookup {shlex.quote(d['model_id'])} --format json)"
         )
+    if d.get("full_size"):
+        from reports.render.sizing import full_size_lines
+
+        default = bool(d.get("config_is_default"))
+        lines += ["", *full_size_lines(d["full_size"], config_is_default=default)]
     if d["shrink_changes"]:
         base = "the library's default config" if d.get("config_is_default") else "the original"
         lines += ["", f"shrunk from {base}:"]
@@ -205,12 +210,12 @@ def _stage_lines(
     stage it needed, on its own line."""
     from reports.render import fmt
 
-    lines = [f"{'stage':<16}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
+    lines = [f"{'stage':<18}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
     skips = {(r["status"], r["reason"], r["error_message"]) for r in stages}
     if len(stages) > 1 and len(skips) == 1 and stages[0]["status"] == "skip":
         r = stages[0]
         message = fmt.clip(fmt.first_line(r["error_message"]), 200)
-        lines.append(f"{'every stage':<16}{'skip':<15}{'-':>9}{'0':>14}  {r['reason']}")
+        lines.append(f"{'every stage':<18}{'skip':<15}{'-':>9}{'0':>14}  {r['reason']}")
         if message:
             lines.append(f"{'':<10}{message}")
         return lines, message.endswith("…")
@@ -226,9 +231,11 @@ def _stage_lines(
                 detail = "does not apply to this model"
         secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
         lines.append(
-            f"{r['stage']:<16}{status:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
+            f"{r['stage']:<18}{status:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
             f"  {detail}".rstrip()
         )
+        if r.get("shape_detail"):
+            lines.append(f"{'':<10}{r['shape_detail']}")
         if r["error_message"] and r["status"] not in ("not_run",) and not na:
             kind = f"{r['error_type']}: " if r["error_type"] else ""
             message = fmt.clip(kind + fmt.first_line(r["error_message"]), 200)
@@ -237,5 +244,5 @@ def _stage_lines(
     if fallbacks:
         lines += ["", "CPU fallbacks:"]
         for f in fallbacks:
-            lines.append(f"  {f['stage']:<16}{f['op']:<48}{f['count']:>8}  {f['source']}")
+            lines.append(f"  {f['stage']:<18}{f['op']:<48}{f['count']:>8}  {f['source']}")
     return lines, clipped

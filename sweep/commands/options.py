@@ -20,7 +20,7 @@ from typing import Any
 
 from reports import settings
 from reports.errors import UsageError
-from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
+from reports.schema import DEFAULT_STAGES, SHAPE_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from runners.settings import (
     ALTERNATIVES_MODES,
     DTYPE_NAMES,
@@ -189,6 +189,35 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 < value <= 1 << 24:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {1 << 24:,}, not {value:,}")
+    return value
+
+
+def add_sizing_arguments(p: argparse.ArgumentParser) -> None:
+    """What the full-size serving memory assumes (docs/sizing.md)."""
+    from runners.hardware import SERVE_BATCH, SERVE_CONTEXT
+
+    group = p.add_argument_group("at full size (docs/sizing.md)")
+    group.add_argument(
+        "--serve-context",
+        type=_positive_int,
+        default=SERVE_CONTEXT,
+        help=f"tokens of KV cache per served sequence (default {SERVE_CONTEXT})",
+    )
+    group.add_argument(
+        "--serve-batch",
+        type=_positive_int,
+        default=SERVE_BATCH,
+        help=f"sequences served at once (default {SERVE_BATCH})",
+    )
+
+
 def dtypes(args: argparse.Namespace) -> tuple[str, ...]:
     """The dtypes `--dtype` names (one or several, comma-separated), in the order given."""
     return dtype_names(args.dtype)
@@ -213,12 +242,14 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
 STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
     "default": DEFAULT_STAGES,
     "training": TRAINING_STAGES,
+    "shapes": SHAPE_STAGES,
     "all": tuple(Stage),
 }
 STAGES_HELP = (
     "comma-separated stages: load,forward,backward,compile,generate (the default), "
-    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward); or the "
-    "groups default, training, all"
+    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward), "
+    "shapes,generate_compiled (shapes: each brings the stages it builds on); or the groups "
+    "default, training, shapes, all"
 )
 
 
@@ -241,7 +272,7 @@ def stage_list(text: str | None) -> list[Stage]:
                 f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
                 f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
-    for stage in wanted & set(TRAINING_STAGES):
+    for stage in wanted & {*TRAINING_STAGES, *SHAPE_STAGES}:
         wanted.update(STAGE_NEEDS[stage])
     return [s for s in Stage if s in wanted]
 

@@ -54,7 +54,9 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
         return ray
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    else:
+        return ray
+
+    def start() -> None:
         with containment.embedded_ray_dies_with_this_process():  # even if the driver is killed
             ray.init(
                 address="local",  # a new embedded Ray, even where `ray start` ran here
@@ -65,7 +67,38 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
                 # the workers at the driver's own niceness, not Ray's +15
                 _system_config={"worker_niceness": 0},
             )
+
+    start_embedded(start)
     return ray
+
+
+# Ray waits a fixed 30 s for a new node's raylet to register with its GCS and then raises
+# "The current node timed out during startup"; a machine busy with other work can miss that
+# once. It is the machine's problem, not a model's: start again, then say so.
+RAY_START_TRIES = 3
+
+
+def start_embedded(start: Callable[[], None], *, tries: int = RAY_START_TRIES) -> None:
+    """Run `start` (an embedded `ray.init`) until it starts, retrying Ray's startup timeout;
+    after `tries` timeouts, one `SystemFaultError` that says what to do."""
+    import ray
+
+    for attempt in range(1, tries + 1):
+        try:
+            start()
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()  # what the failed start left running
+            if attempt == tries:
+                raise SystemFaultError(
+                    f"the embedded Ray did not start: its raylet did not register within "
+                    f"Ray's 30 s, {tries} times",
+                    hint="the machine is too busy to start Ray: rerun when it is less loaded, "
+                    "or run without Ray (--local)",
+                    tries=tries,
+                ) from exc
 
 
 # A worker process is replaced after this many tasks. Model code only ever runs in forked

@@ -3,7 +3,9 @@
 What the snapshot's backend does (torch_neuronx/neuron_dynamo_backend/backend.py, read at
 commit 98154b8) and how it is mirrored here:
 - it forces `dynamic=False`: every new input shape is a new graph (a recompile, counted by the
-  compile stage);
+  compile stage); a graph with symbolic sizes raises its DynamicShapeAnalysis error
+  ("Dynamic shapes detected in the model, but torch-neuronx requires static shapes ...",
+  `check_static_shapes`, which says where the emulator applies it and why);
 - it traces with AOTAutograd using its own, selective decomposition table (the ops it lists in
   decompositions.py; not PyTorch's core ATen set), one compiler for forward and backward
   graphs, `keep_inference_input_mutations=True`;
@@ -291,11 +293,54 @@ def check_graph(gm: Any, profile: DeviceProfile | None = None) -> GraphVerdicts:
     return GraphVerdicts(verdicts, dict(unlowerable), dict(unverified), reasons, len(partitions))
 
 
+def _shape_env(gm: Any) -> Any:
+    """The graph's ShapeEnv, looked for where TorchNeuron's DynamicShapeAnalysis looks."""
+    for holder in (gm, gm.graph):
+        if hasattr(holder, "_shape_env"):
+            return holder._shape_env
+    for node in gm.graph.nodes:
+        mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if mode is not None and getattr(mode, "shape_env", None) is not None:
+            return mode.shape_env
+    return None
+
+
+def check_static_shapes(gm: Any) -> None:
+    """TorchNeuron's static-shape rule (fx/passes/dynamic_shape_analysis.py at 98154b8): a
+    graph whose shape environment holds any symbol raises RuntimeError with its message.
+
+    Its backend runs the pass on Dynamo's graph, before AOTAutograd; there, at torch 2.14, the
+    nodes carry `example_value` and no `val`, so the pass finds no shape environment and lets
+    a symbolic graph through (what the real device then does with it is not known here). Its
+    own test (tests/neuron_dynamo_backend/unit/test_backend.py, `test_compile_dynamic_shape`)
+    runs the pass on the AOT graph, where it raises: the emulator applies it there."""
+    env = _shape_env(gm)
+    if env is None:
+        return
+    backed = getattr(env, "backed_var_to_val", None)
+    values = backed if backed is not None else env.var_to_val
+    symbols = list(values.keys() | env.var_to_range.keys())
+    if not symbols:
+        return
+    shown = f"{symbols[:3]}{'...' if len(symbols) > 3 else ''}"
+    where = next((n.meta["stack_trace"] for n in gm.graph.nodes if n.meta.get("stack_trace")), None)
+    raise RuntimeError(
+        "\n\nDynamic shapes detected in the model, but torch-neuronx requires static shapes. "
+        f"Found {len(symbols)} dynamic dimension(s): {shown}"
+        + (f"\nSource location: {where}" if where else "")
+        + "\nTo fix this issue:\n1. Ensure all input tensors have fixed, known shapes"
+        "\n2. Avoid operations that create dynamic shapes (e.g., dynamic slicing, "
+        "variable-length sequences)"
+        "\nFor more information, see: https://pytorch.org/docs/stable/export.html#dynamic-shapes"
+    )
+
+
 def _graph_compiler(gm: Any, example_inputs: Any) -> Any:
     """TorchNeuron's one compiler for forward and backward graphs (it has no bw_compiler)."""
     from functorch.compile import make_boxed_func
     from torch._functorch._aot_autograd.logging_utils import get_aot_graph_name
 
+    check_static_shapes(gm)  # symbolic sizes raise, as TorchNeuron's pass does
     start = time.perf_counter()
     profile = current_profile()
     mode = current_mode()

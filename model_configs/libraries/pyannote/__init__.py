@@ -1,0 +1,6 @@
+"""pyannote-audio: pyannote.audio's segmentation and embedding models, from the adapter's table.
+
+- `adapter.py`: the adapter (the registry's entry);
+- `data/tables.json`: its tables (name mappings, stand-ins, known failures), each entry
+  with a reason.
+"""

@@ -1,0 +1,294 @@
+"""The model at full size, from its own config, built on PyTorch's `meta` device.
+
+A `meta` build makes every module and parameter with its shape and no memory, so counting a
+70B model costs a fraction of a second of Python, not 280 GB. From the build (`size_model`):
+- parameters, each shared (tied) parameter counted once, and buffers;
+- the bytes of weights and buffers at fp32, bf16, fp16 and fp8 (floating-point tensors at the
+  dtype's width, other buffers at their own);
+- for a model that generates, the KV cache per token from its decoder config: per attention
+  layer `kv_heads x (key head dim + value head dim)` elements, layers with a sliding or
+  chunked window apart (their cache stops growing at the window), layers without attention
+  (Mamba, linear attention) none; the cross-attention cache of encoder-decoder models is not
+  counted (it grows with the encoder's input, not the generated tokens);
+- attention heads and KV heads (what tensor parallelism must divide);
+- LoRA's trainable parameters at peft's default rank on peft's default target modules for the
+  model type (every Linear layer but the output head where peft names none).
+What is built is the library adapter's `full_size_spec`: the class the tiny spec builds with
+the model's own unshrunk config (transformers; sentence-transformers' backbone; diffusers'
+denoiser, and the diffusers class a single file maps to). A library whose adapter gives none
+(timm, open_clip, Chronos, pyannote, SpeechBrain, YOLO: they shrink inside their build or build
+from other files) is `unsupported`.
+The formula that turns these into memory and cores is `runners.hardware` (docs/sizing.md).
+
+Guards, before anything is built: a config whose largest size-like integer is past
+`MAX_FULL_DIMENSION` is `refused`; a build that registers more than `MAX_MODULES` modules is
+stopped (a config claiming a million layers) and is an `error`. A build that raises (a missing
+key, a class the library lacks) is an `error` with the exception as raised. Sizing never fails
+the model's stages: it is a fact beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from model_configs.adapters import get_adapter
+from model_configs.build import build_on_meta, largest_dimension
+from model_configs.libraries.base import NotSizable
+from model_configs.spec import ResolvedConfig, TinySpec
+from reports.errors import safe_text
+from reports.schema import SizingStatus
+
+# The largest integer a full-size config may hold where it may be a size: above Llama 4's
+# 10,485,760-token context (max_position_embeddings), the largest size in the top 1,000.
+MAX_FULL_DIMENSION = 1 << 24
+# Modules a full-size build may register: DeepSeek-V3 (61 layers x 256 experts x 3 linears)
+# registers about 50,000; a config past this claims sizes no model has.
+MAX_MODULES = 500_000
+LORA_RANK = 8  # peft's LoraConfig default `r`
+DTYPE_WIDTHS: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_CACHE_SIZE = 256  # sizings kept per process (a plan worker meets a config many times)
+_CACHE: OrderedDict[tuple[Any, ...], ModelSize] = OrderedDict()
+
+
+class TooManyModules(RuntimeError):
+    """The full-size build registered more modules than `MAX_MODULES`."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What the full-size model holds (JSON-able: it travels in a plan record)."""
+
+    status: str  # SizingStatus
+    architecture: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    parameters: int | None = None  # tied once
+    buffers: int | None = None  # elements
+    float_elements: int | None = None  # parameters and floating-point buffers
+    other_bytes: int | None = None  # buffers that are not floating point, at their own width
+    kv_elements_per_token: int | None = None  # summed over attention layers without a window
+    kv_window_elements_per_token: int | None = None  # over layers with a window
+    sliding_window: int | None = None  # tokens a windowed layer keeps
+    attention_heads: int | None = None
+    kv_heads: int | None = None
+    lora_parameters: int | None = None
+    sizing_s: float | None = None  # the build's own time
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SizingStatus.OK.value
+
+    def bytes_at(self, dtype: str) -> int | None:
+        """Weights and buffers at `dtype` (fp32, bf16, fp16, fp8)."""
+        if self.float_elements is None:
+            return None
+        return self.float_elements * DTYPE_WIDTHS[dtype] + (self.other_bytes or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSize:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def size_model(resolved: ResolvedConfig, spec: TinySpec) -> ModelSize:
+    """The full-size model of `spec` (its class) from `resolved` (its own config); never
+    raises for the model's problems (the status says). Built once per process per config."""
+    key = (spec.library, spec.architecture, spec.generative, resolved.hash)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    size = _size(resolved, spec)
+    _CACHE[key] = size
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return size
+
+
+def _size(resolved: ResolvedConfig, spec: TinySpec) -> ModelSize:
+    try:
+        full = get_adapter(spec.library).full_size_spec(resolved, spec)
+    except NotSizable as exc:
+        return ModelSize(SizingStatus.UNSUPPORTED.value, spec.architecture, error_message=str(exc))
+    except Exception as exc:  # the config does not give a full-size spec
+        return _failed(spec, exc)
+    largest = largest_dimension(full.config)
+    if largest is not None and largest[1] > MAX_FULL_DIMENSION:
+        return ModelSize(
+            SizingStatus.REFUSED.value,
+            full.architecture,
+            error_type="SizeGuard",
+            error_message=f"{largest[0]}={largest[1]:,} is over {MAX_FULL_DIMENSION:,}: "
+            "nothing was built",
+        )
+    start = time.perf_counter()
+    try:
+        model = _guarded_build(full)
+        return _measure(model, full, time.perf_counter() - start)
+    except Exception as exc:  # the model's own problem: the status says, the stages go on
+        return _failed(full, exc)
+
+
+def _failed(spec: TinySpec, exc: BaseException) -> ModelSize:
+    from reports.errors import is_environment_error
+
+    if is_environment_error(exc):
+        raise exc  # the machine's (disk, memory), never the model's result
+    return ModelSize(
+        SizingStatus.ERROR.value,
+        spec.architecture,
+        error_type=type(exc).__name__,
+        error_message=(safe_text(exc) or type(exc).__name__)[:2000],
+    )
+
+
+def _guarded_build(spec: TinySpec) -> Any:
+    """The meta build, stopped once it has registered `MAX_MODULES` modules."""
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    count = 0
+
+    def on_module(module: Any, name: str, submodule: Any) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_MODULES:
+            raise TooManyModules(f"the build registered more than {MAX_MODULES:,} modules")
+
+    handle = register_module_module_registration_hook(on_module)
+    try:
+        return build_on_meta(spec)
+    finally:
+        handle.remove()
+
+
+def _measure(model: Any, spec: TinySpec, seconds: float) -> ModelSize:
+    parameters = sum(p.numel() for p in model.parameters())  # shared parameters once
+    float_buffers = other_bytes = buffers = 0
+    for b in model.buffers():
+        buffers += b.numel()
+        if b.is_floating_point():
+            float_buffers += b.numel()
+        else:
+            other_bytes += b.numel() * b.element_size()
+    config = getattr(model, "config", None)
+    text = _text_config(config)
+    heads = _int(text, "num_attention_heads")
+    kv_heads = _int(text, "num_key_value_heads") or heads
+    kv = _kv_cache(text, heads, kv_heads) if spec.generative and text is not None else None
+    return ModelSize(
+        SizingStatus.OK.value,
+        spec.architecture,
+        parameters=parameters,
+        buffers=buffers,
+        float_elements=parameters + float_buffers,
+        other_bytes=other_bytes,
+        kv_elements_per_token=kv[0] if kv else None,
+        kv_window_elements_per_token=kv[1] if kv else None,
+        sliding_window=kv[2] if kv else None,
+        attention_heads=heads,
+        kv_heads=kv_heads if heads else None,
+        lora_parameters=lora_parameters(model, _model_type(config)),
+        sizing_s=seconds,
+    )
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's config of a (multimodal) config, or the config itself."""
+    if config is None:
+        return None
+    get = getattr(config, "get_text_config", None)
+    if callable(get):
+        try:
+            return get(decoder=True)
+        except Exception:  # a config whose sub-configs do not say
+            return config
+    return config
+
+
+def _int(config: Any, name: str) -> int | None:
+    try:
+        value = getattr(config, name, None)
+    except Exception:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _kv_cache(
+    text: Any, heads: int | None, kv_heads: int | None
+) -> tuple[int, int, int | None] | None:
+    """(elements per token in layers without a window, in layers with one, the window)."""
+    layers = _int(text, "num_hidden_layers") or _int(text, "num_layers")
+    if not layers or not heads or not kv_heads:
+        return None  # no attention to cache (Mamba), or a config that does not say
+    head_dim = _int(text, "head_dim") or (_int(text, "hidden_size") or 0) // heads
+    nope, rope = _int(text, "qk_nope_head_dim"), _int(text, "qk_rope_head_dim")
+    key_dim = _int(text, "qk_head_dim") or ((nope or 0) + (rope or 0)) or head_dim
+    value_dim = _int(text, "v_head_dim") or head_dim
+    per_layer = kv_heads * (key_dim + value_dim)
+    if not per_layer:
+        return None
+    window = _int(text, "sliding_window")
+    chunk = _int(text, "attention_chunk_size")
+    types = getattr(text, "layer_types", None)
+    if isinstance(types, (list, tuple)) and types:
+        kinds = [str(t) for t in types[:layers]]
+        attention = [k for k in kinds if "attention" in k and "linear" not in k]
+        windowed = [k for k in attention if k.startswith(("sliding", "chunked"))]
+        if "chunked_attention" in windowed and chunk:
+            window = chunk
+        full = len(attention) - len(windowed)
+        if windowed and not window:  # a window the config does not size: count it in full
+            full, windowed = len(attention), []
+        return full * per_layer, len(windowed) * per_layer, window if windowed else None
+    if window and getattr(text, "use_sliding_window", True) is not False:
+        return 0, layers * per_layer, window
+    return layers * per_layer, 0, None
+
+
+def _model_type(config: Any) -> str | None:
+    value = getattr(config, "model_type", None)
+    return value if isinstance(value, str) else None
+
+
+def lora_parameters(model: Any, model_type: str | None, rank: int = LORA_RANK) -> int:
+    """LoRA's trainable parameters: `rank x (in + out)` per targeted layer with a 2-D weight
+    (peft's default targets for the model type, Linear or transformers' Conv1D; where peft
+    names none, every Linear layer but the output head, as peft's `all-linear` picks)."""
+    import torch
+
+    targets: set[str] | None = None
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+        found = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type or "")
+        targets = set(found) if found else None
+    except ImportError:  # peft not installed: every Linear layer
+        targets = None
+    head = None
+    get_output = getattr(model, "get_output_embeddings", None)
+    if callable(get_output):
+        try:
+            head = get_output()
+        except Exception:
+            head = None
+    total = 0
+    for name, module in model.named_modules():
+        if module is head:
+            continue
+        weight = getattr(module, "weight", None)
+        if targets is None:
+            if isinstance(module, torch.nn.Linear):
+                total += rank * (module.in_features + module.out_features)
+        elif (
+            name.rsplit(".", 1)[-1] in targets
+            and isinstance(weight, torch.Tensor)
+            and weight.dim() == 2
+        ):
+            total += rank * (weight.shape[0] + weight.shape[1])
+    return total

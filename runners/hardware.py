@@ -1,0 +1,225 @@
+"""The hardware behind each device and the cores a full-size model needs on it.
+
+`runners/data/hardware.json` lists, per hfsweep device (`neuron`, `cuda`), the hardware types it
+runs on (Trainium1, 2 and 3; common GPUs), each figure with its source: memory per chip, cores
+per chip, the logical-core configuration (LNC), the cores of one instance and of the largest
+scale-up domain. `cores_needed` turns a model's size (`model_configs.sizing.ModelSize`) into
+memory and the smallest tensor-parallel degree that holds it, by the formula of docs/sizing.md,
+whose constants are the names below. No torch here: the driver computes the rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from model_configs.sizing import ModelSize
+
+DATA_FILE = Path(__file__).resolve().parent / "data" / "hardware.json"
+UNITS = {"GiB": 1 << 30, "GB": 10**9}
+
+# ---- the formula's constants (docs/sizing.md) --------------------------------------------
+SERVE_CONTEXT = 4096  # tokens of context each served sequence holds in its KV cache
+SERVE_BATCH = 1  # sequences served at once
+SERVE_BYTES = 2  # bf16 weights and KV cache
+KV_BYTES = 2  # bf16 KV cache
+# Full fine-tune with AdamW in mixed precision (ZeRO's accounting, 16 bytes per parameter):
+# bf16 weights (the SERVE_BYTES above), bf16 gradients, fp32 master weights, two fp32 moments.
+GRADIENT_BYTES = 2
+MASTER_BYTES = 4
+MOMENT_BYTES = 4  # each of AdamW's exp_avg and exp_avg_sq
+ADAM_MOMENTS = 2
+# Activations of a training step, as a share of the bf16 weights: a stated stand-in (activation
+# checkpointing at a short context), not a measurement.
+ACTIVATION_HEADROOM = 0.2
+# LoRA: the frozen base in bf16, the adapters trained as a full fine-tune is (16 bytes each).
+TRAINED_BYTES = SERVE_BYTES + GRADIENT_BYTES + MASTER_BYTES + ADAM_MOMENTS * MOMENT_BYTES
+# Share of each core's memory the runtime, compiled graphs and scratch buffers keep (the
+# Neuron docs' "before runtime overhead"): a stated stand-in, not a measurement.
+RUNTIME_RESERVE = 0.1
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One hardware type, its figures derived as docs/sizing.md says."""
+
+    name: str
+    title: str
+    chip_memory_bytes: int
+    physical_cores_per_chip: int
+    lnc: int  # physical cores per logical core (the default configuration)
+    instance: str
+    instance_chips: int
+    domain: str  # the largest scale-up domain (an UltraServer, an NVLink server)
+    domain_chips: int
+    primary: bool = False
+    unverified: tuple[str, ...] = ()  # figures no page read here confirms
+
+    @property
+    def cores_per_chip(self) -> int:
+        return max(1, self.physical_cores_per_chip // self.lnc)
+
+    @property
+    def core_memory_bytes(self) -> int:
+        return self.chip_memory_bytes // self.cores_per_chip
+
+    @property
+    def usable_core_bytes(self) -> int:
+        return int(self.core_memory_bytes * (1 - RUNTIME_RESERVE))
+
+    @property
+    def cores_per_instance(self) -> int:
+        return self.instance_chips * self.cores_per_chip
+
+    @property
+    def cores_per_domain(self) -> int:
+        return self.domain_chips * self.cores_per_chip
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DATA_FILE.read_text())
+    return data
+
+
+def _hardware(name: str, primary: bool) -> Hardware:
+    h = _data()["hardware"][name]
+    memory = h["chip_memory"]
+    figures = {
+        "chip memory": memory,
+        "cores per chip": h["physical_cores_per_chip"],
+        "LNC": h["lnc"],
+        "instance": h["instance"],
+        "largest domain": h["largest_domain"],
+    }
+    return Hardware(
+        name=name,
+        title=h["title"],
+        chip_memory_bytes=int(memory["value"] * UNITS[memory["unit"]]),
+        physical_cores_per_chip=int(h["physical_cores_per_chip"]["value"]),
+        lnc=int(h["lnc"]["value"]),
+        instance=h["instance"]["name"],
+        instance_chips=int(h["instance"]["chips"]),
+        domain=h["largest_domain"]["name"],
+        domain_chips=int(h["largest_domain"]["chips"]),
+        primary=primary,
+        unverified=tuple(k for k, v in figures.items() if "unverified" in v.get("source", {})),
+    )
+
+
+def hardware_for(device: str) -> list[Hardware]:
+    """The hardware types of an hfsweep device, its primary one first (none for cpu, mps)."""
+    entry = _data()["devices"].get(device)
+    if entry is None:
+        return []
+    names = [entry["primary"], *(n for n in entry["hardware"] if n != entry["primary"])]
+    return [_hardware(n, n == entry["primary"]) for n in names]
+
+
+def all_hardware() -> list[Hardware]:
+    """Every hardware type of the data file."""
+    return [_hardware(n, False) for n in _data()["hardware"]]
+
+
+@dataclass(frozen=True)
+class CoresNeeded:
+    """Memory and the smallest tensor-parallel degree for serving, fine-tuning and LoRA on one
+    hardware type (a degree None: no power of two up to the largest domain holds it)."""
+
+    hardware: Hardware
+    serve_context: int
+    serve_batch: int
+    serve_bytes: int
+    finetune_bytes: int
+    lora_bytes: int
+    serve_cores: int | None
+    finetune_cores: int | None
+    lora_cores: int | None
+    note: str | None = None
+
+    def fits_chip(self, cores: int | None) -> bool:
+        return cores is not None and cores <= self.hardware.cores_per_chip
+
+    def fits_instance(self, cores: int | None) -> bool:
+        return cores is not None and cores <= self.hardware.cores_per_instance
+
+
+def kv_cache_bytes(size: ModelSize, context: int, batch: int) -> int:
+    """The bf16 KV cache of `batch` sequences of `context` tokens (0: the model keeps none)."""
+    full = size.kv_elements_per_token or 0
+    windowed = size.kv_window_elements_per_token or 0
+    window = min(context, size.sliding_window or context)
+    return batch * KV_BYTES * (full * context + windowed * window)
+
+
+def memory(size: ModelSize, context: int, batch: int) -> tuple[int, int, int]:
+    """(serve, full fine-tune, LoRA) bytes of the whole model, before sharding."""
+    weights = size.bytes_at("bf16") or 0
+    params = size.parameters or 0
+    headroom = int(ACTIVATION_HEADROOM * weights)
+    optimizer_state = GRADIENT_BYTES + MASTER_BYTES + ADAM_MOMENTS * MOMENT_BYTES
+    serve = weights + kv_cache_bytes(size, context, batch)
+    finetune = weights + params * optimizer_state + headroom
+    lora = weights + (size.lora_parameters or 0) * TRAINED_BYTES + headroom
+    return serve, finetune, lora
+
+
+def degrees(size: ModelSize, hw: Hardware) -> list[int]:
+    """The tensor-parallel degrees allowed: powers of two up to the largest domain's cores,
+    dividing the attention heads, and dividing the KV heads or a multiple of them (the KV
+    heads are then replicated, `t / kv_heads` ranks holding each)."""
+    out, t = [], 1
+    while t <= hw.cores_per_domain:
+        heads, kv = size.attention_heads, size.kv_heads
+        if (not heads or heads % t == 0) and (not kv or kv % t == 0 or t % kv == 0):
+            out.append(t)
+        t *= 2
+    return out
+
+
+def _smallest(per_core: Any, allowed: list[int], limit: int) -> int | None:
+    return next((t for t in allowed if per_core(t) <= limit), None)
+
+
+def cores_needed(
+    size: ModelSize, hw: Hardware, *, context: int = SERVE_CONTEXT, batch: int = SERVE_BATCH
+) -> CoresNeeded:
+    """The formula of docs/sizing.md for one model on one hardware type."""
+    serve, finetune, lora = memory(size, context, batch)
+    weights = size.bytes_at("bf16") or 0
+    kv = serve - weights
+    kv_heads = size.kv_heads
+
+    def kv_share(t: int) -> float:  # what one rank holds of the KV cache
+        return 1 / t if not kv_heads or kv_heads % t == 0 else 1 / kv_heads
+
+    allowed = degrees(size, hw)
+    limit = hw.usable_core_bytes
+    serve_cores = _smallest(lambda t: weights / t + kv * kv_share(t), allowed, limit)
+    finetune_cores = _smallest(lambda t: finetune / t, allowed, limit)
+    lora_cores = _smallest(lambda t: lora / t, allowed, limit)
+    notes = []
+    if kv_heads and allowed and allowed[-1] > kv_heads:
+        notes.append(f"above {kv_heads} ranks each KV head is replicated")
+    if None in (serve_cores, finetune_cores, lora_cores):
+        notes.append(
+            f"no degree in {allowed or 'none'} (powers of two up to {hw.cores_per_domain} cores"
+            + (f" dividing {size.attention_heads} heads" if size.attention_heads else "")
+            + ") holds it"
+        )
+    return CoresNeeded(
+        hardware=hw,
+        serve_context=context,
+        serve_batch=batch,
+        serve_bytes=serve,
+        finetune_bytes=finetune,
+        lora_bytes=lora,
+        serve_cores=serve_cores,
+        finetune_cores=finetune_cores,
+        lora_cores=lora_cores,
+        note="; ".join(notes) or None,
+    )
