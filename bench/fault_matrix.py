@@ -565,7 +565,9 @@ def section_node(trials: int, work: Path, port: int = 6397) -> list[Line]:
 def forget_cluster(port: int) -> None:
     """`ray start --head` leaves the address of its cluster for later `ray.init()` calls to
     connect to; a cluster killed rather than `ray stop`ped leaves it behind: remove it."""
-    path = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    from ray._common.utils import get_ray_address_file  # under RAY_TMPDIR when that is set
+
+    path = Path(get_ray_address_file(None))
     with contextlib.suppress(OSError):
         if path.read_text().strip().endswith(f":{port}"):
             path.unlink()
@@ -677,10 +679,11 @@ def kill_and_resume(
 
 def section_kill(kills: int, work: Path, seed: int) -> list[Line]:
     rng = random.Random(seed)
-    # Large enough that the kills land at many points of the run (on the 2-core machine 150
-    # models took 19 kills of 1-20 s each, with Ray starting again after every one, to
-    # finish); the last model waits until the kills are done.
-    catalog, ids = write_trial_catalog(work / "kill", max(90, 25 * kills), "kk")
+    # The kills land at many points of the run (on the 2-core machine 150 models took 19
+    # kills of 1-20 s each, with Ray starting again after every one, to finish); the last
+    # model waits until the kills are done, so none lands after the run's end. `--fast`'s 2
+    # kills get 50 models.
+    catalog, ids = write_trial_catalog(work / "kill", max(50, 25 * kills), "kk")
     waiting = {"at": "stage:load", "match": shrunk_hashes(catalog)[ids[-1]], "fault": "wait"}
     store = work / "kill-store"
     line = Line("driver killed (SIGKILL) at a random moment")

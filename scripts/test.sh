@@ -19,4 +19,8 @@ echo "== mypy" >&2
 echo "== docs" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
 echo "== pytest" >&2
-exec .venv/bin/pytest "$@"
+# On pytest-xdist workers (docs/testing.md): most tests wait on child processes, Ray and
+# servers, so more workers than cores; `loadgroup` keeps each xdist_group (the embedded Ray's
+# users, the browser tests, a module's cluster) on one worker; the ten slowest tests at the end
+# keep the budget in sight. HFSWEEP_TEST_WORKERS=0 runs in this process, one test at a time.
+exec .venv/bin/pytest -n "${HFSWEEP_TEST_WORKERS:-3}" --dist loadgroup --durations=10 "$@"

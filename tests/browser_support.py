@@ -76,9 +76,12 @@ TABLE_LAYOUT_JS = r"""
 }
 """
 
+# A browser test module's `pytestmark`. Its tests use the session's one Chromium (the `browser`
+# fixture of tests/conftest.py) and, on several xdist workers, all run on the one that started it.
 browser_marks = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+    pytest.mark.xdist_group("browser"),
 ]
 
 

@@ -459,6 +459,7 @@ def test_pyannote_sseriouss_builds_its_encoder_from_a_config_dict_never_a_downlo
     assert len(wav2vec["extractor_conv_layer_config"]) == 7  # WavLM's seven conv layers
 
 
+@pytest.mark.slow
 def test_speechbrain_contextnet_keeps_both_widths_and_its_downsamplings():
     adapter = get_adapter("speechbrain")
     resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith("ContextNet"))

@@ -28,6 +28,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return proc.stderr
 
 
+@pytest.mark.slow
 def test_check_a_local_config_passes(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(
@@ -63,6 +64,7 @@ def test_check_a_local_config_passes(tmp_path):
     assert "[check] load       pass" in proc.stderr and "[check] generate   pass" in proc.stderr
 
 
+@pytest.mark.slow
 def test_check_a_catalog_model_in_text(tmp_path):
     proc = hfsweep("check", "google-bert/bert-base-uncased", "--stages", "load,forward,generate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -93,6 +95,7 @@ def test_check_catalog_models_of_other_libraries_offline(model_id, library, arch
     }
 
 
+@pytest.mark.slow
 def test_check_runs_the_training_stages(tmp_path):
     """`--stages training` brings the stages it builds on; a timm model has no peft LoRA
     defaults (a skip that does not fail the check), and trains with AdamW and autocast."""

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.browser_support import browser_marks, chromium, served_dashboard
+from tests.browser_support import browser_marks, served_dashboard
 from tests.report_store_builder import EVIL_ID, build_hand_store
 
 pytestmark = browser_marks
@@ -21,12 +21,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     build_hand_store(root)
     with served_dashboard(root) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with chromium() as b:
-        yield b
 
 
 def test_overview_search_model_page(server: str, browser) -> None:

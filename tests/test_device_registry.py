@@ -188,6 +188,7 @@ def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
     assert done.stdout.split() == ["False", "1"]
 
 
+@pytest.mark.slow
 def test_device_check_before_a_sweep(tmp_path) -> None:
     """One check in a fresh interpreter: the device set up, one op and its backward."""
     from runners.devices.preflight import DeviceCheckError, check_device

@@ -367,6 +367,7 @@ def test_a_sweep_whose_environment_keeps_failing_stops_with_one_error(
     assert Store(store).run("r")["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_the_cli_says_which_models_got_no_rows_and_exits_3(tmp_path, catalog):
     env = {
         **os.environ,

@@ -207,6 +207,7 @@ def _wait_for(path_glob, state: Path, seconds: float = 600.0) -> list[Path]:
     raise AssertionError(f"nothing matched {path_glob} in {state}")
 
 
+@pytest.mark.slow
 def test_a_killed_parent_takes_its_child_with_it(inject):
     """A worker killed with SIGKILL (force-cancelled, Ray's memory monitor, an operator): the
     model's child gets SIGKILL from the kernel (PR_SET_PDEATHSIG) instead of running on."""
@@ -223,6 +224,7 @@ def test_a_killed_parent_takes_its_child_with_it(inject):
         worker.kill()
 
 
+@pytest.mark.slow
 def test_the_next_task_sweeps_what_a_dead_workers_model_left(inject):
     """The child dies with its parent, but a helper it started is reparented and lives on:
     the registry of children lets the next model task on the node kill that process group."""

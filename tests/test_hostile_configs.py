@@ -222,9 +222,9 @@ def test_deep_and_huge_configs_are_malformed_skips(tmp_path):
     assert planned.outcome.stages[0].reason == "malformed_config"
 
 
-def test_budget_leaves_every_bundled_style_model_alone():
+def test_budget_leaves_every_bundled_style_model_alone(tmp_path):
     for model_type in TYPES:
-        planned = _plan(base_config(model_type), Path(f"/tmp/hfsweep-budget-{model_type}"))
+        planned = _plan(base_config(model_type), tmp_path / model_type)
         assert planned.spec is not None, planned.outcome
         count = build.check_budget(planned.spec)
         assert count is not None and count < build.BUILD_BUDGET / 10

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_support import TABLE_LAYOUT_JS, browser_marks, chromium, served_dashboard
+from tests.browser_support import TABLE_LAYOUT_JS, browser_marks, served_dashboard
 from tests.report_store_builder import build_hand_store, rows_for
 
 pytestmark = browser_marks
@@ -86,12 +86,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     build_long_error_store(root)
     with served_dashboard(root) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with chromium() as b:
-        yield b
 
 
 @pytest.mark.parametrize("path", ["/models?outcome=failed", "/models"])

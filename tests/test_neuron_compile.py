@@ -287,6 +287,7 @@ def test_backend_python_is_not_traced_by_dynamo(neuron: NeuronEmulatedDevice) ->
     assert report.graph_count == 2 and report.graph_break_count == 1
 
 
+@pytest.mark.slow
 def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
     """`hfsweep check` on the emulated device: the compile row says which mode ran, and what
     its verdicts rest on."""

@@ -82,6 +82,7 @@ def test_strict_refusal_on_neuron_is_a_fail_row_naming_the_op() -> None:
     assert failed[0].failing_op in failed[0].error_message
 
 
+@pytest.mark.slow
 @forked
 def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
     """TorchNeuron's raise mode on a graph op its compile path raises on (a boolean-mask

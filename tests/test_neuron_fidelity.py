@@ -22,6 +22,7 @@ def neuron() -> NeuronEmulatedDevice:
     return NeuronEmulatedDevice()  # set up inside the forked test (see tests/neuron_support.py)
 
 
+@pytest.mark.slow
 @forked
 def test_emulator_classification_equals_the_data_op_for_op(neuron: NeuronEmulatedDevice) -> None:
     from runners.run_model import quiet_libraries

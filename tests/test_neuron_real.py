@@ -70,6 +70,7 @@ def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
     assert next(iter(out["versions"])) == "torch_neuronx"  # the run's device package version
 
 
+@pytest.mark.slow
 def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
     """`hfsweep check` on the real adapter: fallback rows from TorchNeuron's tracking; strict
     fails the stage naming the op; a compile mode sets TorchNeuron's own variable."""
@@ -121,6 +122,7 @@ def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
     assert any(s == "optimizer" and op.startswith("aten::addcmul") for s, op in trained)
 
 
+@pytest.mark.slow
 def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     done = run_python(
         """

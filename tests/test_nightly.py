@@ -101,6 +101,7 @@ def nightly(tmp_path: Path, *args: str, faults: str | None = None, **env: str):
     )
 
 
+@pytest.mark.slow
 def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     common = [

@@ -16,14 +16,13 @@ import shlex
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from reports.store import Store
-from tests.conftest import HFSWEEP, ROOT
+from tests.conftest import HFSWEEP, ROOT, forget_cluster
 from tests.s3_support import BUCKET, local_s3
 
 pytestmark = pytest.mark.slow
@@ -201,10 +200,7 @@ def head_with_dashboard(tmp_path):
             yield {k: v for k, v in env.items() if k != MARK}, dashboard
         finally:
             kill_marked(env[MARK])
-            current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-            with contextlib.suppress(OSError):
-                if current.read_text().strip().endswith(f":{port}"):
-                    current.unlink()
+            forget_cluster(port)
 
 
 def submit(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser_support import browser_marks, chromium, served_dashboard
+from tests.browser_support import browser_marks, served_dashboard
 from tests.op_store_builder import EVIL_SAMPLE, build_op_run
 from tests.report_store_builder import build_hand_store
 
@@ -22,12 +22,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     build_op_run(root)
     with served_dashboard(root) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with chromium() as b:
-        yield b
 
 
 def test_missing_ops_to_op_page(server: str, browser) -> None:

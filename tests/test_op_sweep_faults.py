@@ -105,6 +105,7 @@ def test_op_rows_reach_the_store_on_the_timer_while_another_group_runs(tmp_path)
 # ---- one driver per run ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_op_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_path):
     store = tmp_path / "store"
     with RunLock(Store(store), "r"):
@@ -245,6 +246,7 @@ def test_an_op_sweep_whose_environment_keeps_failing_stops_with_one_error(tmp_pa
     assert Store(store).run("r", "op_runs")["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_the_ops_cli_says_what_got_no_rows_and_exits_3(tmp_path):
     """Real children: the device fails to set up for one group every time."""
     env = {

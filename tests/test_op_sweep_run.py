@@ -84,6 +84,7 @@ def test_declarations(tmp_path: Path) -> None:
 # ---- end to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
     store = tmp_path / "store"
     out = _ops("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
@@ -116,6 +117,7 @@ def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
     assert summary and all(s["fallback"] == 0 and s["wrong"] == 0 for s in summary)
 
 
+@pytest.mark.slow
 def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
     store = tmp_path / "store"
     out = _ops(
@@ -144,6 +146,7 @@ def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
     assert "Op sweep: denominators" in report.stdout and "EMULATED" in report.stdout
 
 
+@pytest.mark.slow
 def test_declared_skips_and_resume(tmp_path: Path) -> None:
     store = tmp_path / "store"
     skips = tmp_path / "skips.json"
@@ -179,6 +182,7 @@ def test_declared_skips_and_resume(tmp_path: Path) -> None:
     assert other.returncode == 2 and "dtypes=fp32,bf16" in other.stderr
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     out = _ops("--ops", "nn.functional.layernorm", "--store", str(tmp_path / "s"))
     assert out.returncode == 2

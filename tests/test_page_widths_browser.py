@@ -16,7 +16,7 @@ import pytest
 from reports.query import StoreQuery
 from reports.render import html_site
 from reports.summary import run_report
-from tests.browser_support import browser_marks, chromium, served_dashboard
+from tests.browser_support import browser_marks, served_dashboard
 from tests.page_store_builder import GIT_SHA, NO_EVIDENCE_OPS, build_pages_store
 
 pytestmark = browser_marks
@@ -82,12 +82,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(store: Path) -> Iterator[str]:
     with served_dashboard(store) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

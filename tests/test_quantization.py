@@ -416,6 +416,7 @@ def _on_neuron(spec: TinySpec, neuron: Any, quantized_ops: list[str], statuses: 
 SWEPT = ["Qwen/Qwen3-0.6B-FP8", "Qwen/Qwen3-14B-AWQ", "google-bert/bert-base-uncased"]
 
 
+@pytest.mark.slow
 def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path: Path) -> None:
     import subprocess
 

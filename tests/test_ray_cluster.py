@@ -5,12 +5,10 @@ every row lands in the object store, and the report at the end of the run reads 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -18,10 +16,11 @@ import pytest
 
 from reports.store import Store
 from runners import containment
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.conftest import HFSWEEP, ROOT, forget_cluster, write_catalog
 from tests.s3_support import BUCKET, local_s3
 
-pytestmark = pytest.mark.slow
+# One cluster on a fixed port for the module: its tests share one xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two_node_cluster")]
 
 PORT = "6391"
 MARK = "HFSWEEP_TEST_CLUSTER"
@@ -65,10 +64,7 @@ def two_node_cluster():
         # Only what this cluster's `ray start`s started (never `ray stop`: it stops every Ray
         # on the machine, another sweep's too), and the address it left for `ray.init()`.
         containment.kill_marked(MARK, env[MARK])
-        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-        with contextlib.suppress(OSError):
-            if current.read_text().strip().endswith(f":{PORT}"):
-                current.unlink()
+        forget_cluster(PORT)
 
 
 def test_sweep_on_an_existing_two_node_cluster(tmp_path, two_node_cluster):

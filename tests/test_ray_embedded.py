@@ -17,7 +17,7 @@ import pytest
 
 from reports.store import Store
 from runners import containment, faults
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.conftest import HFSWEEP, ROOT, forget_cluster, ray_address_file, write_catalog
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_the_embedded_ray_ignores_a_ray_start_cluster_on_the_machine(tmp_path):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    marker = Path("/tmp/ray/ray_current_cluster")
+    marker = ray_address_file()  # where a bare `ray.init()` looks for a cluster
     try:
         deadline = time.monotonic() + 120
         while not (marker.exists() and marker.read_text().strip().endswith(f":{PORT}")):
@@ -80,8 +80,7 @@ def test_the_embedded_ray_ignores_a_ray_start_cluster_on_the_machine(tmp_path):
         assert [r["status"] for r in Store(store).read("results", "r").to_pylist()] == ["pass"]
     finally:
         kill_session(head)
-        if marker.exists() and marker.read_text().strip().endswith(f":{PORT}"):
-            marker.unlink()
+        forget_cluster(PORT)
 
 
 def test_a_driver_whose_ray_dies_under_it_ends_with_one_error_and_exit_3(tmp_path):

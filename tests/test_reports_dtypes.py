@@ -278,6 +278,7 @@ def test_new_dtype_part_keeps_the_other_dtypes_summary(tmp_path: Path) -> None:
     assert models.model_detail(q, "org/mixtral-fail", "d1")["summary"]["outcome"] == "failed"
 
 
+@pytest.mark.slow
 def test_lookup_and_report_commands(q: StoreQuery) -> None:
     """`hfsweep lookup` shows every dtype of the run side by side (exit 0 only when the model
     passes at each), or one with --dtype; `hfsweep report` says the run's dtypes."""

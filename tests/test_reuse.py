@@ -356,6 +356,7 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
     path = catalog(tmp_path, {m: c for m, c in CONFIGS.items() if m != "org/c"})
     common = ["run", "--local", "--catalog", str(path), "--top", "3", "--device", "neuron"]

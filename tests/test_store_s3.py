@@ -79,6 +79,7 @@ def test_parts_are_written_and_read_through_s3(s3_env) -> None:
     assert len(keys) == 1 and keys[0].startswith("plain/results/run_id=r1/part-")
 
 
+@pytest.mark.slow
 def test_reports_and_dashboard_read_s3_as_they_read_a_folder(s3_env, tmp_path) -> None:
     uri = f"s3://{BUCKET}/hand"
     build_hand_store(uri)
@@ -102,6 +103,7 @@ def test_reports_and_dashboard_read_s3_as_they_read_a_folder(s3_env, tmp_path) -
     assert client.get("/api/ops").status_code == 200
 
 
+@pytest.mark.slow
 def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None:
     models = [
         {
@@ -158,6 +160,7 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     assert "s3a" in p.stdout and "s3b" in p.stdout
 
 
+@pytest.mark.slow
 def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
     uri = f"s3://{BUCKET}/ops"
     args = ["ops", "--ops", "add,sum", "--dtypes", "fp32", "--device", "cpu", "--local"]
