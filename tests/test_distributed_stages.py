@@ -52,6 +52,7 @@ def _llama():
 # ---- the stages ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @forked
 def test_ddp_fsdp_and_tp_on_the_emulated_device() -> None:
     from runners.distributed.group import run_group
@@ -84,6 +85,7 @@ def test_ddp_fsdp_and_tp_on_the_emulated_device() -> None:
     _nothing_left(mark)
 
 
+@pytest.mark.slow
 @forked
 def test_fsdp_passes_on_the_cpu_and_a_model_without_a_plan_skips_tp() -> None:
     from runners.isolation import run_isolated
@@ -115,6 +117,7 @@ def _ddp(device: str, **settings):
     return run_group(_llama(), task, Stage.DDP, spawn=False)
 
 
+@pytest.mark.slow
 @forked
 def test_a_rank_raising_while_the_other_waits_in_a_collective_fails_the_stage() -> None:
     mark = _mark()
@@ -129,6 +132,7 @@ def test_a_rank_raising_while_the_other_waits_in_a_collective_fails_the_stage() 
     _nothing_left(mark)
 
 
+@pytest.mark.slow
 @forked
 def test_a_rank_over_its_memory_budget_is_oom() -> None:
     mark = _mark()
@@ -139,6 +143,7 @@ def test_a_rank_over_its_memory_budget_is_oom() -> None:
     _nothing_left(mark)
 
 
+@pytest.mark.slow
 @forked
 def test_a_rank_killed_from_outside_is_the_environment() -> None:
     mark = _mark()
@@ -149,6 +154,7 @@ def test_a_rank_killed_from_outside_is_the_environment() -> None:
     _nothing_left(mark)
 
 
+@pytest.mark.slow
 @forked
 def test_a_rank_that_crashes_is_a_crash_naming_it() -> None:
     mark = _mark()
@@ -159,6 +165,7 @@ def test_a_rank_that_crashes_is_a_crash_naming_it() -> None:
     _nothing_left(mark)
 
 
+@pytest.mark.slow
 @forked
 def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() -> None:
     mark = _mark()
