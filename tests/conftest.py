@@ -69,8 +69,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # Removed at exit after multiprocessing's own clean-up of the folder it made inside (its
+    # finalizers run at priority -100; a lower one runs after them), not before it.
+    from multiprocessing.util import Finalize
+
     for path in _OWN_TMP:
-        shutil.rmtree(path, ignore_errors=True)
+        Finalize(
+            None, shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, exitpriority=-101
+        )
 
 
 def ray_address_file() -> Path:
