@@ -439,6 +439,30 @@ def test_pyannote_models_and_pipelines(repo):
         assert set(out) == {"segmentation", "embedding"}
 
 
+def test_importing_speechbrain_changes_no_global_torch_setting():
+    """In a process whose cuDNN flags torch's test utilities froze (as the op sweep's OpInfo
+    database does), speechbrain imports, and TF32 and the JIT's profiling are as they were."""
+    code = textwrap.dedent(
+        """
+        import torch
+        import torch.testing._internal.common_utils  # freezes the backends' flags
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                  torch._C._jit_set_profiling_executor(True))
+        from model_configs.libraries.speechbrain.adapter import import_speechbrain
+        import_speechbrain()
+        after = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                 torch._C._jit_set_profiling_executor(True))
+        assert before == after, (before, after)
+        print("ok")
+        """
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "SB_DISABLE_QUIRKS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     "repo",
     ["speechbrain/spkrec-ecapa-voxceleb", "speechbrain/lang-id-voxlingua107-ecapa",

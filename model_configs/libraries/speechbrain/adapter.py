@@ -199,11 +199,25 @@ def import_speechbrain() -> Any:
     reads an attribute (hypothesis, pickling, op registries) triggers their import, which
     raises ImportError where their optional dependency (k2) is missing. The placeholders that
     were never loaded are dropped: importing such a module by name still works (or fails)
-    normally."""
+    normally.
+
+    Its global "quirks" are turned off (`SB_DISABLE_QUIRKS`, unless the user set it): on import
+    speechbrain would switch on TF32 matmuls, turn off the JIT's profiling and, on ROCm,
+    cuDNN benchmarking, for every model of the process, so that a model's numerics would
+    depend on whether a speechbrain model was built before it. Setting a cuDNN flag also
+    raises where the process imported torch's test utilities (the op sweep's OpInfo
+    database), which freeze the flags."""
+    import os
+
+    os.environ.setdefault("SB_DISABLE_QUIRKS", ",".join(SPEECHBRAIN_QUIRKS))
     import speechbrain
 
     drop_lazy_placeholders()
     return speechbrain
+
+
+# speechbrain.utils.quirks.KNOWN_QUIRKS: each changes a global torch setting on import
+SPEECHBRAIN_QUIRKS = ("allow_tf32", "disable_cudnn_benchmarking", "disable_jit_profiling")
 
 
 def drop_lazy_placeholders() -> None:
