@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
+import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
@@ -262,23 +263,25 @@ def evil(column: str) -> str:
 KEEP = {"run_id", "stage", "status", "model_id", "reason", "source", "stages"}
 
 
+def _value(name: str, type_: pa.DataType) -> Any:
+    """A value of the column's type: every string in it hostile, nested ones too."""
+    if pa.types.is_string(type_):
+        return evil(name)
+    if pa.types.is_boolean(type_):
+        return True
+    if pa.types.is_timestamp(type_):
+        return dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    if pa.types.is_floating(type_):
+        return 1.5
+    if pa.types.is_list(type_):
+        return [_value(name, type_.value_type)]
+    if pa.types.is_struct(type_):
+        return {f.name: _value(f"{name}.{f.name}", f.type) for f in type_}
+    return 3
+
+
 def _row(schema, run_id: str, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for f in schema:
-        if f.name in values:
-            row[f.name] = values[f.name]
-        elif str(f.type) == "string":
-            row[f.name] = evil(f.name)
-        elif str(f.type) == "bool":
-            row[f.name] = True
-        elif str(f.type).startswith("timestamp"):
-            row[f.name] = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
-        elif str(f.type) == "double":
-            row[f.name] = 1.5
-        elif str(f.type).startswith("list"):
-            row[f.name] = [evil(f.name)]
-        else:
-            row[f.name] = 3
+    row = {f.name: values[f.name] if f.name in values else _value(f.name, f.type) for f in schema}
     row["run_id"] = run_id
     return row
 
