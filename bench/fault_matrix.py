@@ -227,6 +227,11 @@ def bench_env(mark: str, rules: list[dict[str, Any]] | None, state: Path) -> dic
 # ---- model faults ------------------------------------------------------------------------
 
 # name, rule (without match), what the model's rows must say: {stage: (status, attempt)}
+# The stage timeout of the model and op sections: long enough that a stage that allocates to
+# its 1 GiB budget ends in `oom` on a machine loaded to several times its cores (at 8 s it once
+# ran out of time first, and was a `timeout`), short enough that the hang trial stays cheap.
+TIMEOUT = "20"
+
 MODEL_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool]] = [
     # (label, rule, expected rows, an environment fault: rows other than the expected are
     # environment errors recorded as the model's result)
@@ -317,7 +322,7 @@ def section_model(trials: int, work: Path) -> list[Line]:
         rules.append(rule)
     state, store, mark = work / "model-state", work / "model-store", uuid.uuid4().hex
     env = bench_env(mark, rules, state)
-    extra = ["--num-cpus", "2", "--timeout", "8", "--memory-limit", "1", "--retries", "2"]
+    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
     start = time.monotonic()
     proc = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=3600)
     seconds = time.monotonic() - start
@@ -756,7 +761,7 @@ def section_ops(trials: int, work: Path) -> list[Line]:
     healthy = Line("op: (healthy OpInfos beside them)")
     whole = Line("op: (the sweep: driver exit, rerun, processes left)")
     ops = OP_NAMES[: len(OP_FAULTS) + 1]
-    extra = ["--num-cpus", "2", "--timeout", "8", "--memory-limit", "1", "--retries", "2"]
+    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
     for t in range(trials):
         state, store, mark = work / f"ops{t}-state", work / f"ops{t}-store", uuid.uuid4().hex
         rules = [{**rule, "match": op} for (_, rule, _), op in zip(OP_FAULTS, ops, strict=False)]

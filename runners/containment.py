@@ -266,21 +266,41 @@ known = dict(item.split(b":", 1) for item in sent.split() if item.count(b":") ==
 quiet_since = time.monotonic()
 deadline = time.monotonic() + 30.0
 while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
+    procs = {}  # pid: (parent pid, start time), from one look at /proc
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 fields = fh.read().rsplit(b") ", 1)[-1].split()
-            if fields[0] == b"Z":
-                continue  # dead already; its parent reaps it
-            if known.get(entry.encode()) != fields[19]:  # not one the driver sent (or reused)
-                with open(f"/proc/{entry}/environ", "rb") as fh:
-                    if needle not in fh.read().split(b"\\0"):
-                        continue
-            os.kill(int(entry), signal.SIGKILL)
-            quiet_since = time.monotonic()
+            if fields[0] != b"Z":  # a zombie is dead already; its parent reaps it
+                procs[int(entry)] = (int(fields[1]), fields[19])
         except (OSError, IndexError):
+            pass
+    targets = set()
+    for pid, (_, start) in procs.items():
+        if known.get(str(pid).encode()) == start:  # one the driver sent (not a reused pid)
+            targets.add(pid)
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\\0"):
+                    targets.add(pid)
+        except OSError:
+            pass
+    # and everything below them, found before any is killed: what Ray started later without
+    # the mark (its agents) is orphaned, not ended, when its parent dies
+    grew = True
+    while grew:
+        below = {pid for pid, (ppid, _) in procs.items() if ppid in targets} - targets
+        targets |= below
+        grew = bool(below)
+    for pid in targets:
+        known[str(pid).encode()] = procs[pid][1]
+        try:
+            os.kill(pid, signal.SIGKILL)
+            quiet_since = time.monotonic()
+        except OSError:
             pass
     time.sleep(0.2)
 """

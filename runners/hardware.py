@@ -205,9 +205,12 @@ def cores_needed(
     notes = []
     if kv_heads and allowed and allowed[-1] > kv_heads:
         notes.append(f"above {kv_heads} ranks each KV head is replicated")
-    if None in (serve_cores, finetune_cores, lora_cores):
+    unfit = [w for w, c in (("serve", serve_cores), ("fine-tune", finetune_cores),
+                             ("LoRA", lora_cores)) if c is None]  # fmt: skip
+    if unfit:
         notes.append(
-            f"no degree in {allowed or 'none'} (powers of two up to {hw.cores_per_domain} cores"
+            f"{hw.name}, {' and '.join(unfit)}: no degree in {allowed or 'none'} (powers of two"
+            f" up to {hw.cores_per_domain} cores"
             + (f" dividing {size.attention_heads} heads" if size.attention_heads else "")
             + ") holds it"
         )

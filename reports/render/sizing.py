@@ -75,7 +75,8 @@ def full_size_lines(rows: list[dict[str, Any]], *, config_is_default: bool = Fal
             f"{cores_cell(r, 'finetune'):<22}{cores_cell(r, 'lora'):<16}"
             f"{fits} ({per_instance} cores)"
         )
-    notes = sorted({r["note"] for r in sized if r.get("note")})
+    # a row's note joins its notes with "; ": each said once, however many rows share it
+    notes = dict.fromkeys(n for r in sized for n in (r.get("note") or "").split("; ") if n)
     for note in notes:
         lines.append(f"  note: {note}")
     lines.append("  (cores: the smallest tensor-parallel degree that fits; docs/sizing.md)")
