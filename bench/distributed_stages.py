@@ -24,7 +24,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,46 +32,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench.sweep_runs import dl, last_attempts, pct, resumable_sweep  # noqa: E402
+
 STAGES = "load,forward,backward,ddp,fsdp,tp"
 BASE = ("load", "forward", "backward")
 SHARDING = ("ddp", "fsdp", "tp")
 
 
-def pct(part: float | None, whole: float | None) -> str:
-    return "-" if not whole or part is None else f"{100.0 * part / whole:.1f}%"
-
-
-def dl(n: float | None) -> str:
-    return "-" if n is None else f"{n / 1e6:.1f}M"
-
-
 def sweep(args: argparse.Namespace, device: str) -> tuple[str, float]:
-    from reports.store import Store
     from runners.settings import ModelSettings
     from sweep.commands.options import stage_list
-    from sweep.driver import run_sweep
-    from sweep.settings import JobSettings, ModelRun
 
-    run_id = f"dist-{device}-{args.top}"
-    run = Store(args.store).run(run_id)
-    if run is not None and run.get("status") == "finished":
-        return run_id, 0.0
-    start = time.perf_counter()
-    run_sweep(
-        ModelRun(
-            job=JobSettings(
-                store=args.store, run_id=run_id, num_cpus=args.num_cpus, progress=False
-            ),
-            task=ModelSettings(
-                device=device,
-                stages=tuple(stage_list(STAGES)),
-                timeout_s=args.timeout,
-                world_size=args.world_size,
-            ),
-            top=args.top,
-        )
+    task = ModelSettings(
+        device=device,
+        stages=tuple(stage_list(STAGES)),
+        timeout_s=args.timeout,
+        world_size=args.world_size,
     )
-    return run_id, time.perf_counter() - start
+    return resumable_sweep(
+        store=args.store, run_id=f"dist-{device}-{args.top}", top=args.top,
+        num_cpus=args.num_cpus, task=task,
+    )  # fmt: skip
 
 
 def print_sharding(q: Any, run_id: str, wall: float) -> None:
@@ -106,15 +86,6 @@ def print_sharding(q: Any, run_id: str, wall: float) -> None:
         )
 
 
-def _rows(store: Any, run_id: str) -> dict[str, dict[str, dict[str, Any]]]:
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in store.read("results", run_id).to_pylist():
-        current = out.setdefault(r["model_id"], {}).get(r["stage"])
-        if current is None or (r["attempt"] or 0) >= (current["attempt"] or 0):
-            out[r["model_id"]][r["stage"]] = r
-    return out
-
-
 def cause(rows: dict[str, dict[str, Any]], stage: str) -> str:
     """What stopped a distributed stage on neuron, and what that verdict rests on."""
     row = rows[stage]
@@ -131,7 +102,7 @@ def cause(rows: dict[str, dict[str, Any]], stage: str) -> str:
 
 
 def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
-    cpu, neuron = _rows(store, cpu_run), _rows(store, neuron_run)
+    cpu, neuron = last_attempts(store, cpu_run), last_attempts(store, neuron_run)
     print("\n== passes a distributed stage on cpu, not on neuron, by what stopped it on neuron")
     for stage in SHARDING:
         groups: dict[str, list[str]] = {}
