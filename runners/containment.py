@@ -1,8 +1,8 @@
 """What keeps one model's child process contained, and how to tell how it died.
 
 - **A memory budget it cannot exceed.** The child caps its private writable memory
-  (`RLIMIT_DATA`: heap and anonymous mappings, which is where tensors live) at what it holds at
-  the fork plus the budget. An allocation past it fails inside the model (torch's allocator
+  (`RLIMIT_DATA`: heap and anonymous mappings, which is where tensors live) at what it holds
+  once its device is set up plus the budget. An allocation past it fails inside the model (torch's allocator
   raises, Python raises `MemoryError`), so the stage is `oom` with the budget named: memory
   really ran out, for that model, and nothing else on the machine was pushed out.
   `RLIMIT_AS` would count the libraries' address-space reservations too (a CUDA context
@@ -45,8 +45,9 @@ SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG"
 # ---- in the child ------------------------------------------------------------------------------
 
 
-def enter_child(parent_pid: int, memory_limit: int | None) -> None:
-    """First thing in a forked child: die with the parent, lead a process group, cap memory."""
+def enter_child(parent_pid: int) -> None:
+    """First thing in a child: die with the parent, lead a process group (its memory is capped
+    once its device is set up: `limit_memory`)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -54,8 +55,6 @@ def enter_child(parent_pid: int, memory_limit: int | None) -> None:
         os._exit(1)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    if memory_limit:
-        limit_memory(memory_limit)
 
 
 def data_bytes() -> int | None:

@@ -5,7 +5,9 @@ samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes
   starts in milliseconds), or spawned where the device needs an environment variable that the
   parent's torch never read (`fresh_interpreter`), and always off Linux.
 - **Contain.** The child dies with its parent, leads its own process group (killed when the child
-  is done), and cannot allocate past its memory budget (`runners.containment`).
+  is done), and cannot allocate past its memory budget (`runners.containment`). The budget is
+  the body's: it is counted from what the child holds once its device is set up (`READY`), so
+  a spawned child's imports and a device's set-up never spend it.
 - **Talk.** The child sends messages `(Kind, payload)` through a pipe as it goes; the parent
   reads them as they come. Every body starts the same way (`device_ready`: torch's threads, the
   device built and set up, then `READY`). An exception that escapes the child's body is sent as
@@ -18,8 +20,9 @@ samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes
 - **Its end, by cause, never by which event came first.** A message the child sent is always
   read before anything else is decided; only when none is left does the child's death or the
   deadline count. A death is read from the exit status (`runners.containment.death_of`).
-- **The environment's faults, raised here.** An `ENV` message, and a death that is no status
-  of the child's own (a SIGKILL or a stop from outside, not for memory), raise
+- **The environment's faults, raised here.** An `ENV` message, a death before `READY` (the
+  body had not touched its model or samples yet), and a death that is no status of the child's
+  own (a SIGKILL or a stop from outside, not for memory), raise
   `EnvironmentFault` from `receive`, saying what the child was doing (`Child.doing`): the task
   is retried and nothing of it is recorded.
 
@@ -95,12 +98,15 @@ def forks() -> bool:
 def _child_main(
     conn: Any, parent_pid: int, memory_limit: int | None, body: Callable[..., None], args: tuple
 ) -> None:
-    containment.enter_child(parent_pid, memory_limit)
+    containment.enter_child(parent_pid)
     ready = False
 
     def send(message: Message) -> None:
         nonlocal ready
-        ready = ready or message[0] == Kind.READY
+        if message[0] == Kind.READY and not ready:
+            ready = True
+            if memory_limit:  # the body's budget, beyond what the set-up holds
+                containment.limit_memory(memory_limit)
         conn.send(message)
 
     try:
@@ -230,6 +236,7 @@ class Child:
         self.stage: str | None = None
         self.ending: Ending | None = None
         self.peak_rss: int | None = None  # the child's peak resident memory, where it said
+        self.ready = False  # the child said READY: its device is set up
         self.started = 0.0
         self._budget = float("inf")
 
@@ -312,6 +319,8 @@ class Child:
         if kind == Kind.PEAK:  # kept, not passed on: read by `peak_rss`
             self.peak_rss = payload
             return self._next()
+        if kind == Kind.READY:
+            self.ready = True
         if kind == Kind.ENV:
             raise EnvironmentFault(
                 f"{self.process} could not run {self.doing}: {payload[0]}: {payload[1]}",
@@ -340,3 +349,8 @@ class Child:
         )
         if death is not None and death.status is None:  # from outside: the environment
             raise EnvironmentFault(death.message, stage=self.stage)
+        if death is not None and not self.ready:  # before its body touched a model or a sample
+            raise EnvironmentFault(
+                f"{self.process} died while it set up its device: {death.message}",
+                stage=self.stage,
+            )

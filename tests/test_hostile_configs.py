@@ -274,7 +274,7 @@ def test_a_sweep_over_hostile_configs_gives_every_model_its_rows(tmp_path):
     for row in load.values():
         if row["status"] != "pass":
             assert row["reason"] or row["error_type"], row
-    assert load["org/healthy"]["status"] == "pass"
+    assert load["org/healthy"]["status"] == "pass", load["org/healthy"]
     huge = load["org/huge-intermediate"]
     assert (huge["status"], huge["error_type"]) == ("fail", "ParameterBudgetError")
     assert load["org/deep"]["reason"] == "malformed_config"

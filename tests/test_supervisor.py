@@ -165,3 +165,44 @@ def test_the_own_time_clock_counts_wall_time_where_the_kernel_does_not_say(monke
     clock = OwnClock(os.getpid())
     now[0] += 0.3
     assert clock.elapsed_s() == clock.wall_s() == pytest.approx(0.3)
+
+
+def _die_before_ready(send) -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_death_before_ready_is_the_environment_not_the_body():
+    """A child that dies while it sets its device up has not touched its model or samples: a
+    retry, never a `crash` row."""
+    with Child(_die_before_ready, (), process="the model's process") as child:
+        child.doing, child.stage = "load", "load"
+        child.deadline(60.0)
+        with pytest.raises(EnvironmentFault, match="died while it set up its device") as e:
+            child.receive()
+    assert "died with SIGSEGV" in e.value.message and e.value.stage == "load"
+    assert child.ending is not None and child.ending.death is not None
+
+
+def _allocate(send, mib: int) -> None:
+    import numpy as np
+
+    held = np.ones(mib << 18, dtype=np.float32)  # allocated before READY: the set-up's
+    send(("ready", None))
+    try:
+        more = np.ones(mib << 18, dtype=np.float32)  # the body's: past its budget
+        send(("done", int(held.nbytes + more.nbytes)))
+    except MemoryError:
+        send(("done", "MemoryError"))
+
+
+def test_the_memory_budget_counts_from_ready():
+    """What the set-up holds (a spawned child's imports, a device's runtime) is not the body's
+    budget; what the body allocates past its budget fails in the body."""
+    with Child(_allocate, (96,), memory_limit=64 << 20) as child:
+        child.deadline(60.0)
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() == (Kind.DONE, "MemoryError")
+    with Child(_allocate, (32,), memory_limit=64 << 20) as child:
+        child.deadline(60.0)
+        assert child.receive() == (Kind.READY, None)
+        assert child.receive() == (Kind.DONE, 64 << 20)
