@@ -400,7 +400,7 @@ def _model_classes() -> Iterator[tuple[str, type, Any]]:
         if not (isinstance(obj, type) and issubclass(obj, ModelMixin) and obj is not ModelMixin):
             continue
         if obj.__module__.startswith("diffusers.models"):
-            yield name, obj, inspect.signature(obj.__init__).parameters
+            yield name, obj, inspect.signature(obj.__init__).parameters  # type: ignore[misc]
 
 
 def model_class_names() -> list[str]:
