@@ -27,6 +27,7 @@ from reports.store import Store
 from sweep.driver import run_sweep
 from sweep.plan import plan_entry
 from tests.conftest import write_catalog
+from tests.neuron_support import forked
 from tests.test_driver_faults import config as run_config
 
 STAGES = [Stage.LOAD, Stage.FORWARD]
@@ -245,9 +246,12 @@ HOSTILE_CATALOG = {
 }
 
 
+@forked
 def test_a_sweep_over_hostile_configs_gives_every_model_its_rows(tmp_path):
     """Real children with a small memory budget: a model that tried to allocate its declared
-    size would be `oom`; refused on `meta`, it is a load `fail` naming the budget instead."""
+    size would be `oom`; refused on `meta`, it is a load `fail` naming the budget instead. The
+    sweep runs in a fresh process, so its children's budget is counted from a process that
+    only this test shaped."""
     rows_in = [
         {"model_id": m, "library_name": "transformers", "model_type_hint": "llama"}
         for m in HOSTILE_CATALOG
