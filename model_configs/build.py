@@ -107,13 +107,21 @@ def build_on_meta(spec: TinySpec) -> Any:
     import torch
 
     adapter = get_adapter(spec.library)
-    for name in (adapter.package, *adapter.build_imports):
-        if name:  # on the CPU, not inside the meta context (see Adapter.build_imports)
-            with contextlib.suppress(Exception):
-                module = importlib.import_module(name)
-                getattr(module, spec.architecture, None)  # a lazy package imports the class
+    import_for_build(spec)  # on the CPU, not inside the meta context (see Adapter.build_imports)
     with torch.device("meta"):
         return adapter.build_model(spec)
+
+
+def import_for_build(spec: TinySpec) -> None:
+    """Import what building `spec` imports (its library, `Adapter.build_imports`, and the
+    class named as its architecture, which a lazy package imports on first use), no op run;
+    what fails to import is left for the build itself to raise."""
+    adapter = get_adapter(spec.library)
+    for name in (adapter.package, *adapter.build_imports):
+        if name:
+            with contextlib.suppress(Exception):
+                module = importlib.import_module(name)
+                getattr(module, spec.architecture, None)
 
 
 def count_on_meta(spec: TinySpec) -> int | None:

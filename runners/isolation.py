@@ -13,7 +13,8 @@ On Linux the child is forked from a parent that imported torch and the model lib
 no op, so a child starts in milliseconds; it is spawned where the device needs an environment
 variable that the parent's torch never read (MPS's CPU fallback switch). Before its first fork
 the parent also imports, once, what every child would otherwise import again
-(`runners.warm.warm_parent`: the model libraries and the compile stack).
+(`runners.warm.warm_parent`: torch and the compile stack; `warm_model`: the model's class and
+what its library imports with it, once per class).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from runners.distributed.group import group_stage_results
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter, peak_rss_bytes
-from runners.warm import warm_parent, warm_peft
+from runners.warm import warm_model, warm_parent, warm_peft
 
 CHILD_MODULES = ("runners.stages",)  # what a model's child imports: torch, the model libraries
 
@@ -67,6 +68,7 @@ def run_isolated(
     `on_stage` sees each stage's result as the child reports it (progress)."""
     order = list(settings.stages)
     warm_parent(*CHILD_MODULES)
+    warm_model(spec)
     if Stage.LORA in order:
         warm_peft()
     spawn = fresh_interpreter(settings.device.name, settings.device.options())

@@ -14,8 +14,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+from typing import TYPE_CHECKING
 
 from runners.supervisor import forks
+
+if TYPE_CHECKING:
+    from model_configs.spec import TinySpec
 
 _WARMED: set[str] = set()  # what this process has warmed itself with: modules, "compile"
 
@@ -46,6 +50,23 @@ def warm_parent(*modules: str) -> None:
             importlib.import_module(name)
         _warm_compile_stack()
     _WARMED.update([*modules, "compile"])
+
+
+def warm_model(spec: TinySpec) -> None:
+    """Import once in this parent what building `spec` imports (its library's model class,
+    `model_configs.build.import_for_build`), where its adapter allows it
+    (`Adapter.warm_in_parent`): otherwise every forked child imports it again (the first
+    transformers model class brings its modeling stack, seconds per child)."""
+    key = f"model:{spec.library}:{spec.architecture}"
+    if not forks() or os.environ.get("HFSWEEP_WARM_PARENT") == "0" or key in _WARMED:
+        return
+    _WARMED.add(key)
+    from model_configs.build import import_for_build
+    from model_configs.libraries import get_adapter
+
+    with contextlib.suppress(Exception):  # an unknown library fails in the child, as a row
+        if get_adapter(spec.library).warm_in_parent:
+            import_for_build(spec)
 
 
 def warm_peft() -> None:

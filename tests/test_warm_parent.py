@@ -48,3 +48,43 @@ def test_a_forked_childs_first_compile_imports_almost_nothing():
     # before the warm parent imported AOTAutograd's and Inductor's modules: 174 of them
     assert len(new) <= 5, new
     assert not [m for m in new if m.startswith(("torch._inductor", "torch._dynamo", "sympy"))]
+
+
+MODEL_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    from model_configs.spec import TinySpec
+    from runners.warm import warm_model
+    from tests.test_runner import tiny
+    spec = tiny("llama", "LlamaForCausalLM")
+    warm_model(spec)
+    warm_model(TinySpec("ultralytics", None, "DetectionModel", {}))
+    parent = set(sys.modules)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        from model_configs.libraries import get_adapter
+        before = set(sys.modules)
+        get_adapter("transformers").build_model(spec)
+        os.write(write, json.dumps(sorted(set(sys.modules) - before)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    print(json.dumps([json.loads(os.read(read, 1 << 20).decode()), sorted(parent)]))
+    """
+)
+
+
+def test_a_forked_child_builds_its_model_without_importing_its_class_again():
+    """`warm_model`: the parent imports the model's class once (the first transformers class
+    brings transformers' modeling stack, seconds of every child's time); a library whose
+    adapter does not allow it (ultralytics) is left to the child."""
+    done = subprocess.run(
+        [sys.executable, "-c", MODEL_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    new, parent = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "transformers.models.llama.modeling_llama" in parent
+    assert "transformers.modeling_utils" in parent
+    assert not [m for m in parent if m.startswith("ultralytics")]
+    assert not [m for m in new if m.startswith("transformers")], new

@@ -52,6 +52,10 @@ class Adapter(ABC):
     # module first imported inside `torch.device("meta")` makes its import-time tensors there.
     # The package, and its attribute named as the architecture, are imported anyway.
     build_imports: ClassVar[tuple[str, ...]] = ()
+    # Whether a parent that forks model children may import what a build imports
+    # (`runners.warm.warm_model`): true where the imports only define Python objects, so that
+    # each child does not import them again (transformers' model classes: seconds per child).
+    warm_in_parent: ClassVar[bool] = False
 
     # ----- the optional package -----
     def missing_packages(self) -> list[str]:

@@ -17,6 +17,7 @@ from reports.schema import ConfigSource, SkipReason
 class DiffusersAdapter(Adapter):
     library = "diffusers"
     package = "diffusers"
+    warm_in_parent = True
     config_files = ("model_index.json", "config.json")
     hub_files = ("model_index.json", "config.json", "*/config.json", "*/scheduler_config.json")
 

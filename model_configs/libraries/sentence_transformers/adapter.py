@@ -41,6 +41,8 @@ MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "LayerNorm", "Dropout
 class SentenceTransformersAdapter(Adapter):
     library = "sentence-transformers"
     package = "sentence_transformers"
+    build_imports = ("transformers.modeling_utils",)  # its backbone's class is transformers'
+    warm_in_parent = True
     extra = "sentence-transformers"
     config_files = ("modules.json",)
     canonical_fields = {

@@ -31,6 +31,7 @@ CONFIGS = DATA_DIR / "configs"  # the published denoiser configs diffusers bundl
 class SingleFileAdapter(Adapter):
     library = "diffusion-single-file"
     package = "diffusers"
+    warm_in_parent = True
     config_files = ()  # weight files only
 
     def __init__(self) -> None:

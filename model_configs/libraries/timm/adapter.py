@@ -29,6 +29,7 @@ TARGET_PARAMS = 1_000_000
 class TimmAdapter(Adapter):
     library = "timm"
     package = "timm"
+    warm_in_parent = True
     extra = "timm"
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:

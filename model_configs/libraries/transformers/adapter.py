@@ -18,6 +18,7 @@ from reports.schema import ConfigSource, SkipReason
 class TransformersAdapter(Adapter):
     library = "transformers"
     package = "transformers"
+    warm_in_parent = True
     canonical_fields = CANONICAL
 
     def default_config(self, entry: CatalogEntry) -> ResolvedConfig:
