@@ -2,9 +2,10 @@
 
 - **A memory budget it cannot exceed.** The child caps its private writable memory
   (`RLIMIT_DATA`: heap and anonymous mappings, which is where tensors live) at what it holds
-  once its device is set up plus the budget. An allocation past it fails inside the model (torch's allocator
-  raises, Python raises `MemoryError`), so the stage is `oom` with the budget named: memory
-  really ran out, for that model, and nothing else on the machine was pushed out.
+  once its device is set up plus the budget. An allocation past it fails inside the model
+  (torch's allocator raises, Python raises `MemoryError`), so the stage is `oom` with the
+  budget named: memory really ran out, for that model, and nothing else on the machine was
+  pushed out.
   `RLIMIT_AS` would count the libraries' address-space reservations too (a CUDA context
   reserves tens of GiB it never touches); `RLIMIT_DATA` does not.
 - **No child outlives its parent.** The child asks the kernel for SIGKILL when its parent dies
@@ -34,7 +35,7 @@ from reports.schema import Status
 
 _PR_SET_PDEATHSIG = 1
 GIB = 1 << 30
-DEFAULT_MEMORY_LIMIT = 4 * GIB  # per model, beyond what the forked child starts with
+DEFAULT_MEMORY_LIMIT = 4 * GIB  # per model, beyond what its child holds once set up
 # Signals that something outside the model sent: the environment, never the model's result.
 EXTERNAL_SIGNALS = frozenset(
     {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}

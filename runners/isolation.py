@@ -68,10 +68,11 @@ def run_isolated(
     `on_stage` sees each stage's result as the child reports it (progress)."""
     order = list(settings.stages)
     warm_parent(*CHILD_MODULES)
-    warm_model(spec)
     if Stage.LORA in order:
         warm_peft()
     spawn = fresh_interpreter(settings.device.name, settings.device.options())
+    if not spawn:  # a spawned child imports for itself whatever this process holds
+        warm_model(spec)
     # the distributed stages run afterwards, each on a group of rank processes of this one
     own = replace(settings, stages=tuple(s for s in order if s not in DISTRIBUTED_STAGES))
     own_order = list(own.stages)

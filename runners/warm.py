@@ -21,7 +21,8 @@ from runners.supervisor import forks
 if TYPE_CHECKING:
     from model_configs.spec import TinySpec
 
-_WARMED: set[str] = set()  # what this process has warmed itself with: modules, "compile"
+# what this process has warmed itself with: modules, "compile", "model:<library>:<class>"
+_WARMED: set[str] = set()
 
 
 def warm_parent(*modules: str) -> None:

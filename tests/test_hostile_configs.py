@@ -250,8 +250,7 @@ HOSTILE_CATALOG = {
 def test_a_sweep_over_hostile_configs_gives_every_model_its_rows(tmp_path):
     """Real children with a small memory budget: a model that tried to allocate its declared
     size would be `oom`; refused on `meta`, it is a load `fail` naming the budget instead. The
-    sweep runs in a fresh process, so its children's budget is counted from a process that
-    only this test shaped."""
+    sweep runs in a fresh process: what the worker ran before cannot shape its children."""
     rows_in = [
         {"model_id": m, "library_name": "transformers", "model_type_hint": "llama"}
         for m in HOSTILE_CATALOG
