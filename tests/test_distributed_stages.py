@@ -171,11 +171,15 @@ def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() 
     mark = _mark()
     _inject({"at": "rank1:stage:ddp", "fault": "hang"})
     # rank 0 must reach the collective it then waits in before its deadline: set-up, load and
-    # the single-process step take a few seconds of its own time
-    result = _ddp("neuron", timeout_s=45)
+    # the single-process step take a few seconds of its own time alone, yet in one run of the
+    # whole suite rank 0 was not waiting in a collective when a 45 s deadline ended. Still a
+    # margin, not an order made explicit: the failure's message says what rank 0 was doing.
+    result = _ddp("neuron", timeout_s=90)
     assert result.status == "timeout" and result.failed_rank == 1, result.error_message
-    assert "ddp did not finish within 45 s" in result.error_message  # each rank's own time
-    assert "rank 0" in result.error_message and "waiting in c10d::" in result.error_message
+    assert "ddp did not finish within 90 s" in result.error_message  # each rank's own time
+    assert "rank 0" in result.error_message and "waiting in c10d::" in result.error_message, (
+        result.error_message
+    )
     _nothing_left(mark)
 
 
