@@ -4,10 +4,17 @@
 # test offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh all,ultralytics,dev
+# Debian's chromium for the browser tests installs while the Python packages do (both wait
+# on downloads and disks more than on the CPU)
+apt_pid=
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing Debian chromium for the browser tests" >&2
-  apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null
+  (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null) &
+  apt_pid=$!
+fi
+bash scripts/install.sh all,ultralytics,dev
+if [ -n "$apt_pid" ]; then
+  wait "$apt_pid" || { echo "scripts/test.sh: installing chromium failed" >&2; exit 3; }
 fi
 export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
 export YOLO_OFFLINE=True YOLO_VERBOSE=False
