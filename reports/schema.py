@@ -58,6 +58,8 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
 )
 TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
 SHAPE_STAGES: tuple[Stage, ...] = (Stage.SHAPES, Stage.GENERATE_COMPILED)
+# The stages that call `torch.compile` (what a parent warms its children's compile stack for).
+COMPILING_STAGES: tuple[Stage, ...] = (Stage.COMPILE, *SHAPE_STAGES)
 # Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
 # many as the run's world size (`--world-size`).
 DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)

@@ -21,36 +21,43 @@ from runners.supervisor import forks
 if TYPE_CHECKING:
     from model_configs.spec import TinySpec
 
-# what this process has warmed itself with: modules, "compile", "model:<library>:<class>"
+# what this process has warmed itself with: modules, "backends", "compile",
+# "model:<library>:<class>"
 _WARMED: set[str] = set()
 
 
-def warm_parent(*modules: str) -> None:
+def warm_parent(*modules: str, compiles: bool = True) -> None:
     """Import once in this (parent) process what each forked child would otherwise import
     again: `modules`, what the child's body imports (a model's: `runners.stages`, torch and the
     model libraries; the op sweep's: its runner and PyTorch's OpInfo database); the devices'
-    own modules (`Device.preload_modules`: their compilers); and the compile stack, which a
-    model's compile stage imports and so does the emulated device's set-up (Dynamo looks up
-    its backends by importing every one of them, about half a second; a first compile
-    imports about 0.7 s more)."""
+    own modules (`Device.preload_modules`: their compilers) and Dynamo's backends (a device that
+    registers its compile backend looks them all up, importing every one, about half a
+    second); and, where the children compile (`compiles`), the rest of the compile stack,
+    which a first compile imports (about 0.7 s more) and builds (decompositions, 0.3 s). A
+    parent whose children never compile skips that second part."""
     if not forks():
         return
     if os.environ.get("HFSWEEP_WARM_PARENT", "1") == "0":
         for name in modules:  # what the parent always imported before
             importlib.import_module(name)
         return
-    if _WARMED.issuperset(modules) and "compile" in _WARMED:
+    wanted = {*modules, "backends", *(("compile",) if compiles else ())}
+    if _WARMED.issuperset(wanted):
         return
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
     for name in modules:
         importlib.import_module(name)
-    if "compile" not in _WARMED:
+    if "backends" not in _WARMED:
+        from torch._dynamo.backends.registry import list_backends
+
         from runners.devices import preload_modules
 
         for name in preload_modules():  # what the devices' processes import (their compilers)
             importlib.import_module(name)
+        list_backends(exclude_tags=())
+    if compiles and "compile" not in _WARMED:
         _warm_compile_stack()
-    _WARMED.update([*modules, "compile"])
+    _WARMED.update(wanted)
 
 
 def warm_model(spec: TinySpec) -> None:
@@ -80,9 +87,6 @@ def warm_peft() -> None:
 
 
 def _warm_compile_stack() -> None:
-    from torch._dynamo.backends.registry import list_backends
-
-    list_backends(exclude_tags=())
     for name in _COMPILE_IMPORTS:  # what a first compile imports (measured: about 0.7 s)
         with contextlib.suppress(ImportError):
             importlib.import_module(name)

@@ -62,7 +62,7 @@ IMPORTS_LIBRARY = {
     ("chronos", "transformers"): "Chronos and Chronos-Bolt are transformers T5 models",
     ("transformers", "timm"): "the timm-backed families' towers are timm models",
     ("runners/run_model.py", "transformers"): "quiets its logging in every model process",
-    ("runners/run_model.py", "diffusers"): "quiets its logging in every model process",
+    ("runners/run_model.py", "diffusers"): "quiets its logging where it is already imported",
     ("model_configs/config_files.py", "transformers"): "a config mapping to repo code is refused "
     "before any library is chosen (transformers knows which model types are its own)",
 }

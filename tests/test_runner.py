@@ -134,3 +134,29 @@ def test_signatures_cluster_and_name_ops():
     assert a == b
     assert op_in_message("Could not run 'aten::histc' with arguments") == "aten::histc"
     assert op_in_message("\"histogram_cpu\" not implemented for 'Int'") == "kernel:histogram_cpu"
+
+
+def test_quieting_the_libraries_imports_no_diffusers_yet_quiets_it_once_imported():
+    """`quiet_libraries` runs in every model process; importing diffusers there only to quiet
+    it cost about 2 s of CPU in each that never builds a diffusers model."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import json, logging, sys\n"
+        "from runners.run_model import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "imported = 'diffusers' in sys.modules\n"
+        "from diffusers.utils import logging as dl\n"
+        "dl.get_logger('diffusers.models').warning('this must not print')\n"
+        "print(json.dumps([imported, dl.get_verbosity() == logging.ERROR]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DIFFUSERS_VERBOSITY"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True], done.stderr[-2000:]
+    assert "this must not print" not in done.stderr

@@ -88,3 +88,27 @@ def test_a_forked_child_builds_its_model_without_importing_its_class_again():
     assert "transformers.modeling_utils" in parent
     assert not [m for m in parent if m.startswith("ultralytics")]
     assert not [m for m in new if m.startswith("transformers")], new
+
+
+NO_COMPILE = textwrap.dedent(
+    """
+    import json, sys
+    from runners.isolation import CHILD_MODULES
+    from runners.warm import warm_parent
+    warm_parent(*CHILD_MODULES, compiles=False)
+    without = ["torch._inductor.compile_fx" in sys.modules, "torch._dynamo" in sys.modules]
+    warm_parent(*CHILD_MODULES)
+    print(json.dumps([without, "torch._inductor.compile_fx" in sys.modules]))
+    """
+)
+
+
+def test_a_parent_whose_children_never_compile_warms_no_compile_stack():
+    """`compiles=False` (no stage of the run compiles): the devices' compilers and Dynamo's
+    backends only, not the rest of the compile stack a first compile imports; a later parent
+    call that needs it adds it."""
+    done = subprocess.run(
+        [sys.executable, "-c", NO_COMPILE], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[False, True], True]

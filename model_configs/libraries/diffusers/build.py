@@ -55,6 +55,7 @@ def _quiet_diffusers() -> None:
     from diffusers.utils import logging as dlogging
 
     dlogging.set_verbosity_error()
+    dlogging.disable_progress_bar()
 
 
 def build_model(spec: TinySpec) -> Any:
