@@ -21,11 +21,6 @@ from reports.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
 
-# The model ran in its own (joined) process and the result is printed: the CLI ends the process
-# without the interpreter's teardown, which took 2-3 s and grew its resident memory by about
-# 180 MiB after the result (measured against `/usr/bin/time -v`).
-EXIT_WITHOUT_TEARDOWN = True
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
