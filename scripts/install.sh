@@ -28,7 +28,7 @@ trap 'rm -f "$constraints"' EXIT
 if [ "$LOCK" != none ]; then
   grep -v -E '^(torch|torchvision)==' "$LOCK" >> "$constraints"
 fi
-# uv installs the rest: the same versions as pip would, in a third of the time (it resolves
+# uv installs the rest: the same versions as pip would, in less than half the time (it resolves
 # and fetches in parallel). It is pinned by the lock like everything else. Like pip, it
 # compiles every module it installs to bytecode: where PYTHONDONTWRITEBYTECODE is set, each
 # process would otherwise compile from source every module it imports (2 s more per process
