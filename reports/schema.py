@@ -8,6 +8,7 @@ change name.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -60,6 +61,13 @@ TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, St
 SHAPE_STAGES: tuple[Stage, ...] = (Stage.SHAPES, Stage.GENERATE_COMPILED)
 # The stages that call `torch.compile` (what a parent warms its children's compile stack for).
 COMPILING_STAGES: tuple[Stage, ...] = (Stage.COMPILE, *SHAPE_STAGES)
+
+
+def compiles(stages: Iterable[Stage]) -> bool:
+    """Whether any of `stages` calls `torch.compile`."""
+    return any(s in COMPILING_STAGES for s in stages)
+
+
 # Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
 # many as the run's world size (`--world-size`).
 DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from model_configs.spec import TinySpec
-from reports.schema import COMPILING_STAGES, DISTRIBUTED_STAGES, Stage, Status
+from reports.schema import DISTRIBUTED_STAGES, Stage, Status, compiles
 from runners import containment, faults
 from runners.distributed.group import group_stage_results
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
@@ -67,7 +67,7 @@ def run_isolated(
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
     `on_stage` sees each stage's result as the child reports it (progress)."""
     order = list(settings.stages)
-    warm_parent(*CHILD_MODULES, compiles=any(s in COMPILING_STAGES for s in order))
+    warm_parent(*CHILD_MODULES, compiles=compiles(order))
     if Stage.LORA in order:
         warm_peft()
     spawn = fresh_interpreter(settings.device.name, settings.device.options())

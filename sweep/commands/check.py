@@ -262,13 +262,13 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from reports.schema import COMPILING_STAGES
+            from reports.schema import compiles
             from runners.isolation import CHILD_MODULES, run_isolated
             from runners.warm import warm_parent
 
-            compiles = any(s in COMPILING_STAGES for s in stages)
-            progress.phase("loading the compile stack" if compiles else "loading the stages")
-            warm_parent(*CHILD_MODULES, compiles=compiles)
+            compiling = compiles(stages)
+            progress.phase("loading the compile stack" if compiling else "loading the stages")
+            warm_parent(*CHILD_MODULES, compiles=compiling)
             names = [s.value for s in stages]
             label = f" at {dtype}" if len(dtypes) > 1 else ""
             progress.phase(f"setting up {args.device} and running {names[0]}{label}")
