@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs hfsweep into it at the versions of requirements/lock.txt (pip
 # constraints resolved by scripts/lock.sh), so the same commit installs the same stack on any
-# day. pip installs torch (from the machine's own wheels where it has them), uv the rest.
+# day. pip installs uv (pinned by the lock), uv installs everything else.
 # Usage: scripts/install.sh [extras]  (e.g. dev or all,dev); default `all`: every library
 # adapter's package except ultralytics (AGPL-3.0, opt in with `scripts/install.sh all,ultralytics`).
 # LOCK=path/to/constraints.txt installs against another lock (scripts/upgrade_check.sh uses it);
@@ -16,25 +16,42 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q "pip==$PIP_VERSION"
-# torch 2.14.1 with its torchvision 0.29.1 (TorchNeuron's beta targets PyTorch 2.14). On a GPU
-# machine install the build you want into the venv first: an installed torch is kept.
-"$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null || \
-  "$VENV/bin/python" -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
 extra=${1:-all}
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-# the adapters' packages must not move torch off the installed build
-"$VENV/bin/python" -c "import torch, torchvision; print(f'torch=={torch.__version__.split(\"+\")[0]}\ntorchvision=={torchvision.__version__.split(\"+\")[0]}')" > "$constraints"
-if [ "$LOCK" != none ]; then
-  grep -v -E '^(torch|torchvision)==' "$LOCK" >> "$constraints"
+# torch 2.14.1 with its torchvision 0.29.1 (TorchNeuron's beta targets PyTorch 2.14). On a GPU
+# machine install the build you want into the venv first: an installed torch is kept, and the
+# adapters' packages must not move it.
+if "$VENV/bin/python" -c "import torch, torchvision" 2>/dev/null; then
+  "$VENV/bin/python" -c "import torch, torchvision; print(f'torch=={torch.__version__.split(\"+\")[0]}\ntorchvision=={torchvision.__version__.split(\"+\")[0]}')" > "$constraints"
+  lock_filter='^(torch|torchvision)=='
+else
+  lock_filter='^$'
 fi
-# uv installs the rest: the same versions as pip would, in less than half the time (it resolves
-# and fetches in parallel). It is pinned by the lock like everything else. Like pip, it
-# compiles every module it installs to bytecode: where PYTHONDONTWRITEBYTECODE is set, each
-# process would otherwise compile from source every module it imports (2 s more per process
-# that imports transformers).
+if [ "$LOCK" != none ]; then
+  grep -v -E "$lock_filter" "$LOCK" >> "$constraints"
+else
+  printf 'torch==2.14.1\ntorchvision==0.29.1\n' >> "$constraints"
+fi
+# uv installs the same versions as pip would, in a fraction of pip's time (it resolves, fetches
+# and unpacks in parallel). Like pip, it compiles every module it installs to bytecode: where
+# PYTHONDONTWRITEBYTECODE is set, each process would otherwise compile from source every
+# module it imports (2 s more per process that imports transformers).
 "$VENV/bin/python" -m pip install -q -c "$constraints" uv
 uv_install=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" -c "$constraints")
+# uv reads no pip configuration. Where pip is told of wheels on this machine's own disk (its
+# find-links and extra index URLs: torch and its CUDA libraries, several GB), uv gets the same
+# places, and, as pip does, takes each pinned version from whichever of them has it.
+sources=()
+for url in ${PIP_EXTRA_INDEX_URL:-$("$VENV/bin/python" -m pip config get global.extra-index-url 2>/dev/null || true)}; do
+  sources+=(--extra-index-url "$url")
+done
+for path in ${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}; do
+  sources+=(--find-links "$path")
+done
+if [ ${#sources[@]} -gt 0 ]; then
+  uv_install+=("${sources[@]}" --index-strategy unsafe-best-match)
+fi
 if [ "$LOCK" != none ]; then
   # the build backend at its locked version too (no build isolation: nothing unlocked is fetched)
   "${uv_install[@]}" setuptools
