@@ -2,7 +2,7 @@
 samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes a row.
 
 - **Start.** Forked from a parent that imported torch and the libraries but ran no op (a child
-  starts in milliseconds), or spawned where the device needs an environment variable that the
+  starts in milliseconds), with the parent's heap frozen (`frozen_heap`), or spawned where the device needs an environment variable that the
   parent's torch never read (`fresh_interpreter`), and always off Linux.
 - **Contain.** The child dies with its parent, leads its own process group (killed when the child
   is done), and cannot allocate past its memory budget (`runners.containment`). The budget is
@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,20 @@ def _context(spawn: bool) -> Any:
     if spawn or not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     return mp.get_context("fork")
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Around a fork: everything this process holds goes to the garbage collector's permanent
+    generation until the child is started, so the child's collections never walk what it
+    inherited. Objects of libraries that do not survive a fork (a browser driver's greenlets,
+    in a test process) crashed a child whose collection freed them, and walking them writes to
+    every page the child shares with its parent. The parent's collector gets them back at once."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def forks() -> bool:
@@ -248,7 +263,8 @@ class Child:
         self.proc = ctx.Process(target=_child_main, args=args, daemon=True)
         self._oom_before = containment.oom_kills()
         self.started = time.monotonic()
-        self.proc.start()
+        with frozen_heap():
+            self.proc.start()
         containment.register(self.proc.pid)
         child_conn.close()
         self.clock = OwnClock(self.proc.pid)

@@ -206,3 +206,44 @@ def test_the_memory_budget_counts_from_ready():
         child.deadline(60.0)
         assert child.receive() == (Kind.READY, None)
         assert child.receive() == (Kind.DONE, 64 << 20)
+
+
+class _Finalized:
+    """Writes `path` when it is finalized: in a cycle, only a collection finalizes it."""
+
+    def __init__(self, path: str):
+        self.path, self.me = path, self
+
+    def __del__(self) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+
+def _collect(send) -> None:
+    import gc
+
+    send((Kind.READY, 0.0))
+    send((Kind.DONE, gc.collect()))
+
+
+def test_a_forked_child_never_collects_what_its_parent_left(tmp_path):
+    """What the parent holds at the fork, garbage included, is the parent's: a child's
+    collection does not finalize it (it would close, delete or free the parent's things twice,
+    and objects of libraries that do not survive a fork crashed a child that freed them). The
+    parent still collects its own garbage afterwards."""
+    import gc
+
+    path = tmp_path / "finalized"
+    gc.disable()  # the cycle stays uncollected until this test collects it
+    try:
+        _Finalized(str(path))  # unreachable at once: garbage only a collection frees
+        with Child(_collect, ()) as child:
+            child.deadline(60.0)
+            assert child.receive() == (Kind.READY, 0.0)
+            assert child.receive()[0] == Kind.DONE
+            assert child.receive() is None
+        assert not path.exists()  # the child collected, and left the parent's garbage alone
+        gc.collect()
+        assert path.read_text() == f"{os.getpid()}\n"
+    finally:
+        gc.enable()
