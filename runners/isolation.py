@@ -58,6 +58,13 @@ def _now(child: Child, rest: list[Stage]) -> None:
     child.doing = rest[0].value if rest else "its set-up"
 
 
+def warm_for(settings: ModelSettings) -> None:
+    """What this process imports once before it forks the children of `settings`' models."""
+    warm_parent(*CHILD_MODULES, compiles=compiles(settings.stages), device=settings.device.name)
+    if Stage.LORA in settings.stages:
+        warm_peft()
+
+
 def run_isolated(
     spec: TinySpec,
     settings: ModelSettings,
@@ -67,9 +74,7 @@ def run_isolated(
     `EnvironmentFault` when what went wrong was not the model (retry it; record nothing).
     `on_stage` sees each stage's result as the child reports it (progress)."""
     order = list(settings.stages)
-    warm_parent(*CHILD_MODULES, compiles=compiles(order))
-    if Stage.LORA in order:
-        warm_peft()
+    warm_for(settings)
     spawn = fresh_interpreter(settings.device.name, settings.device.options())
     if not spawn:  # a spawned child imports for itself whatever this process holds
         warm_model(spec)

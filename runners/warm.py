@@ -26,34 +26,41 @@ if TYPE_CHECKING:
 _WARMED: set[str] = set()
 
 
-def warm_parent(*modules: str, compiles: bool = True) -> None:
+def warm_parent(*modules: str, compiles: bool = True, device: str | None = None) -> None:
     """Import once in this (parent) process what each forked child would otherwise import
     again: `modules`, what the child's body imports (a model's: `runners.stages`, torch and the
-    model libraries; the op sweep's: its runner and PyTorch's OpInfo database); the devices'
-    own modules (`Device.preload_modules`: their compilers) and Dynamo's backends (a device that
-    registers its compile backend looks them all up, importing every one, about half a
-    second); and, where the children compile (`compiles`), the rest of the compile stack,
-    which a first compile imports (about 0.7 s more) and builds (decompositions, 0.3 s). A
-    parent whose children never compile skips that second part."""
+    model libraries; the op sweep's: its runner and PyTorch's OpInfo database); the device's
+    own modules (`Device.preload_modules`: its compiler; every registered device's when
+    `device` is None) and, where they are needed, Dynamo's backends (a device with a compiler
+    of its own registers its backend at set-up, which looks them all up, importing every one,
+    about 1.3 s with Dynamo itself); and, where the children compile (`compiles`), the rest of
+    the compile stack, which a first compile imports (about 0.7 s more) and builds
+    (decompositions, 0.3 s). A parent whose children never compile, on a device without a
+    compiler of its own (the CPU), warms neither."""
     if not forks():
         return
     if os.environ.get("HFSWEEP_WARM_PARENT", "1") == "0":
         for name in modules:  # what the parent always imported before
             importlib.import_module(name)
         return
-    wanted = {*modules, "backends", *(("compile",) if compiles else ())}
+    from runners.devices import preload_modules
+
+    compilers = preload_modules(device)
+    backends = compiles or bool(compilers)
+    wanted = {
+        *modules,
+        *compilers,
+        *(("backends",) if backends else ()),
+        *(("compile",) if compiles else ()),
+    }
     if _WARMED.issuperset(wanted):
         return
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile worker pool
-    for name in modules:
+    for name in [*modules, *compilers]:  # compilers: what the device's processes import
         importlib.import_module(name)
-    if "backends" not in _WARMED:
+    if backends and "backends" not in _WARMED:
         from torch._dynamo.backends.registry import list_backends
 
-        from runners.devices import preload_modules
-
-        for name in preload_modules():  # what the devices' processes import (their compilers)
-            importlib.import_module(name)
         list_backends(exclude_tags=())
     if compiles and "compile" not in _WARMED:
         _warm_compile_stack()

@@ -32,6 +32,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -81,6 +82,13 @@ class RunSummary:
 
 
 # ---- task bodies (what runs on a worker) -----------------------------------------------------
+
+
+def warm_for(settings: ModelSettings) -> None:
+    """What a driver that runs its model tasks itself imports before it forks their children."""
+    from runners.isolation import warm_for
+
+    warm_for(settings)
 
 
 def model_task(spec: TinySpec, settings: ModelSettings) -> ModelOutcome:
@@ -253,6 +261,7 @@ def run_sweep(
         planner=planner,
         on_oom=model_oom(run.task.stages),
         check_device=run_fn is None,
+        warm=partial(warm_for, run.task) if run_fn is None else None,
         warn=warn,
     ) as session:
         store, run_id = session.store, session.run_id

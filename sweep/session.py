@@ -20,7 +20,9 @@ run already has (a resume) to say what the run row and the progress line count. 
   every table of the store is a dataset a reader can open, rows or none.
 - The device check (`runners.devices.preflight`): a device that fails it stops the run with one
   error (exit 3) before anything is written. A driver given a stand-in task body (tests and
-  benches of the driver) runs no task on the device and skips it.
+  benches of the driver) runs no task on the device and skips it. Where this process runs the
+  tasks itself (`--local`), it is warmed first (`warm`: what the first task would import), so
+  that the check, like every task after it, is a child forked from it.
 - The executor (`sweep.executors`) starts with the first task: a run with nothing left to run
   starts no Ray.
 """
@@ -148,12 +150,14 @@ class RunSession:
         planner: Planner | None = None,
         on_oom: OomFn | None = None,
         check_device: bool = True,
+        warm: Callable[[], None] | None = None,
         warn: Warn | None = None,
     ):
         self.sweep, self.job, self.device = sweep, job, device
         self.settings = settings  # every setting that changes a row (the resume check's)
         self.run_fn, self.planner, self.on_oom = run_fn, planner, on_oom
         self.check_device = check_device
+        self.warm = warm  # what this process imports before it forks its first task's child
         self.warn = warn or _stderr
         self._stack = contextlib.ExitStack()
         self._ended: str | None = None
@@ -162,8 +166,16 @@ class RunSession:
     def __enter__(self) -> RunSession:
         if self.check_device:
             from runners.devices.preflight import check_device
+            from runners.supervisor import fresh_interpreter
 
-            check_device(self.device.name, self.device.options())  # DeviceCheckError
+            name, options = self.device.name, self.device.options()
+            if (
+                self.warm is not None
+                and self.job.executor == "local"
+                and not fresh_interpreter(name, options)
+            ):
+                self.warm()  # as the first task would: the check then forks from it
+            check_device(name, options)  # DeviceCheckError
         self.store = Store(self.job.store)
         self.run_id = check_run_id(self.job.run_id) if self.job.run_id else new_run_id()
         self.opened = self._stack.enter_context(

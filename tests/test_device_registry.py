@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -189,10 +191,14 @@ def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
 
 
 @pytest.mark.slow
-def test_device_check_before_a_sweep(tmp_path) -> None:
-    """One check in a fresh interpreter: the device set up, one op and its backward."""
+def test_device_check_before_a_sweep(monkeypatch) -> None:
+    """One check in a child forked from this process (it has torch loaded, no device set up):
+    the device set up, one op and its backward; no fresh interpreter is started."""
+    from runners.devices import preflight
     from runners.devices.preflight import DeviceCheckError, check_device
 
+    assert "torch" in sys.modules
+    monkeypatch.setattr(preflight, "_fresh", lambda *a: pytest.fail("a fresh interpreter"))
     report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
     assert report.device == "neuron" and report.emulated
     assert report.profile == "torch-mlir" and report.compile_mode == "eager"
@@ -200,3 +206,55 @@ def test_device_check_before_a_sweep(tmp_path) -> None:
     with pytest.raises(DeviceCheckError, match="cannot run models") as info:
         check_device("neuron", {"compile_mode": "lazy"})
     assert info.value.hint and info.value.exit_code == 3 and is_environment_error(info.value)
+    assert torch._C._get_privateuse1_backend_name() == "privateuseone"  # none stayed here
+
+
+FRESH_CHECK = """
+import json, sys
+from runners.devices.preflight import DeviceCheckError, check_device
+report = check_device("neuron", {"profile": "torch-mlir"})
+try:
+    check_device("neuron", {"compile_mode": "lazy"})
+except DeviceCheckError as exc:
+    error = exc.message
+print(json.dumps([report.profile, report.emulated, error, "torch" in sys.modules]))
+"""
+
+
+@pytest.mark.slow
+def test_a_driver_without_torch_checks_in_a_fresh_interpreter_and_stays_without() -> None:
+    """A Ray driver never imports torch: its check runs in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    profile, emulated, error, torch_here = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (profile, emulated, torch_here) == ("torch-mlir", True, False)
+    assert "cannot run models" in error and "lazy" in error
+
+
+def test_a_forked_check_that_hangs_or_dies_is_one_device_error(monkeypatch) -> None:
+    """The child is forked after the patches below: it hangs (never answers) or dies (exits
+    without a word); each is one DeviceCheckError (exit 3), and the child is gone."""
+    import time
+
+    from runners.devices import preflight
+    from runners.devices.preflight import DeviceCheckError, check_device
+
+    monkeypatch.setattr(preflight, "_fresh", lambda *a: pytest.fail("a fresh interpreter"))
+
+    def hang(name, options):
+        time.sleep(3600)
+
+    monkeypatch.setattr(preflight, "probe", hang)
+    with pytest.raises(DeviceCheckError, match="did not finish in 0.5 s") as info:
+        check_device("cpu", timeout_s=0.5)
+    assert info.value.exit_code == 3 and not multiprocessing.active_children()
+
+    def die(name, options):
+        os._exit(7)
+
+    monkeypatch.setattr(preflight, "probe", die)
+    with pytest.raises(DeviceCheckError, match=r"died before reporting \(exit 7\)"):
+        check_device("cpu")
+    assert not multiprocessing.active_children()

@@ -95,23 +95,33 @@ NO_COMPILE = textwrap.dedent(
     import json, sys
     from runners.isolation import CHILD_MODULES
     from runners.warm import warm_parent
-    warm_parent(*CHILD_MODULES, compiles=False)
-    without = ["torch._inductor.compile_fx" in sys.modules, "torch._dynamo" in sys.modules]
-    warm_parent(*CHILD_MODULES)
-    print(json.dumps([without, "torch._inductor.compile_fx" in sys.modules]))
+    def held():
+        return [m in sys.modules for m in (
+            "torch._inductor.compile_fx", "torch._dynamo", "runners.devices.neuron.compiler"
+        )]
+    warm_parent(*CHILD_MODULES, compiles=False, device="cpu")
+    cpu = held()
+    warm_parent(*CHILD_MODULES, compiles=False, device="neuron")
+    neuron = held()
+    warm_parent(*CHILD_MODULES, device="neuron")
+    print(json.dumps([cpu, neuron, held()]))
     """
 )
 
 
 def test_a_parent_whose_children_never_compile_warms_no_compile_stack():
-    """`compiles=False` (no stage of the run compiles): the devices' compilers and Dynamo's
-    backends only, not the rest of the compile stack a first compile imports; a later parent
-    call that needs it adds it."""
+    """`compiles=False` (no stage of the run compiles): on the CPU, neither Dynamo nor any
+    compiler (its children never import them); on the emulated neuron device, whose set-up
+    registers its compile backend, its compiler and Dynamo's backends, not the rest of the
+    compile stack a first compile imports; a later parent call that needs it adds it."""
     done = subprocess.run(
         [sys.executable, "-c", NO_COMPILE], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[False, True], True]
+    cpu, neuron, compiling = json.loads(done.stdout.strip().splitlines()[-1])
+    assert cpu == [False, False, False]
+    assert neuron == [False, True, True]
+    assert compiling == [True, True, True]
 
 
 def test_which_stage_lists_compile():
@@ -119,3 +129,44 @@ def test_which_stage_lists_compile():
 
     assert compiles(DEFAULT_STAGES) and compiles(SHAPE_STAGES[1:])
     assert not compiles([Stage.LOAD, Stage.FORWARD, Stage.BACKWARD, Stage.OPTIMIZER, Stage.DDP])
+
+
+LOCAL_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from runners.devices import preflight
+    def fresh(*args):
+        raise SystemExit("the device check started a fresh interpreter")
+    preflight._fresh = fresh
+    from reports.store import Store
+    from sweep.commands.options import stage_list
+    from sweep.driver import run_sweep
+    from tests.conftest import write_catalog
+    from tests.test_driver_faults import config
+    folder = Path(sys.argv[1])
+    catalog = write_catalog(folder / "catalog.csv", [
+        {"model_id": "org/llama", "library_name": "transformers", "model_type_hint": "llama"}
+    ])
+    before = "torch" in sys.modules
+    run_sweep(config(folder / "store", catalog, device="neuron", stages=stage_list("load")))
+    rows = Store(folder / "store").read("results", "r").to_pylist()
+    print(json.dumps([before, sorted({(r["stage"], r["status"]) for r in rows})]))
+    """
+)
+
+
+def test_a_local_driver_is_warmed_first_and_its_device_check_forked_from_it(tmp_path):
+    """A driver that runs its tasks itself (`--local`) imports what its first task would,
+    then checks the device in a child forked from itself, not in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_DRIVER, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    torch_before, rows = json.loads(done.stdout.strip().splitlines()[-1])
+    assert torch_before is False  # the check's fork could only start from the warmed driver
+    assert rows == [["load", "pass"]]

@@ -52,10 +52,11 @@ def process_env(name: str, options: dict[str, Any] | None = None) -> dict[str, s
     return dict(device_class(name).process_env(options or {}))
 
 
-def preload_modules() -> list[str]:
-    """What model processes import for any registered device on first use (for a parent that
-    forks them to import once)."""
-    return sorted({m for name in DEVICES for m in device_class(name).preload_modules})
+def preload_modules(device: str | None = None) -> list[str]:
+    """What model processes import for `device` (every registered device where None) on first
+    use (for a parent that forks them to import once)."""
+    names = DEVICES if device is None else [device]
+    return sorted({m for name in names for m in device_class(name).preload_modules})
 
 
 def prepare_process_env(name: str, options: dict[str, Any] | None = None) -> bool:

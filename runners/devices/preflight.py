@@ -1,12 +1,19 @@
 """One check of the device before any model runs: a sweep on a broken device stops with one error.
 
-In a fresh interpreter (the caller's process keeps no device state: the emulated backend, once
-installed, would break the forked model processes), `check_device` builds the device the run
-asked for and does what every model will do first: set it up (the emulator's torch version;
-the real package importable, TorchNeuron and not the legacy XLA package), then one tiny op and
-its backward on the device. A failure raises one `DeviceCheckError` with a hint: an environment
-error (exit code 3, as for any environment that keeps failing), and nothing is written, so the
-same command runs every model once the device is fixed.
+`check_device` builds the device the run asked for and does what every model will do first:
+set it up (the emulator's torch version; the real package importable, TorchNeuron and not the
+legacy XLA package), then one tiny op and its backward on the device. A failure raises one
+`DeviceCheckError` with a hint: an environment error (exit code 3, as for any environment that
+keeps failing), and nothing is written, so the same command runs every model once the device is
+fixed.
+
+The caller's process keeps no device state (the emulated backend, once installed, would break
+the forked model processes), so the check runs in a child: forked from the caller where the
+caller has loaded torch already (the op sweep's driver; a driver whose device's module loads it,
+as the neuron device's does; a `--local` driver, warmed first as its first task would warm it),
+which takes a fraction of a second, else a fresh interpreter (1-3 s of imports). A device whose
+children must be fresh interpreters (`fresh_interpreter`) is checked in one too. The fork
+leaves the caller's heap to the caller (`runners.supervisor.frozen_heap`).
 
 It also sets the environment the device needs before torch is imported (MPS's CPU fallback
 switch) in this process, so that the Ray workers and model processes started after it inherit it.
@@ -88,33 +95,15 @@ def probe(name: str, options: dict[str, Any]) -> dict[str, Any]:
 def check_device(
     name: str, options: dict[str, Any] | None = None, *, timeout_s: float = TIMEOUT_S
 ) -> DeviceCheck:
-    """Check device `name` in a fresh interpreter; raise DeviceCheckError when it cannot run."""
-    from runners.devices import prepare_process_env
+    """Check device `name` in a child process; raise DeviceCheckError when it cannot run."""
+    from runners.supervisor import forks, fresh_interpreter
 
     options = dict(options or {})
-    prepare_process_env(name, options)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
-    command = [sys.executable, "-m", "runners.devices.preflight", name, json.dumps(options)]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT
-        )
-    except subprocess.TimeoutExpired:
-        raise DeviceCheckError(
-            f"Setting up device {name!r} and running one op on it did not finish in "
-            f"{timeout_s:g} s.",
-            device=name,
-            hint="The device hangs before any model runs; check its driver and runtime.",
-        ) from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DeviceCheckError(
-            f"The check of device {name!r} died before reporting (exit {done.returncode}): {tail}",
-            device=name,
-            hint="Run `python -m runners.devices.preflight " + name + "` to see the whole output.",
-        )
-    report = json.loads(lines[-1])
+    spawn = fresh_interpreter(name, options)  # sets the device's variables in this process
+    if forks() and not spawn and "torch" in sys.modules:
+        report = _forked(name, options, timeout_s)
+    else:
+        report = _fresh(name, options, timeout_s)
     if "error" in report:
         error = report["error"]
         raise DeviceCheckError(
@@ -124,6 +113,83 @@ def check_device(
             or "Fix the device (or pick another with --device) and run the same command again.",
         )
     return DeviceCheck(**report)
+
+
+def _hung(name: str, timeout_s: float) -> DeviceCheckError:
+    return DeviceCheckError(
+        f"Setting up device {name!r} and running one op on it did not finish in {timeout_s:g} s.",
+        device=name,
+        hint="The device hangs before any model runs; check its driver and runtime.",
+    )
+
+
+def _died(name: str, exitcode: int | None, tail: str) -> DeviceCheckError:
+    return DeviceCheckError(
+        f"The check of device {name!r} died before reporting (exit {exitcode}): {tail}",
+        device=name,
+        hint="Run `python -m runners.devices.preflight " + name + "` to see the whole output.",
+    )
+
+
+def _fresh(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The check in a fresh interpreter (`python -m runners.devices.preflight`)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
+    command = [sys.executable, "-m", "runners.devices.preflight", name, json.dumps(options)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired:
+        raise _hung(name, timeout_s) from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise _died(name, done.returncode, (done.stderr.strip().splitlines() or ["no output"])[-1])
+    return dict(json.loads(lines[-1]))
+
+
+def _forked(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The check in a child forked from this process (which has set up no device)."""
+    import multiprocessing as mp
+
+    from runners.supervisor import frozen_heap
+
+    ctx = mp.get_context("fork")
+    read, write = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_forked_main, args=(write, name, options), daemon=True)
+    with frozen_heap():
+        child.start()
+    write.close()
+    try:
+        if not read.poll(timeout_s):
+            raise _hung(name, timeout_s)
+        try:
+            return dict(read.recv())
+        except (EOFError, OSError):  # it died before it said anything
+            child.join(5.0)
+            raise _died(name, child.exitcode, "no output") from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(5.0)
+        read.close()
+
+
+def _forked_main(conn: Any, name: str, options: dict[str, Any]) -> None:
+    try:
+        conn.send(report_of(name, options))
+        conn.close()
+    finally:
+        os._exit(0)  # skip interpreter teardown: a device runtime may hang in its atexit
+
+
+def report_of(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What the check found (`probe`), or the error it met, as the child reports it."""
+    try:
+        return probe(name, options)
+    except DeviceError as exc:
+        return {"error": {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}}
+    except Exception as exc:  # any failure of the device is one clear line for the user
+        return {"error": {"type": type(exc).__name__, "message": f"{type(exc).__name__}: {exc}"}}
 
 
 def _pythonpath() -> str:
@@ -136,13 +202,7 @@ def main(argv: list[str]) -> int:
         return 2
     name = argv[0]
     options = json.loads(argv[1]) if len(argv) > 1 else {}
-    try:
-        report = probe(name, options)
-    except DeviceError as exc:
-        report = {"error": {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}}
-    except Exception as exc:  # any failure of the device is one clear line for the user
-        report = {"error": {"type": type(exc).__name__, "message": f"{type(exc).__name__}: {exc}"}}
-    print(json.dumps(report))
+    print(json.dumps(report_of(name, options)))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: a device runtime may hang in its atexit
 

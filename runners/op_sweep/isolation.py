@@ -59,7 +59,7 @@ def run_units_isolated(units: list[Unit], settings: OpSettings) -> Iterator[dict
     `EnvironmentFault` when the environment stopped it (retry the task; record nothing)."""
     from runners.op_sweep.opdb import op_db
 
-    warm_parent(*CHILD_MODULES)
+    warm_parent(*CHILD_MODULES, device=settings.device.name)
     op_db()  # built once per process, before forking children (about 4 s)
     position = (0, 0, 0)
     while True:

@@ -268,7 +268,7 @@ def _check(
 
             compiling = compiles(stages)
             progress.phase("loading the compile stack" if compiling else "loading the stages")
-            warm_parent(*CHILD_MODULES, compiles=compiling)
+            warm_parent(*CHILD_MODULES, compiles=compiling, device=args.device)
             names = [s.value for s in stages]
             label = f" at {dtype}" if len(dtypes) > 1 else ""
             progress.phase(f"setting up {args.device} and running {names[0]}{label}")
