@@ -149,7 +149,7 @@ LOCAL_DRIVER = textwrap.dedent(
         {"model_id": "org/llama", "library_name": "transformers", "model_type_hint": "llama"}
     ])
     before = "torch" in sys.modules
-    run_sweep(config(folder / "store", catalog, device="neuron", stages=stage_list("load")))
+    run_sweep(config(folder / "store", catalog, device="cpu", stages=stage_list("load")))
     rows = Store(folder / "store").read("results", "r").to_pylist()
     print(json.dumps([before, sorted({(r["stage"], r["status"]) for r in rows})]))
     """
