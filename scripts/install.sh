@@ -34,11 +34,16 @@ else
   printf 'torch==2.14.1\ntorchvision==0.29.1\n' >> "$constraints"
 fi
 # uv installs the same versions as pip would, in a fraction of pip's time (it resolves, fetches
-# and unpacks in parallel). Like pip, it compiles every module it installs to bytecode: where
-# PYTHONDONTWRITEBYTECODE is set, each process would otherwise compile from source every
-# module it imports (2 s more per process that imports transformers).
+# and unpacks in parallel).
 "$VENV/bin/python" -m pip install -q -c "$constraints" uv
-uv_install=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" -c "$constraints")
+uv_install=("$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -c "$constraints")
+# Where PYTHONDONTWRITEBYTECODE is set, Python never keeps the bytecode it compiles, so each
+# process would compile from source every module it imports (2 s more per process that imports
+# transformers): compile every installed module now, as pip does (about 30 s). Elsewhere the
+# first import of each module writes its bytecode, for the modules that are used only.
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
+  uv_install+=(--compile-bytecode)
+fi
 # uv reads no pip configuration. Where pip is told of wheels on this machine's own disk (its
 # find-links and extra index URLs: torch and its CUDA libraries, several GB), uv gets the same
 # places, and, as pip does, takes each pinned version from whichever of them has it.

@@ -4,6 +4,10 @@
 # test offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The suite starts hundreds of Python processes (each `hfsweep`, Ray worker, device check):
+# the first import of each module writes its bytecode, and every later process reads it,
+# rather than each compiling from source what it imports (where the variable was set)
+unset PYTHONDONTWRITEBYTECODE
 # Debian's chromium for the browser tests installs while the Python packages do (both wait
 # on downloads and disks more than on the CPU)
 apt_pid=
@@ -16,18 +20,27 @@ bash scripts/install.sh all,ultralytics,dev
 if [ -n "$apt_pid" ]; then
   wait "$apt_pid" || { echo "scripts/test.sh: installing chromium failed" >&2; exit 3; }
 fi
-# the project's own modules as bytecode, once: the suite starts hundreds of Python processes,
-# and where PYTHONDONTWRITEBYTECODE is set each would compile them from source again
-.venv/bin/python -m compileall -q -j 0 sweep model_configs runners reports dashboard tests bench >/dev/null
 export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
 export YOLO_OFFLINE=True YOLO_VERBOSE=False
+# mypy (one core for a while) beside ruff and the docs build; its report comes after theirs
+mypy_out=$(mktemp)
+.venv/bin/mypy > "$mypy_out" 2>&1 &
+mypy_pid=$!
+trap 'kill "$mypy_pid" 2>/dev/null; rm -f "$mypy_out"' EXIT
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== mypy" >&2
-.venv/bin/mypy
 echo "== docs" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+echo "== mypy" >&2
+mypy_rc=0
+wait "$mypy_pid" || mypy_rc=$?
+cat "$mypy_out"
+trap - EXIT
+rm -f "$mypy_out"
+if [ "$mypy_rc" != 0 ]; then
+  exit "$mypy_rc"
+fi
 echo "== pytest" >&2
 # On pytest-xdist workers (docs/testing.md): most tests wait on child processes, Ray and
 # servers, so more workers than cores; `loadgroup` keeps each xdist_group (the embedded Ray's
