@@ -22,28 +22,31 @@ if [ -n "$apt_pid" ]; then
 fi
 export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
 export YOLO_OFFLINE=True YOLO_VERBOSE=False
-# mypy (one core for a while) beside ruff and the docs build; its report comes after theirs
-mypy_out=$(mktemp)
-.venv/bin/mypy > "$mypy_out" 2>&1 &
-mypy_pid=$!
-trap 'kill "$mypy_pid" 2>/dev/null; rm -f "$mypy_out"' EXIT
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "== docs" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+# mypy (one core for 20 s on a clean clone) runs beside pytest, which waits on processes as
+# often as it computes; its report and its verdict come after pytest's.
+mypy_out=$(mktemp)
+.venv/bin/mypy > "$mypy_out" 2>&1 &
+mypy_pid=$!
+trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_out"' EXIT
+echo "== pytest" >&2
+# On pytest-xdist workers (docs/testing.md): most tests wait on child processes, Ray and
+# servers, so more workers than cores; `loadgroup` keeps each xdist_group (the embedded Ray's
+# users, the browser tests, a module's cluster) on one worker; the ten slowest tests at the end
+# keep the budget in sight. HFSWEEP_TEST_WORKERS=0 runs in this process, one test at a time.
+pytest_rc=0
+.venv/bin/pytest -n "${HFSWEEP_TEST_WORKERS:-3}" --dist loadgroup --durations=10 "$@" || pytest_rc=$?
 echo "== mypy" >&2
 mypy_rc=0
 wait "$mypy_pid" || mypy_rc=$?
 cat "$mypy_out"
 trap - EXIT
 rm -f "$mypy_out"
-if [ "$mypy_rc" != 0 ]; then
-  exit "$mypy_rc"
+if [ "$pytest_rc" != 0 ]; then
+  exit "$pytest_rc"
 fi
-echo "== pytest" >&2
-# On pytest-xdist workers (docs/testing.md): most tests wait on child processes, Ray and
-# servers, so more workers than cores; `loadgroup` keeps each xdist_group (the embedded Ray's
-# users, the browser tests, a module's cluster) on one worker; the ten slowest tests at the end
-# keep the budget in sight. HFSWEEP_TEST_WORKERS=0 runs in this process, one test at a time.
-exec .venv/bin/pytest -n "${HFSWEEP_TEST_WORKERS:-3}" --dist loadgroup --durations=10 "$@"
+exit "$mypy_rc"
