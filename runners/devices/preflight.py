@@ -151,11 +151,13 @@ def _forked(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, A
     """The check in a child forked from this process (which has set up no device)."""
     import multiprocessing as mp
 
+    from runners import containment
     from runners.supervisor import frozen_heap
 
     ctx = mp.get_context("fork")
     read, write = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_forked_main, args=(write, name, options), daemon=True)
+    args = (write, os.getpid(), name, options)
+    child = ctx.Process(target=_forked_main, args=args, daemon=True)
     with frozen_heap():
         child.start()
     write.close()
@@ -171,11 +173,18 @@ def _forked(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, A
         if child.is_alive():
             child.kill()
         child.join(5.0)
+        if child.pid is not None:  # whatever the device's runtime started goes with it
+            containment.kill_group(child.pid)
         read.close()
 
 
-def _forked_main(conn: Any, name: str, options: dict[str, Any]) -> None:
+def _forked_main(conn: Any, parent_pid: int, name: str, options: dict[str, Any]) -> None:
+    """The forked check: as every model child, it dies with its parent (a driver killed while
+    it checks leaves nothing behind) and leads a process group of its own."""
+    from runners import containment
+
     try:
+        containment.enter_child(parent_pid)
         conn.send(report_of(name, options))
         conn.close()
     finally:
