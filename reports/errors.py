@@ -148,6 +148,12 @@ def safe_text(exc: BaseException) -> str:
             return f"<{type(exc).__name__} whose message cannot be read>"
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name where it has none."""
+    text = safe_text(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def format_error(exc: BaseException) -> str:
     """One line (plus an optional hint line) for a user, no traceback."""
     if isinstance(exc, SweepError):

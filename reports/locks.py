@@ -20,10 +20,15 @@ import time
 import uuid
 from typing import Any
 
-from reports.errors import UsageError
+from reports.errors import StoreError, UsageError, first_line
 
 LEASE_S = 30.0  # a lease not refreshed for this long is stale (its driver is gone)
 HEARTBEAT_S = 5.0
+# A read of the lease that fails for another reason than its absence (a dropped connection, a
+# 5xx, an object replaced while it was read) is tried again this often, then is a StoreError:
+# taking a failed read for "no lease" would let a second driver into a held run.
+READ_ATTEMPTS = 4
+READ_BACKOFF_S = 0.25
 
 
 class RunLocked(UsageError):
@@ -98,12 +103,24 @@ class RunLock:
         return f"{self.folder}/run_id={self.run_id}.json"
 
     def _read_lease(self) -> dict[str, Any] | None:
+        """The lease, or None where there is none. Any other failure is retried, then raised."""
         fs = self.store.fs
-        try:
-            with fs.open_input_stream(self._lease_path) as fh:
-                return dict(json.loads(fh.read() or b"{}"))
-        except (FileNotFoundError, OSError, ValueError):
-            return None
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                with fs.open_input_stream(self._lease_path) as fh:
+                    return dict(json.loads(fh.read() or b"{}"))
+            except FileNotFoundError:
+                return None
+            except (OSError, ValueError) as exc:
+                failure = exc
+                time.sleep(READ_BACKOFF_S * 2**attempt)
+        raise StoreError(
+            f"cannot read the lease of run {self.run_id} at {self._lease_path!r} "
+            f"({READ_ATTEMPTS} tries): {first_line(failure)}",
+            run_id=self.run_id,
+            hint="check the object store's endpoint and the AWS_* variables, then rerun with "
+            "the same --run-id",
+        ) from failure
 
     def _write_lease(self) -> None:
         self.holder["heartbeat"] = time.time()
@@ -153,7 +170,8 @@ class RunLock:
         if self._beat is not None:
             self._stop.set()
             self._beat.join(timeout=HEARTBEAT_S)
-            lease = self._read_lease()
-            if lease and lease.get("token") == self.holder["token"]:
-                with contextlib.suppress(OSError):
+            # Where the lease cannot be read or deleted now, it goes stale after LEASE_S.
+            with contextlib.suppress(OSError, StoreError):
+                lease = self._read_lease()
+                if lease and lease.get("token") == self.holder["token"]:
                     self.store.fs.delete_file(self._lease_path)

@@ -46,7 +46,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from reports.errors import StoreError
+from reports.errors import StoreError, first_line
 from reports.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -100,16 +100,11 @@ def open_filesystem(root: str) -> tuple[pafs.FileSystem, str, bool]:
         fs, path = pafs.FileSystem.from_uri(root)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise StoreError(
-            f"cannot open the store {root!r}: {_first_line(exc)}",
+            f"cannot open the store {root!r}: {first_line(exc)}",
             hint="use a folder, or a URI such as s3://bucket/prefix (endpoint and credentials "
             "from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
         ) from exc
     return fs, path.rstrip("/"), False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class Store:
@@ -135,7 +130,7 @@ class Store:
             raise
         except OSError as exc:
             raise StoreError(
-                f"cannot {doing} the store {self.uri!r}: {_first_line(exc)}",
+                f"cannot {doing} the store {self.uri!r}: {first_line(exc)}",
                 hint="check the path, or for an object store the bucket and the AWS_* variables",
             ) from exc
 
@@ -336,7 +331,7 @@ class Store:
             with self._io("read"):
                 self.dataset(table, [path]).to_table()
         except (pa.ArrowException, StoreError, ValueError, OSError) as exc:
-            return _first_line(exc)
+            return first_line(exc)
         return None
 
     def damaged_parts(

@@ -12,10 +12,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from reports.errors import SystemFaultError, UsageError
+from reports.errors import StoreError, SystemFaultError, UsageError
 from reports.locks import RunLock, RunLocked
 from reports.store import Store
 from runners import faults
@@ -417,6 +418,50 @@ def test_a_lease_is_renewed_while_its_driver_lives(monkeypatch):
             while held._read_lease()["heartbeat"] <= first:  # renewed by its thread
                 assert time.monotonic() < deadline, "the lease was never renewed"
                 time.sleep(0.1)
+
+
+class _FlakyReads:
+    """A local filesystem whose next `failures` reads of any file fail as a dropped connection
+    or a replaced object would (moto's server fails a read that races an overwrite this way)."""
+
+    def __init__(self, failures: int):
+        import pyarrow.fs as pafs
+
+        self.fs, self.failures = pafs.LocalFileSystem(), failures
+
+    def open_input_stream(self, path: str):
+        if self.failures:
+            self.failures -= 1
+            raise OSError("AWS Error NETWORK_CONNECTION during GetObject operation")
+        return self.fs.open_input_stream(path)
+
+    def __getattr__(self, name: str):
+        return getattr(self.fs, name)
+
+
+def _leased_store(tmp_path: Path, fs: _FlakyReads) -> SimpleNamespace:
+    """A store that RunLock leases as it does an object store's, on local files."""
+    return SimpleNamespace(root=str(tmp_path), local=False, fs=fs)
+
+
+def test_a_lease_read_that_fails_is_retried_and_then_an_error_never_taken_for_none(
+    tmp_path, monkeypatch
+):
+    from reports import locks
+
+    monkeypatch.setattr(locks, "READ_BACKOFF_S", 0.0)
+    fs = _FlakyReads(0)
+    holder = RunLock(_leased_store(tmp_path, fs), "r")
+    (tmp_path / ".locks").mkdir()
+    holder._write_lease()
+    # fewer failures than attempts: the lease as written
+    fs.failures = locks.READ_ATTEMPTS - 1
+    assert holder._read_lease()["token"] == holder.holder["token"]
+    # a lease that cannot be read is not "no lease": a second driver is refused, writes nothing
+    fs.failures = locks.READ_ATTEMPTS
+    with pytest.raises(StoreError, match=r"cannot read the lease of run r .*NETWORK_CONNECTION"):
+        RunLock(_leased_store(tmp_path, fs), "r").__enter__()
+    assert holder._read_lease()["token"] == holder.holder["token"]
 
 
 # ---- the figures the README gives -----------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reports.errors import SystemFaultError, safe_text
+from reports.errors import SystemFaultError, first_line
 from sweep.executors.protocol import Abandoned
 
 RETRY_BACKOFF_S = 1.0  # before the first retry; doubled for each further one (at most 30 s)
@@ -31,7 +31,7 @@ def describe_failure(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException):
         exc = cause
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 class GiveUp:
@@ -74,8 +74,3 @@ def gave_up_error(
         f"kept failing after retries: {listed}",
         hint=f"rerun the same command (--run-id {run_id}): only those run again",
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = safe_text(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
