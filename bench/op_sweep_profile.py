@@ -59,11 +59,11 @@ def main() -> None:
     from runners.op_sweep import opdb
     from runners.op_sweep.run import sweep_units
     from runners.op_sweep.units import Unit
-    from runners.settings import OpSettings
+    from runners.settings import DTYPE_NAMES, OpSettings, dtype_names
 
     names = None if args.ops == "all" else [n for n in args.ops.split(",") if n]
     keys = opdb.select_opinfos(names)
-    dtypes = tuple(opdb.parse_dtypes(args.dtypes))
+    dtypes = dtype_names(args.dtypes) if args.dtypes else DTYPE_NAMES
     units = [
         Unit(k, opdb.get_opinfo(k).name, opdb.get_opinfo(k).variant_test_name or None, dtypes)
         for k in keys

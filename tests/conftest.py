@@ -101,11 +101,16 @@ def forget_cluster(port: int | str) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The `slow` tests first (each in the order collected), so that on several workers the
     longest ones start at once and the many short ones fill in around them; `ray_session`
-    users go to one worker (RAY_GROUP)."""
+    users go to one worker (RAY_GROUP) and, without workers, come one after another too."""
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(RAY_GROUP)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            "ray_session" not in getattr(item, "fixturenames", ()),
+        )
+    )
     _name_params_in_node_ids(items)
     if getattr(config.option, "loadgroup", False):  # set on xdist workers by `--dist loadgroup`
         _group_by_node_id(items)
@@ -157,10 +162,11 @@ def _group_by_node_id(items: list[pytest.Item]) -> None:
         item._id = NodeId.parse(nodeid + suffix)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_session():
-    """One embedded Ray for the whole session (each start costs seconds of CPU, and an idle
-    Ray a few percent of a core); its users share one xdist worker (RAY_GROUP)."""
+    """One embedded Ray for the tests that use it (each start costs seconds of CPU): they share
+    one xdist worker (RAY_GROUP) and run one after another there; it stops after the last of
+    them (`pytest_runtest_teardown`), since an idle Ray takes a few percent of a core."""
     import ray
 
     from sweep.executors.ray_cluster import start_embedded
@@ -171,8 +177,17 @@ def ray_session():
                 address="local", num_cpus=2, include_dashboard=False, log_to_driver=False
             )
         )
-    yield ray
-    ray.shutdown()
+    return ray
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the embedded Ray of `ray_session` once the next test does not use it (a later
+    user would start it again)."""
+    uses = lambda it: it is not None and "ray_session" in getattr(it, "fixturenames", ())  # noqa: E731
+    if uses(item) and not uses(nextitem):
+        import ray
+
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

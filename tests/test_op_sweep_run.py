@@ -48,7 +48,8 @@ def test_select_opinfos_names_and_variants() -> None:
 def test_applicability_and_tolerances() -> None:
     import torch
 
-    from runners.op_sweep.opdb import applicability, get_opinfo, parse_dtypes, tolerance
+    from runners.op_sweep.opdb import applicability, get_opinfo, tolerance
+    from runners.settings import dtype_names
 
     zeta = applicability(get_opinfo("special.zeta"), torch.bfloat16, "cpu")
     assert zeta.forward is not None and zeta.forward[0] == OpSkipReason.DTYPE_NOT_SUPPORTED
@@ -58,9 +59,9 @@ def test_applicability_and_tolerances() -> None:
     # layer_norm declares a looser fp32 tolerance than assert_close's default
     assert tolerance(get_opinfo("nn.functional.layer_norm"), torch.float32) > (1e-5, 1.3e-6)
     assert tolerance(get_opinfo("add"), torch.float32) == (1e-5, 1.3e-6)
-    assert parse_dtypes("bf16,fp32") == ["bf16", "fp32"]
-    with pytest.raises(UnknownNameError):
-        parse_dtypes("fp64")
+    assert dtype_names("bf16,fp32") == ("bf16", "fp32")
+    with pytest.raises(UsageError, match="unknown dtype 'fp64'"):
+        dtype_names("fp64")
 
 
 def test_declarations(tmp_path: Path) -> None:
@@ -188,7 +189,7 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "Unknown OpInfo name" in out.stderr and "Traceback" not in out.stderr
     out = _ops("--dtypes", "fp64", "--store", str(tmp_path / "s"))
-    assert out.returncode == 2 and "Unknown dtype" in out.stderr
+    assert out.returncode == 2 and "unknown dtype 'fp64'" in out.stderr
     listed = _ops("--list", "--ops", "normal")
     assert listed.returncode == 0 and "normal.number_mean" in listed.stdout
 
@@ -250,15 +251,24 @@ def test_a_sample_that_crashes_or_hangs_is_a_row() -> None:
 
 
 @pytest.mark.slow
-def test_ray_driver(tmp_path: Path) -> None:
-    """Through the CLI, with its own embedded Ray, as a user runs it."""
+def test_ray_driver(tmp_path: Path, ray_session) -> None:
+    """On Ray: two groups of OpInfos, two Ray tasks, each row naming its Ray worker. On the
+    session's embedded Ray; `hfsweep ops` starting its own runs in the fault matrix (`ops`)."""
+    from runners.settings import DeviceChoice, OpSettings
+    from sweep.op_driver import run_op_sweep
+    from sweep.settings import JobSettings, OpRun
+
     store = tmp_path / "store"
-    out = _ops(
-        "--ops", "add,sum,softmax", "--dtypes", "fp32", "--device", "cpu", "--group-size", "2",
-        "--num-cpus", "2", "--store", str(store), "--no-report",
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "4 OpInfos x 1 dtypes" in out.stderr  # softmax has a with_dtype variant
+    job = JobSettings(store=str(store), executor="ray", progress=False)
+    run = OpRun(
+        job=job,
+        task=OpSettings(device=DeviceChoice("cpu"), dtypes=("fp32",)),
+        ops=("add", "sum", "softmax"),
+        group_size=2,
+    )
+    summary = run_op_sweep(run)
+    assert summary.opinfos == 4 and summary.units == 4  # softmax has a with_dtype variant
+    assert not summary.abandoned
     rows = _rows(store)
     assert {r["opinfo"] for r in rows} == {"add", "sum", "softmax", "softmax.with_dtype"}
     assert all(r["worker"].startswith("ray:") for r in rows)

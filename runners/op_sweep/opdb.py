@@ -28,7 +28,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-DEFAULT_DTYPES = ("fp32", "bf16", "fp16")
 INPUTS = ("sample", "reference")  # OpInfo.sample_inputs, or reference_inputs (more, larger)
 
 # The PyTorch test whose declared skips and tolerances describe "the same op on another device
@@ -101,22 +100,6 @@ def select_opinfos(names: list[str] | None = None) -> list[str]:
             "`hfsweep ops --list` prints them all",
         )
     return chosen
-
-
-def parse_dtypes(text: str | None) -> list[str]:
-    if not text:
-        return list(DEFAULT_DTYPES)
-    out = []
-    for name in (n.strip() for n in text.split(",")):
-        if not name:
-            continue
-        if name not in DTYPES:
-            raise UnknownNameError(
-                f"Unknown dtype {name!r}. Available: {', '.join(DTYPES)}",
-            )
-        if name not in out:
-            out.append(name)
-    return out
 
 
 @dataclass(frozen=True)

@@ -33,14 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> OpRun:
-    from runners.op_sweep.opdb import parse_dtypes
-    from runners.settings import OpSettings
+    from runners.settings import DTYPE_NAMES, OpSettings, dtype_names
 
     return OpRun(
         job=options.job_settings(args),
         task=OpSettings(
             device=options.device_choice(args),
-            dtypes=tuple(parse_dtypes(args.dtypes)),
+            dtypes=dtype_names(args.dtypes) if args.dtypes else DTYPE_NAMES,
             inputs=args.inputs,
             timeout_s=args.timeout,
             memory_limit=options.memory_limit(args),
