@@ -113,7 +113,8 @@ class RunLock:
                 return None
             except (OSError, ValueError) as exc:
                 failure = exc
-                time.sleep(READ_BACKOFF_S * 2**attempt)
+                if attempt + 1 < READ_ATTEMPTS:
+                    time.sleep(READ_BACKOFF_S * 2**attempt)  # 0.25, 0.5, 1 s
         raise StoreError(
             f"cannot read the lease of run {self.run_id} at {self._lease_path!r} "
             f"({READ_ATTEMPTS} tries): {first_line(failure)}",

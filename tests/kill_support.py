@@ -1,7 +1,7 @@
 """A driver killed at a point the test controls: one of its tasks waits in a `wait` fault
 (`runners/faults.py`) that is never released, and the driver (its whole session) is SIGKILLed
 once that task waits and rows reached the store. So the kill lands mid-run on any machine,
-never at a moment that races its speed."""
+never at a moment that races its speed. And whether a process outlived its killed parent."""
 
 from __future__ import annotations
 
@@ -48,3 +48,21 @@ def kill_while_waiting(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pid: int, seconds: float = 120.0) -> bool:
+    """Whether `pid` is gone within `seconds` (a guard against a hang, not a speed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -236,8 +237,6 @@ def test_a_driver_without_torch_checks_in_a_fresh_interpreter_and_stays_without(
 def test_a_forked_check_that_hangs_or_dies_is_one_device_error(monkeypatch) -> None:
     """The child is forked after the patches below: it hangs (never answers) or dies (exits
     without a word); each is one DeviceCheckError (exit 3), and the child is gone."""
-    import time
-
     from runners.devices import preflight
     from runners.devices.preflight import DeviceCheckError, check_device
 
@@ -258,3 +257,43 @@ def test_a_forked_check_that_hangs_or_dies_is_one_device_error(monkeypatch) -> N
     with pytest.raises(DeviceCheckError, match=r"died before reporting \(exit 7\)"):
         check_device("cpu")
     assert not multiprocessing.active_children()
+
+
+def test_a_driver_killed_while_its_check_runs_takes_the_check_with_it(tmp_path) -> None:
+    """A driver (torch loaded: the check is forked) is SIGKILLed once its check is inside its
+    probe (the probe wrote its pid, then waits): the check dies with it (PR_SET_PDEATHSIG)
+    rather than running on, an orphan. The kill's moment is that file, not a time."""
+    from tests.kill_support import alive, wait_dead
+
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        import torch
+        from runners.devices import preflight
+
+        def probe(name, options):
+            with open(sys.argv[1] + ".tmp", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+            time.sleep(3600)
+
+        preflight.probe = probe
+        preflight._fresh = lambda *a: sys.exit("a fresh interpreter, not a fork")
+        preflight.check_device("cpu", timeout_s=3600)
+        """
+    )
+    pid_file = tmp_path / "check.pid"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-c", script, str(pid_file)], cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+        while not pid_file.exists():
+            assert driver.poll() is None, f"the driver ended (exit {driver.returncode})"
+            assert time.monotonic() < deadline, "the check never reached its probe"
+            time.sleep(0.05)
+        check = int(pid_file.read_text())
+        assert check != driver.pid and alive(check)
+    finally:
+        driver.kill()
+        driver.wait()
+    assert wait_dead(check), "the device check outlived its driver"

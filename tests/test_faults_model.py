@@ -21,6 +21,7 @@ from runners.isolation import CHILD_MODULES, run_isolated
 from runners.settings import ModelSettings
 from runners.warm import warm_parent
 from tests.conftest import ROOT
+from tests.kill_support import alive, wait_dead
 from tests.test_runner import tiny
 
 STAGES = ["load", "forward", "backward"]
@@ -46,24 +47,6 @@ def inject(monkeypatch, tmp_path):
 
 def statuses(outcome) -> dict[str, str]:
     return {r.stage: r.status for r in outcome.stages}
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_dead(pid: int, seconds: float = 120.0) -> bool:
-    """Whether `pid` is gone within `seconds` (a guard against a hang, not a speed)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_segfault_in_a_stage_is_a_crash_of_that_stage(llama, inject):
