@@ -99,16 +99,17 @@ def forget_cluster(port: int | str) -> None:
 
 @pytest.hookimpl(trylast=True)  # after xdist's own hook (see `_group_by_node_id`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The `slow` tests first (each in the order collected), so that on several workers the
-    longest ones start at once and the many short ones fill in around them; `ray_session`
-    users go to one worker (RAY_GROUP) and, without workers, come one after another too."""
+    """The `ray_session` users first, one after another (one Ray serves them all; on several
+    workers they go to one worker: RAY_GROUP), then the `slow` tests (each in the order
+    collected), so that on several workers the longest ones start at once and the many short
+    ones fill in around them."""
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(RAY_GROUP)
     items.sort(
         key=lambda item: (
-            item.get_closest_marker("slow") is None,
             "ray_session" not in getattr(item, "fixturenames", ()),
+            item.get_closest_marker("slow") is None,
         )
     )
     _name_params_in_node_ids(items)
