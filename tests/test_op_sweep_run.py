@@ -91,6 +91,8 @@ def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
     out = _ops("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Op sweep: denominators" in out.stdout
+    # softmax has a with_dtype variant: 9 OpInfos of the 8 names, at the three default dtypes
+    assert "9 OpInfos x 3 dtypes, 0 OpInfo x dtype already done" in out.stderr
     rows = _rows(store)
     statuses = {r["status"] for r in rows}
     assert statuses <= {"pass", "skip"}, statuses
