@@ -65,6 +65,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from runners import containment, faults  # noqa: E402
+from runners.containment import alive  # noqa: E402
 
 HFSWEEP = [sys.executable, "-m", "sweep"]
 MARK = "HFSWEEP_BENCH_MARK"  # every process of a trial inherits it: what is left is an orphan
@@ -159,24 +160,16 @@ def left_behind(mark: str, grace_s: float = 10.0) -> list[int]:
     """Processes of a trial still alive `grace_s` after its driver ended (then killed; what
     they were goes to stderr)."""
     deadline = time.monotonic() + grace_s
-    alive = containment.processes_with_env(MARK, mark)
-    while alive and time.monotonic() < deadline:
+    left = containment.processes_with_env(MARK, mark)
+    while left and time.monotonic() < deadline:
         time.sleep(0.25)
-        alive = containment.processes_with_env(MARK, mark)
-    for pid in alive:
+        left = containment.processes_with_env(MARK, mark)
+    for pid in left:
         print(f"left behind {grace_s:g} s after its driver: {describe(pid)}", file=sys.stderr)
-    for pid in alive:
+    for pid in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    return alive
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return left
 
 
 def wait_all_dead(pids: list[int], seconds: float = 5.0) -> list[int]:

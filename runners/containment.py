@@ -222,12 +222,20 @@ def processes_with_env(name: str, value: str) -> list[int]:
         try:
             if needle not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z":
+        if alive(int(entry.name)):
             out.append(int(entry.name))
     return out
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process: it exists and is not a zombie (dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def kill_marked(name: str, value: str, *, spare: Collection[int] = ()) -> list[int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import faults
+from runners.containment import alive
 from tests.conftest import ROOT
 
 
@@ -48,14 +49,6 @@ def kill_while_waiting(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_dead(pid: int, seconds: float = 120.0) -> bool:
