@@ -2,8 +2,9 @@
 samples (`runners.op_sweep.isolation`) run in, so that a hang or a crash becomes a row.
 
 - **Start.** Forked from a parent that imported torch and the libraries but ran no op (a child
-  starts in milliseconds), with the parent's heap frozen (`frozen_heap`), or spawned where the device needs an environment variable that the
-  parent's torch never read (`fresh_interpreter`), and always off Linux.
+  starts in milliseconds), with the parent's heap frozen (`frozen_heap`), or spawned where the
+  device needs an environment variable that the parent's torch never read
+  (`fresh_interpreter`), and always off Linux.
 - **Contain.** The child dies with its parent, leads its own process group (killed when the child
   is done), and cannot allocate past its memory budget (`runners.containment`). The budget is
   the body's: it is counted from what the child holds once its device is set up (`READY`), so

@@ -44,6 +44,7 @@ from reports.schema import Stage, Status
 from reports.store import Store
 from runners import faults
 from runners.distributed import check_world_size
+from runners.isolation import warm_for
 from runners.outcome import ModelOutcome, failed_before
 from runners.settings import ModelSettings
 from sweep.executors.fault_policy import gave_up_error
@@ -82,13 +83,6 @@ class RunSummary:
 
 
 # ---- task bodies (what runs on a worker) -----------------------------------------------------
-
-
-def warm_for(settings: ModelSettings) -> None:
-    """What a driver that runs its model tasks itself imports before it forks their children."""
-    from runners.isolation import warm_for
-
-    warm_for(settings)
 
 
 def model_task(spec: TinySpec, settings: ModelSettings) -> ModelOutcome:
@@ -261,6 +255,7 @@ def run_sweep(
         planner=planner,
         on_oom=model_oom(run.task.stages),
         check_device=run_fn is None,
+        # a `--local` driver forks its tasks' children: warmed as a task would warm it
         warm=partial(warm_for, run.task) if run_fn is None else None,
         warn=warn,
     ) as session:
