@@ -309,6 +309,36 @@ def test_a_damaged_fallbacks_part_reruns_the_models_of_its_results_part(tmp_path
     assert Store(store).read("fallbacks", "r").num_rows == len(MODELS)
 
 
+def test_truncated_empty_parts_are_put_aside_and_written_again(tmp_path, catalog):
+    """The run's parts of no rows are checked like its data parts: truncated to 100 bytes, the
+    same command puts them aside (a new one where the table has no other part: here
+    `alternatives`), and pyarrow opens every table again."""
+    import pyarrow.dataset as pads
+
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog), run_fn=passing)
+    truncated = [
+        next((store / table / "run_id=r").glob("empty-*.parquet"))
+        for table in ("results", "alternatives")
+    ]
+    for empty in truncated:
+        empty.write_bytes(empty.read_bytes()[:100])
+    with pytest.raises(Exception, match="magic bytes"):
+        pads.dataset(store / "results", format="parquet").to_table()
+
+    warnings: list[str] = []
+    summary = run_sweep(config(store, catalog), run_fn=passing, warn=warnings.append)
+    assert summary.damaged_parts == 2 and summary.models_run == 0
+    assert len(warnings) == 2 and all("held no rows" in w for w in warnings), warnings
+    for empty in truncated:
+        assert (empty.parent / f".damaged-{empty.name}").exists()
+    assert not list((store / "results" / "run_id=r").glob("empty-*"))  # has data parts
+    assert len(list((store / "alternatives" / "run_id=r").glob("empty-*"))) == 1  # a new one
+    assert pads.dataset(store / "results", format="parquet").to_table().num_rows == 2 * len(ALL)
+    assert pads.dataset(store / "alternatives", format="parquet").to_table().num_rows == 0
+    assert exactly_once(store, ALL)
+
+
 # ---- environment failures: retried, never rows ----------------------------------------------
 
 
