@@ -339,6 +339,35 @@ def test_truncated_empty_parts_are_put_aside_and_written_again(tmp_path, catalog
     assert exactly_once(store, ALL)
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go): a connection is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_hub_that_does_not_answer_is_asked_once_and_the_run_plans_offline(
+    tmp_path, catalog, monkeypatch
+):
+    """Online, with the Hub's endpoint a closed loopback port: one probe, one line, and every
+    model planned from its library's defaults (never one Hub timeout and retries per model)."""
+    import huggingface_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    warnings: list[str] = []
+    summary = run_sweep(config(tmp_path / "store", catalog), run_fn=passing, warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith("the Hub does not answer"), warnings
+    assert "HF_HUB_OFFLINE=1" in warnings[0]
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # what the run's workers and children inherit
+    assert summary.models_run == len(MODELS) and exactly_once(tmp_path / "store", ALL)
+    rows = Store(tmp_path / "store").read("results", "r").to_pylist()
+    assert {r["config_source"] for r in rows} == {"transformers_default"}
+
+
 # ---- environment failures: retried, never rows ----------------------------------------------
 
 
