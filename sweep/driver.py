@@ -292,6 +292,7 @@ def run_sweep(
                 settings_at=run.at,
                 plan_batch=run.plan_batch,
                 on_model=lambda outcome, n: session.progress.advance(outcome, n=n),
+                on_planned=session.progress.plan_done,
                 dtypes=run.dtypes,
                 pending=progress.pending,
                 plans=plans,
