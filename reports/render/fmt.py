@@ -134,16 +134,35 @@ def seconds(s: float | None) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
-def time_taken(stages_s: float | None, wall_s: float | None) -> str:
+def time_taken(stages_s: float | None, wall_s: float | None, ranks_s: float | None = None) -> str:
     """One model's time, in the words `check`, `lookup` and the model page share: the sum of
     its stages' own seconds, and the wall time of the process that ran it (set-up, every stage,
-    start and exit), which grows when the machine is busy."""
+    start and exit), which grows when the machine is busy. The distributed stages (`ranks_s`
+    of the stages' seconds) run in a group of rank processes of their own, outside the model's
+    process: said, so that a wall shorter than the stages' sum reads as what it is."""
     parts = []
     if stages_s is not None:
-        parts.append(f"stages {seconds(stages_s)}")
+        inside = (
+            f" ({seconds(ranks_s)} of them in the distributed stages' rank processes, outside "
+            "the model process)"
+            if ranks_s
+            else ""
+        )
+        parts.append(f"stages {seconds(stages_s)}{inside}")
     if wall_s is not None:
-        parts.append(f"model process {seconds(wall_s)} (wall: set-up, stages, exit)")
+        what = "set-up, the other stages, exit" if ranks_s else "set-up, stages, exit"
+        parts.append(f"model process {seconds(wall_s)} (wall: {what})")
     return "; ".join(parts) or "-"
+
+
+def ranks_seconds(rows: Any) -> float | None:
+    """The seconds of a model's distributed stages (`time_taken`'s `ranks_s`: run by rank
+    processes of their own, not by the model's process), None when it ran none."""
+    from reports.schema import DISTRIBUTED_STAGES
+
+    names = {s.value for s in DISTRIBUTED_STAGES}
+    ran = [r["duration_s"] for r in rows if r.get("stage") in names and r.get("duration_s")]
+    return sum(ran) if ran else None
 
 
 def short_value(value: Any, limit: int = 60) -> str:
