@@ -186,6 +186,13 @@ def test_a_model_page_finds_the_id_meant(tmp_path_factory: pytest.TempPathFactor
     assert body["hint"] == f"run it with: {run}"
     html = c.get("/models/meta/Llama-9B").text
     assert f"{run}</code>" in html
+    # the models table's search for it answers as lookup does: its rank and the command
+    table = c.get("/api/models", params={"search": "meta/Llama-9B"}).json()
+    assert table["total"] == 0 and table["answer"]["check"] == run
+    assert table["answer"]["message"].startswith("meta/Llama-9B is in the catalog (rank 7")
+    html = c.get("/models", params={"search": "meta/Llama-9B"}).text
+    assert 'id="search-answer"' in html and f"{run}</code>" in html
+    assert c.get("/api/models", params={"search": "zzz qq"}).json()["answer"] is None
     assert c.get("/models/meta/Llama").status_code == 404
     assert "meta/Llama-9B (catalog rank 7)" in c.get("/models/meta/Llama").text
 
