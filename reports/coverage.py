@@ -20,20 +20,10 @@ from reports.query import (
     StoreQuery,
 )
 from reports.render import fmt
-from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, ConfigSource, SkipReason
+from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, SkipReason
+from reports.sizing_columns import DEFAULT_CONFIG_SOURCES
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
-# Config sources that are not the repo's own config: a library's defaults for the architecture
-# the catalog names (offline, the bundled catalog holds no config files).
-DEFAULT_CONFIG_SOURCES = tuple(
-    s.value
-    for s in (
-        ConfigSource.TRANSFORMERS_DEFAULT,
-        ConfigSource.DIFFUSERS_DEFAULT,
-        ConfigSource.LIBRARY_DEFAULT,
-        ConfigSource.NAME_MAPPED,
-    )
-)
 HEADLINE_TASK = "text-generation"
 HEADLINE_TOP = 100
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from reports.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
+
 
 def count(n: int | None) -> str:
     return "-" if n is None else f"{int(n):,}"
@@ -163,6 +165,18 @@ def params(n: int | None) -> str:
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return str(n)
+
+
+def unsized_title(status: str | None) -> str:
+    """The tooltip of a models-table size cell that holds no size ("": it is sized)."""
+    if status == "ok":
+        return ""
+    if status == NO_OWN_CONFIG:
+        return (
+            f"{NO_OWN_CONFIG_TEXT} (only its library's default for the architecture, "
+            "which says nothing of this model's size; its page shows what that default would need)"
+        )
+    return f"not sized: {status}" if status else "not sized: the run has no sizing for it"
 
 
 def cores(n: int | None, per_chip: int | None = None, per_instance: int | None = None) -> str:

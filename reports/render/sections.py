@@ -10,6 +10,7 @@ from typing import Any
 from reports.render import fmt
 from reports.render.tables import Section
 from reports.schema import STAGE_ORDER
+from reports.sizing_columns import NO_OWN_CONFIG
 
 STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
@@ -247,6 +248,11 @@ def fine_tune_section(report: dict[str, Any]) -> Section:
     )
 
 
+def sizing_status_text(status: str | None) -> str:
+    """A model's sizing status in words (`no_own_config`: not sized: no config of its own)."""
+    return "no config of its own" if status == NO_OWN_CONFIG else (status or "not planned")
+
+
 def cores_needed_section(report: dict[str, Any]) -> Section:
     """At full size: the cores each model needs on the device's primary hardware type, by
     models and by downloads (docs/sizing.md)."""
@@ -269,22 +275,35 @@ def cores_needed_section(report: dict[str, Any]) -> Section:
         f"bf16 with a {fmt.count(c.get('serve_context'))}-token context and a batch of "
         f"{c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed precision, LoRA "
         "at peft's default rank. The formula and its constants: docs/sizing.md.",
-        "Shares are of all the run's downloads. Sized: "
-        f"{fmt.of(c.get('sized'), c.get('models'))} models, "
+        "Shares are of all the run's downloads, every model counted. Sized from the repo's own "
+        f"config: {fmt.of(c.get('sized'), c.get('models'))} models, "
         f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads"
         + (
             "; not sized: "
-            + ", ".join(f"{r['status']} {fmt.count(r['models'])}" for r in c["not_sized"])
+            + ", ".join(
+                f"{sizing_status_text(r['status'])} {fmt.count(r['models'])} "
+                f"({fmt.pct(r.get('downloads_share'))} of downloads)"
+                for r in c["not_sized"]
+            )
             if c.get("not_sized")
             else ""
         )
         + ".",
     ]
-    if c.get("from_default"):
+    if c.get("no_own_config"):
         notes.append(
-            f"{fmt.count(c['from_default'])} sized models ({fmt.pct(c['from_default_downloads_share'])}"
-            " of downloads) were sized from their library's default config for the model type, "
-            "not the repo's own (an offline run reads no config file)."
+            f"{fmt.counted(c['no_own_config'], 'model')} "
+            f"({fmt.pct(c['no_own_config_downloads_share'])} of downloads) had no config of "
+            "their own, only their library's default for the model type (an offline run reads "
+            "no config file): that default says nothing of the model's size, so they are not "
+            "sized here, nor in the models table's columns and filters. A model's page shows "
+            "what the default config would need, labelled so."
+        )
+    if c.get("models") and not c.get("sized"):
+        notes.append(
+            "No model of this run has a size of its own, so the table is empty: run with the "
+            "Hub reachable (without HF_HUB_OFFLINE) or check a config.json of the model to size "
+            "it."
         )
     for h in c.get("per_hardware") or []:
         notes.append(
