@@ -69,9 +69,13 @@ def test_the_models_table_sizes_only_a_model_with_its_own_config(query):
     assert rows[DEFAULT]["sizing_status"] == "no_own_config"
     # the default's 12B does not put the model in the 10B-100B range, nor on a core count
     assert model_table(query, "r", ModelFilter(params="10b_100b"))["total"] == 0
-    assert [r["model_id"] for r in model_table(query, "r", ModelFilter(params="1b_10b"))["rows"]] == [OWN]
+    assert [
+        r["model_id"] for r in model_table(query, "r", ModelFilter(params="1b_10b"))["rows"]
+    ] == [OWN]
     assert model_table(query, "r", ModelFilter(fit="serve_one_chip"))["total"] == 1
-    assert [r["model_id"] for r in model_table(query, "r", ModelFilter(fit="not_sized"))["rows"]] == [DEFAULT]
+    assert [
+        r["model_id"] for r in model_table(query, "r", ModelFilter(fit="not_sized"))["rows"]
+    ] == [DEFAULT]
 
 
 def test_cores_needed_counts_the_default_config_model_as_not_sized(query):
@@ -94,7 +98,9 @@ def test_the_pages_label_the_default_and_give_unsized_cells_the_unsized_tooltip(
     assert detail["config_is_default"] and detail["full_size"][0]["parameters"] == 12_050_000_000
     html_site.write_site(query, run_report(query, "r"), tmp_path / "site")
     page = (tmp_path / "site" / "models" / html_site.model_file_name(DEFAULT)).read_text()
-    assert "Not sized: no config of its own" in page and "The default config: 12,050,000,000" in page
+    assert (
+        "Not sized: no config of its own" in page and "The default config: 12,050,000,000" in page
+    )
     own = (tmp_path / "site" / "models" / html_site.model_file_name(OWN)).read_text()
     assert "Not sized" not in own and "from the model&#39;s own config" in own
     table = (tmp_path / "site" / "models.html").read_text()

@@ -167,13 +167,16 @@ def _up(path: str | None) -> str | None:
 
 
 def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
+    """models.csv: a row per model (and dtype), each stage's status as the models table says
+    it (`n/a` for a stage that does not apply, as `skip (not_applicable)` is stored)."""
     dtypes = q.run_dtypes(run_id)
     dtype = "dtype, " if len(dtypes) > 1 else ""  # a run of several: a row per model and dtype
     rows = q.fetch(
         f"""
         SELECT model_id, {dtype}rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
+          error_signature, failing_op, fallback_ops,
+          {", ".join(f"CASE WHEN n_{s} THEN 'n/a' ELSE s_{s} END AS s_{s}" for s in stages)}
         FROM model_runs WHERE run_id = $run
         ORDER BY downloads DESC, model_id, list_position($dtypes, dtype)
         """,

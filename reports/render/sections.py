@@ -253,6 +253,12 @@ def sizing_status_text(status: str | None) -> str:
     return "no config of its own" if status == NO_OWN_CONFIG else (status or "not planned")
 
 
+def headline_switches(h: dict[str, Any]) -> str:
+    """The switches the headline's "with" figure rests on: `experts_implementation=batched_mm`
+    (or several joined with "or")."""
+    return " or ".join(h.get("switches") or []) or "no switch"
+
+
 def cores_needed_section(report: dict[str, Any]) -> Section:
     """At full size: the cores each model needs on the device's primary hardware type, by
     models and by downloads (docs/sizing.md)."""
@@ -556,7 +562,7 @@ def headline_section(report: dict[str, Any]) -> Section:
         )
     notes = [
         f"Of the {h['architectures']} distinct architectures behind {headline_scope(h)}, "
-        f"{h['passing']} pass every stage "
+        f"{h['passing']} pass every stage as is "
         f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
         f"{h.get('passing_with_evidence', h['passing'])}, "
         f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
@@ -569,6 +575,13 @@ def headline_section(report: dict[str, Any]) -> Section:
             else ""
         ),
     ]
+    if h.get("passing_with_switch", h["passing"]) > h["passing"]:
+        notes.append(
+            f"With {headline_switches(h)}: {h['passing_with_switch']} of "
+            f"{h['architectures']} ({fmt.pct(h['passing_with_switch_share'])}), every failing "
+            "model of an architecture run again with that switch of its own code passing every "
+            "stage (--alternatives)."
+        )
     if h["models_without_architecture"]:
         notes.append(
             f"{h['models_without_architecture']} of the {h['models']} models have no "

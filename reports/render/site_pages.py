@@ -16,7 +16,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from reports.render import fmt
-from reports.render.sections import headline_scope
+from reports.render.sections import headline_scope, headline_switches
 
 TEMPLATES = Path(__file__).parent / "templates"
 STYLE = Path(__file__).parent / "static" / "style.css"
@@ -31,6 +31,7 @@ def environment(extra: list[Path] | None = None) -> jinja2.Environment:
     )
     env.globals["fmt"] = fmt
     env.globals["headline_scope"] = headline_scope
+    env.globals["headline_switches"] = headline_switches
     env.filters["model_id"] = model_id_html
     env.filters["breakable"] = breakable
     return env
