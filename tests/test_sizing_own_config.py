@@ -103,6 +103,11 @@ def test_the_pages_label_the_default_and_give_unsized_cells_the_unsized_tooltip(
     )
     own = (tmp_path / "site" / "models" / html_site.model_file_name(OWN)).read_text()
     assert "Not sized" not in own and "from the model&#39;s own config" in own
+    # docs/sizing.md, named in the report's notes, is a link to the copy beside the site
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert '<a class="doc" href="docs/sizing.md">docs/sizing.md</a>' in index
+    assert (tmp_path / "site" / "docs" / "sizing.md").is_file()
+    assert 'href="../docs/sizing.md"' in own
     table = (tmp_path / "site" / "models.html").read_text()
     assert table.count('title="not sized: no config of its own') == 3  # params, serve, fine-tune
     assert "parameters at full size, from the repo&#39;s own config" in table
