@@ -8,6 +8,7 @@ to the catalog and to what the run was asked for.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from reports.query import (
@@ -155,6 +156,7 @@ def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
             "dtype": dtype or t["dtype"] or run.get("dtype"),
             "catalog": run.get("catalog"),
             "catalog_size": run.get("catalog_size"),
+            "catalog_date": catalog_date(run.get("catalog"), run.get("started_at")),
             "models_requested": requested,
             "models": t["models"],
             "downloads": t["downloads"],
@@ -524,6 +526,17 @@ def headline(
         }
 
     return q.memo("headline", run_id, build, task, top, dtype)
+
+
+def catalog_date(catalog: str | None, started_at: Any = None) -> str | None:
+    """The day a run's download counts were taken: the date a bundled or saved catalog names
+    (`bundled:hub-top1000-2026-02-09.csv`), else the run's start for a live Hub listing."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", catalog or "")
+    if found:
+        return found[0]
+    if catalog == "hub" and started_at is not None:
+        return str(started_at)[:10]
+    return None
 
 
 def _passing_switches(

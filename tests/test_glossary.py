@@ -5,7 +5,6 @@ FastAPI test client: no server, no browser."""
 
 from __future__ import annotations
 
-
 import re
 from pathlib import Path
 
@@ -62,4 +61,7 @@ def test_the_words_carry_their_explanation_where_they_appear(client: TestClient)
 
 def test_doc_links_escape_the_text_around_them() -> None:
     out = str(doc_links("<b> see docs/sizing.md & docs/x_y.md", "/docs/"))
-    assert out == '&lt;b&gt; see <a class="doc" href="/docs/sizing.md">docs/sizing.md</a> &amp; docs/x_y.md'
+    assert (
+        out
+        == '&lt;b&gt; see <a class="doc" href="/docs/sizing.md">docs/sizing.md</a> &amp; docs/x_y.md'
+    )

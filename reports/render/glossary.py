@@ -63,6 +63,7 @@ GLOSSARY: dict[str, str] = {
     ),
 }
 
+
 # A word of the glossary to its anchor on the glossary page (`evidence-of-absence`).
 def anchor(term: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", term.lower()).strip("-")

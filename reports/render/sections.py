@@ -89,7 +89,9 @@ def denominators_section(d: dict[str, Any]) -> Section:
                 add(2, f"{r['method']} ({why})", r["skipped"], r["skipped_downloads"])
     notes = [
         f"Shares are of the {fmt.count(models)} models in this run and of their "
-        f"{fmt.downloads(dls)} downloads (30-day counts at catalog time).",
+        f"{fmt.downloads(dls)} downloads (30-day counts at catalog time"
+        + (f", {d['catalog_date']}" if d.get("catalog_date") else "")
+        + ").",
         "skipped + swept = models in this run; failed + passed (+ stage-skipped) = swept.",
     ]
     if d.get("reused"):

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def run_line(summary: RunSummary, store: str) -> str:
     """What a run did, in one line (stderr)."""
     from reports.render.fmt import duration
+
     several = len(summary.dtypes) > 1  # then every count is of (model, dtype) pairs
     asked = (
         f"{summary.requested} models x dtypes ({summary.requested // len(summary.dtypes)} "
