@@ -53,9 +53,12 @@ IN_VIEW_JS = r"""
 FILTER_LINES_JS = r"""
 () => {
   const labels = [...document.querySelectorAll('form.facets label')];
-  const tops = new Set(labels.map(l => Math.round(l.getBoundingClientRect().top)));
+  // a line of the form: labels whose boxes overlap vertically (their heights differ)
+  const boxes = labels.map(l => l.getBoundingClientRect()).sort((a, b) => a.top - b.top);
+  let lines = 0, bottom = -1;
+  for (const b of boxes) { if (b.top >= bottom) { lines += 1; bottom = b.bottom; } }
   const params = labels.find(l => l.textContent.trim().startsWith('parameters'));
-  return {lines: tops.size, labels: labels.length,
+  return {lines: lines, labels: labels.length,
           parameters_top: params ? Math.round(params.getBoundingClientRect().top) : null,
           first_top: labels.length ? Math.round(labels[0].getBoundingClientRect().top) : null};
 }

@@ -61,13 +61,14 @@ _SIZED_COLUMNS = (
 
 def with_sizing(summary_sql: str) -> str:
     """The summary query with each model's sizing joined by its config (`sizing_parts`); a
-    model without a config of its own gets `no_own_config` and no figures."""
+    model without a config of its own gets no figures, and `no_own_config` where the default
+    was sized (an error, a refusal or no builder keep their own status)."""
     own = "base.config_source NOT IN ({})".format(
         ", ".join(f"'{s}'" for s in DEFAULT_CONFIG_SOURCES)  # closed enum values, not input
     )
     status = (
-        f"CASE WHEN sz.sizing_status IS NULL OR {own} THEN sz.sizing_status "
-        f"ELSE '{NO_OWN_CONFIG}' END AS sizing_status"
+        f"CASE WHEN sz.sizing_status = 'ok' AND NOT coalesce({own}, false) "
+        f"THEN '{NO_OWN_CONFIG}' ELSE sz.sizing_status END AS sizing_status"
     )
     figures = ", ".join(f"CASE WHEN {own} THEN sz.{c} END AS {c}" for c in _SIZED_COLUMNS)
     return (

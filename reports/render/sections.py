@@ -278,11 +278,18 @@ def cores_needed_section(report: dict[str, Any]) -> Section:
         for b in c.get("buckets") or []
     ]
     notes = [
-        f"Cores on {c.get('hardware') or '-'}: the smallest tensor-parallel degree whose share "
-        "of the memory fits one core (a power of two dividing the attention heads); serving at "
-        f"bf16 with a {fmt.count(c.get('serve_context'))}-token context and a batch of "
-        f"{c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed precision, LoRA "
-        "at peft's default rank. The formula and its constants: docs/sizing.md.",
+        *(
+            [
+                f"Cores on {c.get('hardware') or '-'}: the smallest tensor-parallel degree whose "
+                "share of the memory fits one core (a power of two dividing the attention heads);"
+                f" serving at bf16 with a {fmt.count(c.get('serve_context'))}-token context and "
+                f"a batch of {c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed "
+                "precision, LoRA at peft's default rank. The formula and its constants: "
+                "docs/sizing.md."
+            ]
+            if c.get("sized")
+            else []
+        ),
         "Shares are of all the run's downloads, every model counted. Sized from the repo's own "
         f"config: {fmt.of(c.get('sized'), c.get('models'))} models, "
         f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads"
@@ -311,9 +318,9 @@ def cores_needed_section(report: dict[str, Any]) -> Section:
         notes.append(
             "No model of this run has a size of its own, so the table is empty: run with the "
             "Hub reachable (without HF_HUB_OFFLINE) or check a config.json of the model to size "
-            "it."
+            "it. How sizes are computed: docs/sizing.md."
         )
-    for h in c.get("per_hardware") or []:
+    for h in (c.get("per_hardware") or []) if c.get("sized") else []:
         notes.append(
             f"{h['hardware']} ({fmt.byte_size(h['core_memory_bytes'])} per core, "
             f"{h['cores_per_chip']} per chip, {h['cores_per_instance']} per instance): serves on "
