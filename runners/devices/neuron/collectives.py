@@ -24,19 +24,13 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from reports.schema import CompileEvidence
 from runners.devices.neuron import skew
+from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 
-DATA_FILE = (
-    Path(__file__).resolve().parents[2]
-    / "data"
-    / "profiles"
-    / "torchneuron-2026-04-21"
-    / "distributed.json"
-)
+DATA_FILE = PROFILE_DIR / SNAPSHOT / "distributed.json"
 OP_PREFIX = "c10d::"  # how a collective is named in rows (`c10d::allreduce`)
 IMPLEMENTED, RAISES, LIMITED, ABSENT = "implemented", "raises", "limited", "absent"
 RENAMED, NEWER = "renamed", "newer"  # since the profile's torch (see the module's docstring)

@@ -25,18 +25,12 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 from runners.devices.base import torch_version
+from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 
-DATA_FILE = (
-    Path(__file__).resolve().parents[2]
-    / "data"
-    / "profiles"
-    / "torchneuron-2026-04-21"
-    / "torch-skew.json"
-)
+DATA_FILE = PROFILE_DIR / SNAPSHOT / "torch-skew.json"
 
 
 @functools.cache
