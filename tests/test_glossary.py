@@ -55,6 +55,9 @@ def test_the_words_carry_their_explanation_where_they_appear(client: TestClient)
         assert f'title="{str(escape(explain(term)))}"' in ops, term
     overview = client.get("/?run=r2").text
     assert f'title="{str(escape(explain("only obstacle")))}"' in overview
+    models = client.get("/models?run=r2").text  # the outcome filter's on_device, partial, ...
+    for term in ("on_device", "with_fallback", "partial"):
+        assert f'title="{str(escape(explain(term)))}"' in models, term
     page = client.get("/models/org/b-pass-fallback?run=r2").text
     assert f'title="{str(escape(explain("h2d / d2h")))}"' in page
 
