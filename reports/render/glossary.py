@@ -19,6 +19,17 @@ GLOSSARY: dict[str, str] = {
         "with no kernel list, test or lowering table saying either way. The models pass unless "
         "it fails; coverage is shown as a band (with evidence / at most)."
     ),
+    "newer than the profile": (
+        "The op (or collective) is one the torch the device's profile was written for did not "
+        "have (the emulated neuron profile: torch 2.10; the rows run on a newer torch): the "
+        "profile cannot say what the device does with it, so its verdict is unverified, counted "
+        "in the band's upper end, never a fact about the device."
+    ),
+    "renamed_since_profile": (
+        "Evidence of a collective the running torch calls by a newer name that torch itself "
+        "declares equivalent to one the profile implements (all_gather_single for "
+        "_allgather_base): the profile's implementation ran, with its limits, under the new name."
+    ),
     "only obstacle": (
         "Models that passed every stage with this op as their only CPU fallback: lowering it "
         "makes them run entirely on the device."
