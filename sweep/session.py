@@ -265,7 +265,7 @@ class RunSession:
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool | None:
         if isinstance(exc, KeyboardInterrupt) and hasattr(self, "run_id"):
             # Ctrl-C or SIGTERM (`sweep.stop_signals`): the CLI's one line says how to go on
-            exc.resume = resume_hint(self.job.command, self.run_id, self.job.store)
+            setattr(exc, "resume", resume_hint(self.job.command, self.run_id, self.job.store))  # noqa: B010
         return self._stack.__exit__(kind, exc, tb)
 
 
