@@ -23,12 +23,12 @@ wrote): a sample that drifted from what the demo prints fails one or the other.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,12 +112,16 @@ def readme_block(name: str, readme: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", help="a store the demo wrote (default: sweep one now)")
+    parser.add_argument(
+        "--store",
+        help="a store the demo wrote, relative to the checkout as the demo's is (default: sweep "
+        "the demo's top 50 into hfsweep-store now, as scripts/demo.sh does)",
+    )
     parser.add_argument("--check", action="store_true", help="compare with the summary only")
     args = parser.parse_args(argv)
     store = args.store
     if store is None:
-        store = str(Path(tempfile.mkdtemp(prefix="readme-samples-")) / "store")
+        store = "hfsweep-store"  # the demo's, named as the demo names it (samples print it)
         subprocess.run(
             [*HFSWEEP, *DEMO_RUN, "--store", store, "--no-report"],
             cwd=ROOT,
@@ -156,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                 + (f" --store {args.store}" if args.store else ""),
                 "demo_run": "hfsweep " + " ".join(DEMO_RUN) + " (HF_HUB_OFFLINE=1)",
                 "commit": commit,
+                # what the demo's environment has: the default install leaves ultralytics out
+                "ultralytics_installed": importlib.util.find_spec("ultralytics") is not None,
                 "figures": fresh,
             },
             indent=1,
