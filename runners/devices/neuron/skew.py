@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from runners.devices.base import torch_version
-from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 
-DATA_FILE = PROFILE_DIR / SNAPSHOT / "torch-skew.json"
+# beside the snapshot's profile data (profiles.py imports evidence.py, which reads this module)
+DATA_FILE = (
+    Path(__file__).resolve().parents[2]
+    / "data"
+    / "profiles"
+    / "torchneuron-2026-04-21"
+    / "torch-skew.json"
+)
 
 
 @functools.cache
