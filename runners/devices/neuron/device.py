@@ -15,7 +15,14 @@ PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
 
 
 def real_neuron_installed() -> bool:
-    return importlib.util.find_spec(PACKAGE) is not None
+    """TorchNeuron's package is importable (not the emulated device's stand-in, `stand_in`)."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except ValueError:  # a module of that name without a spec
+        return False
+    from runners.devices.neuron.stand_in import is_stand_in
+
+    return spec is not None and not is_stand_in(spec)
 
 
 class NeuronDevice(Device):
