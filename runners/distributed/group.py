@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from model_configs.spec import TinySpec
-from reports.schema import DISTRIBUTED_STAGES, STAGE_NEEDS, Stage, Status
+from reports.schema import RANK_STAGES, STAGE_NEEDS, Stage, Status
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
@@ -300,7 +300,7 @@ def group_stage_results(
         (r for r in prior if r.status == Status.SKIP.value and r.stage == Stage.LOAD.value), None
     )
     out: list[StageResult] = []
-    for stage in (s for s in settings.stages if s in DISTRIBUTED_STAGES):
+    for stage in (s for s in settings.stages if s in RANK_STAGES):
         blocked = next(
             (
                 s.value
