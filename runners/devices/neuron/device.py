@@ -12,6 +12,10 @@ from typing import Any
 from runners.devices.base import Device
 
 PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
+# The origin of the emulated device's stand-in for it (`stand_in.py`), never TorchNeuron.
+STAND_IN_ORIGIN = (
+    "hfsweep stand-in for the emulated neuron device (runners/devices/neuron/stand_in.py)"
+)
 
 
 def real_neuron_installed() -> bool:
@@ -20,9 +24,7 @@ def real_neuron_installed() -> bool:
         spec = importlib.util.find_spec(PACKAGE)
     except ValueError:  # a module of that name without a spec
         return False
-    from runners.devices.neuron.stand_in import is_stand_in
-
-    return spec is not None and not is_stand_in(spec)
+    return spec is not None and spec.origin != STAND_IN_ORIGIN
 
 
 class NeuronDevice(Device):

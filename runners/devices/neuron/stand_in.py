@@ -23,9 +23,9 @@ import importlib.util
 import sys
 import types
 
-from runners.devices.neuron.device import PACKAGE
+from runners.devices.neuron.device import PACKAGE, STAND_IN_ORIGIN
 
-ORIGIN = "hfsweep stand-in for the emulated neuron device (runners/devices/neuron/stand_in.py)"
+ORIGIN = STAND_IN_ORIGIN
 # The libraries' detection functions whose answers are cached per process.
 _DETECTORS = (
     ("transformers.utils.import_utils", "is_torch_neuron_available"),
