@@ -41,25 +41,49 @@ from runners.training import MAX_GRAD_NORM, adamw, follow, snapshot, trainable
 STEPS = 2
 
 
-class DeviceMismatch(RuntimeError):
-    """Accelerate wrapped the model for a device other than the one it placed it on."""
+class PreparedElsewhere(RuntimeError):
+    """`Accelerator.prepare` left the model's DDP wrapper or its optimizer on something other
+    than the model's own parameters on the device (each said with accelerate's function)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{what} ({where})" for what, where in problems))
+        self.library_frame = problems[0][1]
 
 
-def check_ddp_device(wrapped: torch.nn.Module, inner: torch.nn.Module) -> None:
-    """The device `Accelerator.prepare` gave `DistributedDataParallel` (`device_ids`) is the
-    one the model is on. Accelerate picks them in two places (`state.py: set_device` places
-    the model; `accelerator.py: prepare_model` gives DDP `device_ids=[local_process_index]`),
-    and a mismatch fails only later, inside DDP's forward, with no frame of accelerate's in
-    its traceback: said here, where it is accelerate's."""
+def prepared_problems(
+    wrapped: torch.nn.Module, inner: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> list[tuple[str, str]]:
+    """What `Accelerator.prepare` got wrong for this device, each with accelerate's function
+    that decided it (a mismatch would fail only later, inside DDP's forward or as an optimizer
+    that never steps, with no frame of accelerate's in the traceback):
+    - the device DDP was given (`device_ids`, from `accelerator.py: prepare_model`) is not the
+      one the model was placed on (`state.py: set_device`);
+    - the optimizer made before `prepare` still holds parameters the model no longer has:
+      moving a model to a device whose tensors cannot take a CPU tensor's place in place (a
+      PrivateUse1 device) makes new parameters, and Accelerate remaps an optimizer's only for
+      tpu / xla (`accelerator.py: _get_parameters_to_remap`)."""
+    problems = []
     ids = getattr(wrapped, "device_ids", None)
     placed = next(inner.parameters()).device
     if ids and ids != [placed.index]:
-        error = DeviceMismatch(
-            f"Accelerator.prepare gave DistributedDataParallel device_ids={ids}, but placed "
-            f"the model on {placed} (accelerate/accelerator.py:prepare_model)"
+        problems.append(
+            (
+                f"Accelerator.prepare gave DistributedDataParallel device_ids={ids}, but placed "
+                f"the model on {placed}",
+                "accelerate/accelerator.py:prepare_model",
+            )
         )
-        error.library_frame = "accelerate/accelerator.py:prepare_model"  # type: ignore[attr-defined]
-        raise error
+    own = {id(p) for p in inner.parameters()}
+    stale = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in own]
+    if stale:
+        problems.append(
+            (
+                f"the optimizer still holds {len(stale)} parameters the prepared model no longer "
+                f"has (on {stale[0].device}): they never step",
+                "accelerate/accelerator.py:_get_parameters_to_remap",
+            )
+        )
+    return problems
 
 
 class AccelerateDdpStage(GroupStage):
@@ -114,9 +138,11 @@ class AccelerateDdpStage(GroupStage):
             loader = DataLoader(rows, batch_size=1, collate_fn=lambda b: b[0])
             wrapped, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         inner = accelerator.unwrap_model(wrapped)
-        check_ddp_device(wrapped, inner)
-        named = trainable(inner)
         raw = getattr(optimizer, "optimizer", optimizer)
+        problems = prepared_problems(wrapped, inner, raw)
+        if problems:
+            raise PreparedElsewhere(problems)
+        named = trainable(inner)
         for step, batch in enumerate(loader, start=1):
             if step > 1:
                 follow(ref_named, ref_optimizer, named, raw)
