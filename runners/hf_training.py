@@ -322,7 +322,8 @@ class TrainerStage(_HfStage):
         """`trainer.save_model()`, then `from_pretrained` of the folder: equal weights, and the
         reloaded model's forward (on the device) matches the trained one's."""
         run.trainer.save_model(str(folder))
-        loaded = type(run.model).from_pretrained(str(folder), dtype=ctx.dtype)
+        model_class: Any = type(run.model)
+        loaded = model_class.from_pretrained(str(folder), dtype=ctx.dtype)
         saved = {k: v.detach().cpu() for k, v in run.model.state_dict().items()}
         back = {k: v for k, v in loaded.state_dict().items() if k in saved}
         missing = sorted(set(saved) - set(back))

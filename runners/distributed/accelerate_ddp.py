@@ -20,7 +20,7 @@ device after the steps (`trained_on`).
 from __future__ import annotations
 
 import copy
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -135,7 +135,7 @@ class AccelerateDdpStage(GroupStage):
                     f"not the group's {self.world} ranks (accelerate/state.py:_prepare_backend)"
                 )
             optimizer = adamw([p for _, p in trainable(model)])
-            loader = DataLoader(rows, batch_size=1, collate_fn=lambda b: b[0])
+            loader: Any = DataLoader(rows, batch_size=1, collate_fn=lambda b: b[0])  # type: ignore[arg-type]
             wrapped, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         inner = accelerator.unwrap_model(wrapped)
         raw = getattr(optimizer, "optimizer", optimizer)
