@@ -65,6 +65,37 @@ LIBRARIES = ("transformers", "accelerate", "trl", "peft", "datasets")
 LORA_RANK = 4
 
 
+class TiesBroken(RuntimeError):
+    """The trained model no longer shares a parameter its loaded weights shared."""
+
+    library_frame = "transformers/trainer.py:_move_model_to_device"
+
+
+def tied_names(model: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter that several places of `model` hold (tied weights)."""
+    places: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        places.setdefault(id(p), []).append(name)
+    return [names for names in places.values() if len(names) > 1]
+
+
+def check_ties(source: torch.nn.Module, trained: torch.nn.Module) -> None:
+    """The weights tied in the loaded model are still one parameter after the trainer's steps.
+    Moving a model to a device whose tensors cannot take a CPU tensor's place in place (a
+    PrivateUse1 device, as XLA) makes a new parameter per place, and transformers' Trainer
+    re-ties them after its move on TPU only (`trainer.py: _move_model_to_device`): the two
+    copies then train apart."""
+    params = dict(trained.named_parameters(remove_duplicate=False))
+    for names in tied_names(source):
+        held = {id(params[n]) for n in names if n in params}
+        if len(held) > 1:
+            raise TiesBroken(
+                f"the trainer's move to the device untied {' and '.join(names[:2])}: they "
+                "trained as separate parameters (transformers re-ties them after the move on "
+                "TPU only: transformers/trainer.py:_move_model_to_device)"
+            )
+
+
 class TrainedElsewhere(RuntimeError):
     """The trainer ran, but the model or its optimizer's state is not on the run's device."""
 
@@ -217,7 +248,7 @@ class _HfStage(StageRunner):
         try:
             self.train(ctx)
         except Exception as exc:
-            where = library_frame(exc)
+            where = getattr(exc, "library_frame", None) or library_frame(exc)
             if where is not None:
                 ctx.extra["library_frame"] = where
             raise
@@ -313,6 +344,7 @@ class TrainerStage(_HfStage):
             if not run.losses or not all(math.isfinite(v) for v in run.losses):
                 raise FloatingPointError(f"the trainer's losses are not finite: {run.losses}")
             prove_device(ctx, run)
+            check_ties(loaded_weights(ctx), run.model)
             self.save_and_reload(ctx, run, Path(tmp) / "saved")
             if ctx.compare:
                 cpu = self.train_once(ctx, str(Path(tmp) / "cpu"), cpu=True)
