@@ -109,3 +109,33 @@ def test_a_crash_inside_a_trainer_stage_is_that_stages_crash(qwen2, monkeypatch,
         "trainer": "crash",
         "sft": "not_run",
     }
+
+
+def test_what_moving_to_a_device_undoes_is_named_as_the_librarys():
+    """A move that makes new parameters (a PrivateUse1 device) unties weights and leaves an
+    optimizer made before it on the old ones: each is said with the library function that
+    would have had to fix it (cheap: two CPU modules standing for before and after)."""
+    import copy
+
+    import torch
+
+    from runners.distributed.accelerate_ddp import prepared_problems
+    from runners.hf_training import TiesBroken, check_ties
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 2)
+            self.head = torch.nn.Linear(2, 4, bias=False)
+            self.head.weight = self.embed.weight
+
+    before = Tied()
+    after = copy.deepcopy(before)
+    check_ties(before, after)  # deepcopy keeps the tie
+    after.head.weight = torch.nn.Parameter(after.embed.weight.detach().clone())
+    with pytest.raises(TiesBroken, match="untied embed.weight and head.weight"):
+        check_ties(before, after)
+    optimizer = torch.optim.AdamW(before.parameters())
+    (problem,) = prepared_problems(after, after, optimizer)
+    assert problem[1] == "accelerate/accelerator.py:_get_parameters_to_remap"
+    assert prepared_problems(before, before, optimizer) == []
