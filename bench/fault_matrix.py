@@ -4,8 +4,9 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
   model  one sweep on an embedded Ray (2 CPUs, a driver in a subprocess, as `hfsweep run`):
          `--trials` models per fault type, each with its own config (no two share a task) and
          its own fault, injected through the test-only hook (`runners/faults.py`) and matched
-         by its shrunk config's hash, beside as many healthy models; then the same command
-         again (nothing to do, nothing doubled)
+         by its shrunk config's hash, beside as many healthy models; then, the run's parts of
+         no rows in two tables truncated to 100 bytes, the same command again (nothing to
+         do, nothing doubled, the parts put aside and pyarrow reading every table)
   node   a real two-node cluster on loopback (token auth): during one sweep the worker node is
          killed (SIGKILL of every process of its `ray start`) whenever it holds a model task,
          and started again, `--trials` times (each model waits in its load stage until the
@@ -13,9 +14,11 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
   env    `--trials` sweeps (`--local`) where the environment keeps failing for one model (its
          device does not set up): no row for it, exit 3 naming it, then the same command
          without the fault writes its rows
-  kill   one run (embedded Ray) whose driver is killed with SIGKILL at a random moment,
-         `--kills` times, each time resumed with the same run id, then finished (its last
-         model waits until the kills are done, so that no kill comes after the run's end)
+  kill   one run (embedded Ray) whose driver is first stopped with SIGTERM mid-run (it must
+         stop as on Ctrl-C: exit 143, one line saying how to resume, no stack from Ray), then
+         killed with SIGKILL at a random moment, `--kills` times, each time resumed with the
+         same run id, then finished (its last model waits until the kills are done, so that
+         no kill comes after the run's end)
   ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
          round, one OpInfo per fault type, its first sample faulted (matched by its name),
          beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
@@ -320,7 +323,11 @@ def section_model(trials: int, work: Path) -> list[Line]:
     proc = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=3600)
     seconds = time.monotonic() - start
     orphans_after = left_behind(mark)
+    truncated = truncate_empty_parts(store, "matrix", ("results", "alternatives"))
     again = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=600)
+    repaired = Line("part of no rows truncated to 100 bytes")
+    repaired.trials = 1
+    repaired.survived = int(again.returncode == 0 and empty_parts_repaired(store, truncated))
     rows = read_rows(store, "matrix")
     counts = pair_counts(rows)
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
@@ -384,7 +391,30 @@ def section_model(trials: int, work: Path) -> list[Line]:
         f"model section: {len(ids)} models in {seconds:.0f} s (exit {proc.returncode}, rerun exit {again.returncode})",
         file=sys.stderr,
     )
-    return [*lines, healthy, whole]
+    return [*lines, healthy, whole, repaired]
+
+
+def truncate_empty_parts(store: Path, run_id: str, tables: tuple[str, ...]) -> list[Path]:
+    """Cut the run's part of no rows of each table to 100 bytes (what a full disk or a killed
+    copy leaves): an outside reader of the table then fails on it."""
+    parts = [next((store / t / f"run_id={run_id}").glob("empty-*.parquet")) for t in tables]
+    for part in parts:
+        part.write_bytes(part.read_bytes()[:100])
+    return parts
+
+
+def empty_parts_repaired(store: Path, truncated: list[Path]) -> bool:
+    """After the rerun: each truncated part put aside, and pyarrow reads every table whole."""
+    import pyarrow.dataset as pads
+
+    aside = all((p.parent / f".damaged-{p.name}").exists() for p in truncated)
+    try:
+        for table in {p.parent.parent.name for p in truncated}:
+            pads.dataset(store / table, format="parquet").to_table()
+    except Exception as exc:
+        print(f"after the rerun, pyarrow cannot read the store: {exc}", file=sys.stderr)
+        return False
+    return aside
 
 
 # ---- a node that leaves --------------------------------------------------------------------
@@ -687,6 +717,7 @@ def section_kill(kills: int, work: Path, seed: int, models: int) -> list[Line]:
     line = Line("driver killed (SIGKILL) at a random moment")
     cmd = run_command(catalog, store, "kill", "--num-cpus", "2")
     counts = lambda: pair_counts(read_rows(store, "kill"))  # noqa: E731
+    term = term_and_resume(cmd, counts, work, waiting)
     kill_and_resume(line, cmd, counts, kills, rng, work, waiting)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
@@ -700,7 +731,50 @@ def section_kill(kills: int, work: Path, seed: int, models: int) -> list[Line]:
         f"kill section: {line.trials} kills; the final run wrote {len(rows)} rows for {len(ids)} models",
         file=sys.stderr,
     )
-    return [line]
+    return [term, line]
+
+
+def term_and_resume(
+    cmd: list[str], counts: Callable[[], Counter], work: Path, waiting: dict[str, Any]
+) -> Line:
+    """SIGTERM to the driver (what cron, a job scheduler or Kubernetes sends) once the `waiting`
+    task blocks (its `fired-` file: the run is mid-run, Ray up, whatever the machine's speed):
+    it must stop as on Ctrl-C, with exit 143, its rows flushed, one line saying how to resume
+    and no stack from Ray's signal handler, and leave nothing behind; the kill trials after it
+    resume the run."""
+    line = Line("driver stopped with SIGTERM mid-run")
+    line.trials = 1
+    mark, state = uuid.uuid4().hex, work / "term-state"
+    driver = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(mark, [waiting], state),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while not faults.fired(str(state)) and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    before = counts()
+    driver.send_signal(signal.SIGTERM)
+    try:
+        _, err = driver.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        _, err = driver.communicate()
+    line.orphans = len(left_behind(mark, 10.0))
+    after = counts()
+    line.lost = sum(1 for key, n in before.items() if n and after[key] == 0)
+    line.duplicated = sum(n - 1 for n in after.values() if n > 1)
+    resumable = "--run-id kill" in err and err.count("resume with:") == 1
+    no_stack = "SIGTERM received" not in err and "PC: @" not in err
+    line.survived = int(
+        driver.returncode == 143 and resumable and no_stack and not line.orphans and not line.lost
+    )
+    if not line.survived:
+        print(f"SIGTERM: exit {driver.returncode}\n{err[-3000:]}", file=sys.stderr)
+    return line
 
 
 # ---- op-sweep faults -----------------------------------------------------------------------

@@ -440,6 +440,30 @@ class HubClient:
         )
 
 
+# How long `unreachable` waits for the Hub's first answer: a run asks once, before planning,
+# instead of every model waiting out its own timeout and retries on a machine without the Hub.
+PROBE_S = 5.0
+
+
+def unreachable(*, endpoint: str | None = None, timeout_s: float = PROBE_S) -> str | None:
+    """Why the Hub does not answer (None: it answers), from one request of at most
+    `timeout_s`: its model listing, limited to one model. Any HTTP answer below 500 (a 401 for
+    a bad token included) is the Hub answering; no connection, a timeout or a 5xx is not."""
+    import os
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    base = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    try:
+        response = get_session().get(f"{base}/api/models?limit=1", timeout=timeout_s)
+    except Exception as exc:
+        return f"{base}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if response.status_code >= 500:
+        return f"{base}: HTTP {response.status_code}"
+    return None
+
+
 def _config_files(folder: Path) -> Iterator[str]:
     if not folder.is_dir():
         return

@@ -196,7 +196,7 @@ def unsupported(method: Method, model_id: str | None, *, seen_in: str) -> Config
 def require(method: Method, model_id: str | None) -> None:
     """A runnable method's package, or a `missing_package` skip naming it and its extra."""
     if method.package and importlib.util.find_spec(method.package) is None:
-        how = f"pip install 'hfsweep[{method.extra}]'" if method.extra else None
+        how = f"bash scripts/install.sh all,{method.extra}" if method.extra else None
         raise ConfigError(  # the message names the command too: it is what a row keeps
             f"{method.name}-quantized checkpoints need the {method.package} package, which is "
             "not installed" + (f": {how}" if how else ""),

@@ -138,6 +138,7 @@ def next_step_classes(q: StoreQuery, run_id: str, dtype: str | None = None) -> l
                     model=r["model_id"],
                     device=run.get("device") or "cpu",
                     timeout_s=run.get("timeout_s"),
+                    store=q.store.uri,
                     alternatives=[next_steps.Alternative(switch, True)] if switch else [],
                 )
                 c = classes[found.failure] = {

@@ -4,7 +4,8 @@ In order: the id as given; the one stored id that differs only in case; else the
 the store and of the catalog, as "did you mean" (the same repo name under another owner, an id
 that extends or shortens the one asked, `-Instruct` variants, then ids that are spelt alike). A
 model the catalog has and the store does not is no error: the answer says so, with its rank and
-the exact `hfsweep check` command for the store's device.
+the exact `hfsweep run --models` command that adds its rows to the store
+(`reports.models.find_stored_model`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ TABLE_COLUMNS = (
     "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
     "failing_op, error_type, error_message, skip_message, stages_passed, fallback_ops, "
-    "fallback_calls, wall_s, peak_host_memory_bytes, sizing_status, parameters, sizing_hardware, "
+    "fallback_calls, wall_s, dedup_of, peak_host_memory_bytes, sizing_status, parameters, sizing_hardware, "
     "serve_cores, finetune_cores, lora_cores, cores_per_chip, cores_per_instance, "
     + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
 )
@@ -322,6 +322,7 @@ def model_detail(
         q.run_info(run_id),
         by_dtype,
         alternatives=by_dtype[primary["dtype"]].get("alternatives", []),
+        store=q.store.uri,
     )
     detail["full_size"] = model_sizing(q, run_id, detail["model"]["config_hash"])
     return detail
@@ -429,6 +430,7 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
             shrink,
             run,
             alternatives=alternatives.get(model_id, {}).get(str(summary.get("dtype")), []),
+            store=q.store.uri,
         )
         out[model_id]["full_size"] = model_sizing(q, run_id, first.get("config_hash"))
     return out
@@ -462,10 +464,12 @@ def _detail(
     by_dtype: dict[str, dict[str, Any]] | None = None,
     *,
     alternatives: list[dict[str, Any]] | None = None,
+    store: str | None = None,
 ) -> dict[str, Any]:
     """One model's page data from its pieces (one model, or many at once); `by_dtype`: each
     dtype's summary, stages, fallbacks (and alternatives) in a run of several;
-    `alternatives`: the alternatives table's rows of the model at its dtype."""
+    `alternatives`: the alternatives table's rows of the model at its dtype; `store`: the
+    store they came from (what its next step's commands name)."""
     run = run or {}
     first = stages[0] if stages else {}
     device_peaks = [
@@ -503,6 +507,7 @@ def _detail(
             else reproduce,
             timeout_s=run.get("timeout_s"),
             memory_limit_bytes=run.get("memory_limit_bytes") or None,
+            store=store,
             config=shrunk if isinstance(shrunk, dict) else None,
             changes=changes if isinstance(changes, dict) else None,
             alternatives=next_steps.alternatives_of(alts),
@@ -547,6 +552,7 @@ def _detail(
         # stages' own seconds, and whose run measured them (a dedup lead's, an earlier run's)
         "wall_s": first.get("wall_s"),
         "stages_s": sum(ran) if ran else None,
+        "ranks_s": fmt.ranks_seconds(stages),
         "measured_on": _measured_on(first),
         "peak_host_memory_bytes": first.get("peak_host_memory_bytes"),
         "peak_device_memory_bytes": max(device_peaks) if device_peaks else None,
@@ -822,10 +828,12 @@ def _json(text: str | None) -> Any:
 
 def find_stored_model(
     q: StoreQuery, asked: str, catalog: Sequence[CatalogModel] = ()
-) -> tuple[Found, str]:
+) -> tuple[Found, str | None]:
     """What the store (every run summarised so far) and `catalog` hold for the id `asked`, and
-    the `hfsweep check` command that would run it on the store's device (the newest run's
-    device, stages and dtypes)."""
+    the command that gives it results on the store's device (the newest run's device, stages
+    and dtypes): for a stored model, the `hfsweep check` that reruns it; for a catalog model the
+    store lacks, the `hfsweep run --models` that adds its rows to the store (`check` writes
+    none); for an id neither has, None."""
     ids, _ = q.available_runs()
     stored = [
         r["model_id"]
@@ -838,17 +846,41 @@ def find_stored_model(
     found = find_model(asked, stored, catalog)
     run = q.run_info(ids[0]) if ids else None
     run = run or {}
-    target = found.model_id or (found.in_catalog.model_id if found.in_catalog else asked)
-    return found, reproduce_command(
-        target,
-        run.get("device") or "cpu",
-        run.get("stages"),
-        run_dtypes(run.get("dtype")),
-        world_size=run.get("world_size"),
-    )
+    if found.model_id is not None:  # the store has it (not in the run or dtype asked)
+        return found, reproduce_command(
+            found.model_id,
+            run.get("device") or "cpu",
+            run.get("stages"),
+            run_dtypes(run.get("dtype")),
+            world_size=run.get("world_size"),
+        )
+    if found.in_catalog is not None:  # a sweep of it writes the rows the next lookup reads
+        return found, sweep_command(found.in_catalog.model_id, run, q.store.uri)
+    return found, None  # neither: nothing to run (a check of an unknown id exits 2)
 
 
-def not_found_answer(found: Found, check: str, where: str) -> dict[str, Any]:
+def sweep_command(model_id: str, run: dict[str, Any], store: str) -> str:
+    """The `hfsweep run --models ID` command that adds a catalog model's rows to `store`, on
+    the device, stages and dtypes of the store's newest run (`run`), from its catalog where
+    that is not the bundled one."""
+    command = f"hfsweep run --models {shlex.quote(model_id)}"
+    command += f" --device {shlex.quote(run.get('device') or 'cpu')}"
+    stages = run.get("stages")
+    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+        command += f" --stages {shlex.quote(stages)}"
+    dtypes = run_dtypes(run.get("dtype"))
+    if dtypes and dtypes != [DEFAULT_DTYPE]:
+        command += f" --dtype {shlex.quote(','.join(dtypes))}"
+    world_size = run.get("world_size")
+    if world_size and world_size != DEFAULT_WORLD_SIZE:
+        command += f" --world-size {int(world_size)}"
+    catalog = run.get("catalog") or ""
+    if catalog and not catalog.startswith("bundled"):
+        command += f" --catalog {shlex.quote(catalog)}"
+    return command + f" --store {shlex.quote(store)}"
+
+
+def not_found_answer(found: Found, check: str | None, where: str) -> dict[str, Any]:
     """What `lookup` and the dashboard say of a model `where` (a run, any run) has no results
     for: whether the catalog has it (its rank), the command that checks it, and the nearest
     ids; a dict for JSON, with `message` and `hint` lines for text."""
@@ -872,8 +904,11 @@ def not_found_answer(found: Found, check: str, where: str) -> dict[str, Any]:
         "in_catalog": None
         if entry is None
         else {"model_id": entry.model_id, "rank": entry.rank, "downloads": entry.downloads},
-        "check": check,
+        "check": check,  # the command that gives it results (None: nothing to run)
         "did_you_mean": [s.to_dict() for s in found.suggestions],
         "message": message,
-        "hint": f"run it with: {check}",
+        "hint": f"run it with: {check}"
+        if check
+        else "check the id's spelling"
+        + (" (did you mean one of these?)" if found.suggestions else ""),
     }

@@ -33,7 +33,10 @@ _FAILED = {s.value for s in FAILED_STATUSES}
 _NA = SkipReason.NOT_APPLICABLE.value
 # skips that say there is nothing to run there (a tp stage without a plan), not a stop
 NOT_A_STOP = frozenset({_NA, SkipReason.NO_TP_PLAN.value})
-_PIP = re.compile(r"pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
+# the command a missing_package skip's message names: the locked route (scripts/install.sh), or
+# a pip install (`pip install 'hfsweep[EXTRA]'` in rows written before the locked route)
+_INSTALL = re.compile(r"bash scripts/install\.sh \S+|pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
+_EXTRA = re.compile(r"""pip install ['"]?hfsweep\[([\w,-]+)\]['"]?$""")
 # the config keys that say how many experts each token is routed to (full size: the original)
 TOP_K_KEYS = (
     "num_experts_per_tok",
@@ -57,17 +60,22 @@ class FailureClass:
     command: str | None = None
     try_switches: tuple[str, ...] = ()
     at_full_size: str | None = None
+    # no implementation switch can change the failure (a collective): never run with one
+    switches_change_nothing: bool = False
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         for key, want in self.match.items():
             if key == "message":
                 if not re.search(want, row.get("error_message") or ""):
                     return False
+            elif key == "failing_op":
+                if not re.search(want, row.get("failing_op") or ""):
+                    return False
             elif key == "unverified":
-                if bool(row.get("unverified_ops")) != want:
+                if bool(row.get("unverified_ops") or row.get("unverified")) != want:
                     return False
             elif key == "fallbacks":
-                if bool(row.get("fallback_ops")) != want:
+                if bool(row.get("fallback_ops") or row.get("fallback_op_count")) != want:
                     return False
             elif key == "evidence":
                 if row.get("compile_evidence") not in want:
@@ -94,6 +102,7 @@ def classes() -> tuple[FailureClass, ...]:
             command=c.get("command"),
             try_switches=tuple(c.get("try", ())),
             at_full_size=c.get("at_full_size"),
+            switches_change_nothing=bool(c.get("switches_change_nothing")),
         )
         for c in data["classes"]
     )
@@ -133,7 +142,8 @@ def deciding_row(
         "status": Status.PASS.value,
         "stage": None,
         "dtype": first.get("dtype"),
-        "fallback_ops": ops or ([] if not any(r.get("fallback_op_count") for r in rows) else ["?"]),
+        "fallback_ops": ops,  # the ops by name, where the fallbacks table was read
+        "fallback_op_count": max((r.get("fallback_op_count") or 0 for r in rows), default=0),
         "unverified_ops": unverified,
     }
 
@@ -158,11 +168,11 @@ def summary_row(s: Mapping[str, Any]) -> dict[str, Any]:
             "error_message": s.get("skip_message"),
             "dtype": s.get("dtype"),
         }
-    return {
+    return {  # a summary counts the ops, without their names
         "status": Status.PASS.value,
         "dtype": s.get("dtype"),
-        "unverified_ops": ["?"] if s.get("unverified") else [],
-        "fallback_ops": ["?"] if s.get("fallback_ops") else [],
+        "unverified": bool(s.get("unverified")),
+        "fallback_op_count": int(s.get("fallback_ops") or 0),
     }
 
 
@@ -290,11 +300,13 @@ def next_step(
     config: Mapping[str, Any] | None = None,
     changes: Mapping[str, Any] | None = None,
     alternatives: Sequence[Alternative] = (),
+    store: str | None = None,
 ) -> NextStep:
     """The next step for one model's stage rows (at one dtype) on `device`. `check`: the
     command that reruns it (default `hfsweep check MODEL --device DEVICE`); `config` and
     `changes`: its shrunk config and what the shrink changed, for the full-size note;
-    `alternatives`: the implementation switches it was run again with."""
+    `alternatives`: the implementation switches it was run again with; `store`: the store its
+    rows came from (None: none, as for `check`; a command that needs it is then left out)."""
     row = deciding_row(rows, fallbacks)
     return step_for_row(
         row,
@@ -306,6 +318,7 @@ def next_step(
         config=config,
         changes=changes,
         alternatives=alternatives,
+        store=store,
     )
 
 
@@ -320,19 +333,20 @@ def step_for_row(
     config: Mapping[str, Any] | None = None,
     changes: Mapping[str, Any] | None = None,
     alternatives: Sequence[Alternative] = (),
+    store: str | None = None,
 ) -> NextStep:
     """`next_step` of a model's deciding row (`deciding_row`, or `summary_row` of its summary)."""
     found = classify(row)
     base = check or check_command(model, device)
     values = _values(row, model=model, device=device, check=base, timeout_s=timeout_s)
+    if store:
+        values["store_q"] = shlex.quote(store)
     values["memory_of"] = (
         f" (its budget: {memory_limit_bytes / 2**30:g} GiB)" if memory_limit_bytes else ""
     )
     values["memory2_gib"] = f"{(memory_limit_bytes or 4 * 2**30) * 2 / 2**30:g}"
     text = found.step.format_map(values)
-    command = found.command.format_map(values) if found.command else None
-    if command == "":
-        command = None
+    command = _command(found.command, values)
     note = _at_full_size(found.at_full_size, row, config or {}, changes or {})
     passing = next((a for a in alternatives if a.passed), None)
     tried = tuple(a.describe() for a in alternatives if not a.passed)
@@ -365,13 +379,40 @@ class _Blank(dict):  # a template's missing value reads as a dash, never a KeyEr
         return "-"
 
 
+def _command(template: str | None, values: Mapping[str, Any]) -> str | None:
+    """A class's command with `values` filled in; None where it needs a value this answer does
+    not know (the store, for `check`) or comes out empty: a command is printed only whole."""
+    if not template:
+        return None
+    try:
+        command = template.format_map(dict(values))
+    except KeyError:
+        return None
+    return command or None
+
+
+def install_command(message: str) -> str | None:
+    """The command that installs what a `missing_package` skip's message says is missing: the
+    locked route (`bash scripts/install.sh all,EXTRA`) for one of hfsweep's extras, as
+    docs/install.md gives it, else the message's own `pip install`."""
+    found = _INSTALL.search(message)
+    if found is None:
+        return None
+    extra = _EXTRA.search(found.group(0))
+    return f"bash scripts/install.sh all,{extra.group(1)}" if extra else found.group(0)
+
+
 def _values(
     row: Mapping[str, Any], *, model: str, device: str, check: str, timeout_s: float | None
 ) -> _Blank:
-    message = row.get("error_message") or ""
-    pip = _PIP.search(message)
+    install = install_command(row.get("error_message") or "")
     ops = list(row.get("unverified_ops") or row.get("fallback_ops") or [])
     shown = ", ".join(ops[:3]) + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
+    count = int(row.get("fallback_op_count") or 0)
+    if not ops and row.get("unverified"):  # a summary: its ops are counted, not named
+        shown = "the ops no evidence decides"
+    elif not ops and count:
+        shown = f"{count} op{'s' if count != 1 else ''}"
     values = _Blank(
         model=model,
         model_q=shlex.quote(model),
@@ -383,8 +424,8 @@ def _values(
         dtype=row.get("dtype") or "the dtype",
         error_type=row.get("error_type") or "an error",
         reason=row.get("reason") or "no reason given",
-        pip=pip.group(0) if pip else "install it (the message names it)",
-        pip_command=pip.group(0) if pip else "",
+        install=install or "install it (the message names it)",
+        install_command=install or "",
         ops=shown or "some ops",
     )
     if timeout_s:

@@ -337,15 +337,22 @@ class Store:
     def damaged_parts(
         self, run_id: str, tables: tuple[str, ...] = MODEL_SWEEP_TABLES
     ) -> list[tuple[str, str, str]]:
-        """(table, path, why) of every part of `run_id` in `tables` (a sweep's) that does not
-        read whole: truncated, corrupted, or not this table's rows. A damaged fallbacks or
-        configs part takes its results part with it (their models' rows would be incomplete)."""
+        """(table, path, why) of every part of `run_id` in `tables` (a sweep's), and of every
+        part of no rows the run wrote in any table, that does not read whole: truncated,
+        corrupted, or not this table's rows. A damaged fallbacks or configs part takes its
+        results part with it (their models' rows would be incomplete). A damaged part of no
+        rows held nothing to run again: put aside, the run's start writes it anew
+        (`create_tables`)."""
         bad: list[tuple[str, str, str]] = []
         for table in tables:
             for path in self.part_files(table, run_id):
                 why = self.check_part(table, path)
                 if why is not None:
                     bad.append((table, path, why))
+        for table, path in self.empty_parts(run_id):
+            why = self.check_part(table, path)
+            if why is not None:
+                bad.append((table, path, why))
         results = {_part_key(p): p for p in self.part_files("results", run_id)}
         named = {p for _, p, _ in bad}
         for table, path, _ in list(bad):
@@ -354,6 +361,24 @@ class Store:
                 bad.append(("results", twin, f"its {table} part is damaged"))
                 named.add(twin)
         return bad
+
+    def empty_parts(self, run_id: str) -> list[tuple[str, str]]:
+        """(table, path) of the run's parts of no rows (`create_tables`), in every table: a
+        run writes them into tables beyond its sweep's own, and a damaged one breaks every
+        outside reader of its table (pyarrow, DuckDB), though hfsweep's own reader skips it."""
+        found = []
+        for table in TABLES:
+            selector = pafs.FileSelector(self._partition_dir(table, run_id), allow_not_found=True)
+            with self._io("list"):
+                infos = self.fs.get_file_info(selector)
+            found += [
+                (table, i.path)
+                for i in infos
+                if i.type == pafs.FileType.File
+                and i.base_name.startswith(EMPTY_PREFIX)
+                and i.base_name.endswith(".parquet")
+            ]
+        return sorted(found)
 
     def quarantine(self, path: str) -> str:
         """Rename a damaged part to a hidden name (kept for inspection, invisible to readers)."""

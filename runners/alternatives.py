@@ -7,7 +7,8 @@ a model takes, and its default value, is its library adapter's answer
 `attn_implementation`). Which failures make a switch worth a run is the next-step table's
 (`reports/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
 first failure is of a class naming the switch, with `all` any model that fails after loading,
-with `none` never. Each value is its own run, in its own process with the task's limits, of
+with `none` never; a failure no switch can change (a collective the device's process group
+refuses: the class says `switches_change_nothing`) is never run again. Each value is its own run, in its own process with the task's limits, of
 every stage the task asked for; a switch's later values are not tried once one passes.
 
 A model that passes, is skipped, or fails to load costs nothing more; the default run's rows are
@@ -59,9 +60,12 @@ def worth_trying(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     if failed is None or failed.get("stage") == Stage.LOAD.value:
         return []
     names = [s.name for s in switches()]
+    found = classify(deciding_row(rows))
+    if found.switches_change_nothing:  # a collective: no switch of the model's code changes it
+        return []
     if mode == "all":
         return names
-    wanted = set(classify(deciding_row(rows)).try_switches)
+    wanted = set(found.try_switches)
     return [n for n in names if n in wanted]
 
 

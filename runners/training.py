@@ -420,7 +420,7 @@ class LoraStage(_TrainingStage):
         except ImportError as exc:
             raise StageSkipped(
                 SkipReason.MISSING_PACKAGE,
-                "the lora stage needs the peft package (pip install 'hfsweep[training]')",
+                "the lora stage needs the peft package (bash scripts/install.sh all,training)",
             ) from exc
         source = loaded_weights(ctx)
         model_type = peft_model_type(source) if ctx.spec.library == "transformers" else None

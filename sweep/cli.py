@@ -9,7 +9,8 @@ Exit codes (docs/cli-exit-codes.md): 0 success, 1 a model failed or was skipped 
 failed, 2 bad usage or input, 3 the environment kept failing, or the device failed its check
 before any model ran (the models it hit have no rows; rerun to retry them), 4 (`nightly`) a
 model that passed the night before fails tonight, 5 (`lookup`) the store has no results for the
-model (the answer says how to get them).
+model (the answer says how to get them), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM:
+stopped as Ctrl-C stops it, `sweep.stop_signals`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import traceback
 from typing import NoReturn
 
 from reports.errors import SweepError, UsageError, format_error
+from sweep import stop_signals
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -117,10 +119,11 @@ def _run(argv: list[str] | None) -> int:
             parser.print_help(sys.stderr)
             return 2
         module = importlib.import_module(COMMANDS[args.command][0])
-        return int(module.run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        with stop_signals.stop_on_sigterm():  # SIGTERM stops it as Ctrl-C does
+            return int(module.run(args) or 0)
+    except KeyboardInterrupt as exc:
+        print(stop_signals.interrupted_line(exc), file=sys.stderr)
+        return stop_signals.exit_code(exc)
     except SweepError as exc:
         if debug:
             traceback.print_exc()

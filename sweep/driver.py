@@ -236,6 +236,7 @@ def run_sweep(
     one line per problem found in the store (default: stderr)."""
     start = time.monotonic()
     stream = open_catalog(run.catalog)
+    offline_unless_the_hub_answers(warn or _stderr)
     device = run.task.device.build()  # unknown name: UsageError
     check_world_size(run.task)  # more ranks than the machine holds: UsageError
     settings = run.row_settings(device, stream)
@@ -291,6 +292,7 @@ def run_sweep(
                 settings_at=run.at,
                 plan_batch=run.plan_batch,
                 on_model=lambda outcome, n: session.progress.advance(outcome, n=n),
+                on_planned=session.progress.plan_done,
                 dtypes=run.dtypes,
                 pending=progress.pending,
                 plans=plans,
@@ -318,6 +320,37 @@ def run_sweep(
         reuse_sources=sources,
         dtypes=list(run.dtypes),
     )
+
+
+def offline_unless_the_hub_answers(warn: Warn) -> None:
+    """Online (no `HF_HUB_OFFLINE`), ask the Hub once, before planning, whether it answers.
+    If it does not, say so in one line and plan as offline: each model from its cached configs
+    or its library's defaults, labelled so in `config_source`, as `HF_HUB_OFFLINE=1` would
+    (set in this process's environment, which the run's local workers and children inherit,
+    and forwarded to the workers of a cluster given by `--address`). Without this, a machine
+    without the Hub waits out every model's timeout and retries in turn."""
+    import os
+
+    from model_configs.hub import PROBE_S, unreachable
+    from reports import settings
+
+    if settings.hub_offline():
+        return
+    why = unreachable()
+    if why is None:
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    warn(
+        f"the Hub does not answer ({why}; one try of {PROBE_S:.0f} s): planning offline, each "
+        "model from its cached configs or its library's defaults (set HF_HUB_OFFLINE=1 to skip "
+        "this check)"
+    )
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 def abandoned_error(summary: RunSummary) -> SystemFaultError:

@@ -53,6 +53,7 @@ class RunLoop:
         settings_at: Callable[[str], ModelSettings],
         plan_batch: int = PLAN_BATCH,
         on_model: Callable[[str, int], None] | None = None,
+        on_planned: Callable[[int], None] | None = None,
         dtypes: Sequence[str] = (),
         pending: dict[str, tuple[str, ...]] | None = None,
         plans: PlanCache | None = None,
@@ -68,6 +69,7 @@ class RunLoop:
         self.key_of = ledger.key_of  # each task's content key, in its rows
         self.plan_batch = plan_batch
         self.on_model = on_model or (lambda outcome, n: None)
+        self.on_planned = on_planned or (lambda n: None)  # models planned (progress)
         self.queue: deque[Task] = deque()
         self._configs: dict[str, dict[str, Any]] = {}  # model id -> its new config pair row
         # the full-size configs sized in this run so far, and each model's sizing rows (its
@@ -191,6 +193,9 @@ class RunLoop:
         return PlanDone(done.key, batch, [p for p in merged if p is not None], done.seconds)
 
     def _admit(self, planned: list[Planned]) -> None:
+        self.on_planned(
+            sum(len(self.pending.get(p.entry.model_id) or self.dtypes) for p in planned)
+        )
         for p in planned:
             dtypes = self.pending.pop(p.entry.model_id, None) if self.pending else None
             dtypes = dtypes or self.dtypes

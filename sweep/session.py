@@ -9,9 +9,10 @@
 run already has (a resume) to say what the run row and the progress line count. Its parts:
 
 - `locked_run`: holds the run (`reports.locks.RunLock`: a second driver is refused with who
-  holds it), then finds the parts of the sweep's tables that do not read whole (truncated,
-  corrupted) and puts them aside as `.damaged-*` (never read as data: what they held runs
-  again), then compares the settings of a resume with those of the run's last row
+  holds it), then finds the parts of the sweep's tables, and the run's parts of no rows in
+  every table, that do not read whole (truncated, corrupted) and puts them aside as
+  `.damaged-*` (never read as data: what they held runs again; a part of no rows is written
+  again when the run starts), then compares the settings of a resume with those of the run's last row
   (`sweep.settings.check_same_settings`: every setting that changes a row).
 - `RunRow`: the run's row in its runs table, written `running` at the start and, however the
   driver leaves, `finished`, `incomplete` (tasks the environment kept from running have no
@@ -40,6 +41,7 @@ from typing import Any
 from reports.locks import RunLock
 from reports.schema import TABLES
 from reports.store import (
+    EMPTY_PREFIX,
     MODEL_SWEEP_TABLES,
     OP_SWEEP_TABLES,
     Store,
@@ -53,6 +55,7 @@ from sweep.executors import Deferred, make_executor
 from sweep.executors.protocol import OomFn, Planner, RunFn
 from sweep.progress import SweepProgress
 from sweep.settings import JobSettings, check_same_settings, software_versions
+from sweep.stop_signals import resume_hint
 from sweep.writer import MODEL_TABLES, OP_TABLES, RowWriter
 
 Warn = Callable[[str], None]
@@ -96,9 +99,15 @@ def locked_run(
         damaged = store.damaged_parts(run_id, tables)
         for table, path, why in damaged:
             store.quarantine(path)
+            name = path.rsplit("/", 1)[-1]
+            then = (
+                "it held no rows (the run's start writes a new one if the table has no other part)"
+                if name.startswith(EMPTY_PREFIX)
+                else "the tasks whose rows it held run again"
+            )
             warn(
-                f"warning: {table} part {path.rsplit('/', 1)[-1]} of run {run_id} is damaged "
-                f"({why}); put aside as .damaged-*, the tasks whose rows it held run again"
+                f"warning: {table} part {name} of run {run_id} is damaged "
+                f"({why}); put aside as .damaged-*, {then}"
             )
         previous = store.run(run_id, runs_table)
         if previous is not None:
@@ -253,8 +262,11 @@ class RunSession:
         running have no rows) or `finished` once the rows are in the store."""
         self._ended = "incomplete" if incomplete else "finished"
 
-    def __exit__(self, *exc: Any) -> bool | None:
-        return self._stack.__exit__(*exc)
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool | None:
+        if isinstance(exc, KeyboardInterrupt) and hasattr(self, "run_id"):
+            # Ctrl-C or SIGTERM (`sweep.stop_signals`): the CLI's one line says how to go on
+            setattr(exc, "resume", resume_hint(self.job.command, self.run_id, self.job.store))  # noqa: B010
+        return self._stack.__exit__(kind, exc, tb)
 
 
 def _stderr(line: str) -> None:

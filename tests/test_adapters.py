@@ -81,8 +81,9 @@ def test_a_missing_package_is_a_skip_naming_it(monkeypatch):
     with pytest.raises(ConfigError) as info:
         get_adapter("timm").require_package("timm/resnet50.a1_in1k")
     assert info.value.reason == "missing_package"
-    assert "timm" in info.value.message and "hfsweep[timm]" in (info.value.hint or "")
-    assert "pip install 'hfsweep[timm]'" in info.value.message  # what the row's message keeps
+    assert "timm" in info.value.message and "install.sh all,timm" in (info.value.hint or "")
+    # what the row's message keeps: the locked route, not a pip install that bypasses the lock
+    assert "bash scripts/install.sh all,timm" in info.value.message
 
 
 def test_ultralytics_names_its_licence(monkeypatch):

@@ -115,7 +115,8 @@ def test_passing_and_skips() -> None:
     skipped = rows(["skip"] * 5, **{s: missing for s in STAGES})
     assert verdict.verdict(skipped).startswith("skipped (missing_package): timm models need")
     step = verdict.next_step(skipped, model="timm/x", device="cpu")
-    assert step is not None and step.command == "pip install 'hfsweep[timm]'"
+    # a row written before the locked route: its pip install of an extra becomes install.sh's
+    assert step is not None and step.command == "bash scripts/install.sh all,timm"
     remote = {"reason": "remote_code", "error_message": "the repo needs trust_remote_code"}
     step = verdict.next_step(
         rows(["skip"] * 5, **{s: remote for s in STAGES}), model="m", device="cpu"

@@ -289,12 +289,14 @@ def test_lookup_of_a_catalog_model_not_in_the_store_is_no_error(store, capsys) -
     code, out = lookup(capsys, "meta-llama/Llama-3.1-8B", "--store", store)
     assert code == 5
     assert out.startswith("meta-llama/Llama-3.1-8B is in the catalog (rank 230")
-    assert "run it with: hfsweep check meta-llama/Llama-3.1-8B --device neuron\n" in out
+    # a sweep of it, into this store: the next lookup answers (a check writes no rows)
+    run = f"hfsweep run --models meta-llama/Llama-3.1-8B --device neuron --store {store}"
+    assert f"run it with: {run}\n" in out
     assert "did you mean: meta-llama/Llama-3.1-8B-Instruct (catalog rank 39)" in out
     code, out = lookup(capsys, "meta-llama/Llama-3.1-8B", "--store", store, "--format", "json")
     data = json.loads(out)
     assert code == 5 and data["found"] is False and data["in_catalog"]["rank"] == 230
-    assert data["check"] == "hfsweep check meta-llama/Llama-3.1-8B --device neuron"
+    assert data["check"] == run
     assert data["did_you_mean"][0]["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -155,8 +155,8 @@ def test_unknown_model_404(client: TestClient) -> None:
 
 def test_a_model_page_finds_the_id_meant(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The id in another case is its page; a near id is a 404 that suggests the stored one; a
-    catalog model with no results says its rank and the check command for the store's device,
-    in the page and in the JSON."""
+    catalog model with no results says its rank and the `hfsweep run --models` command that adds
+    it to the store, in the page and in the JSON."""
     from reports.model_search import CatalogModel
 
     root = tmp_path_factory.mktemp("meant") / "store"
@@ -173,7 +173,8 @@ def test_a_model_page_finds_the_id_meant(tmp_path_factory: pytest.TempPathFactor
         "where": "store",
         "rank": None,
     }
-    assert body["check"] == "hfsweep check org/c-fail --device neuron"
+    assert body["check"] is None  # neither stored nor in the catalog: nothing to run
+    assert body["hint"] == "check the id's spelling (did you mean one of these?)"
     html = c.get("/models/org/c-fail").text
     assert '<a href="/models/org/c-fail-compile">org/c-fail-compile</a> (has results)' in html
     r = c.get("/api/models/meta/Llama-9B")
@@ -181,9 +182,17 @@ def test_a_model_page_finds_the_id_meant(tmp_path_factory: pytest.TempPathFactor
     assert r.status_code == 404
     assert body["in_catalog"] == {"model_id": "meta/Llama-9B", "rank": 7, "downloads": 70}
     assert body["error"].startswith("meta/Llama-9B is in the catalog (rank 7")
-    assert body["hint"] == "run it with: hfsweep check meta/Llama-9B --device neuron"
+    run = f"hfsweep run --models meta/Llama-9B --device neuron --store {root}"
+    assert body["hint"] == f"run it with: {run}"
     html = c.get("/models/meta/Llama-9B").text
-    assert "hfsweep check meta/Llama-9B --device neuron</code>" in html
+    assert f"{run}</code>" in html
+    # the models table's search for it answers as lookup does: its rank and the command
+    table = c.get("/api/models", params={"search": "meta/Llama-9B"}).json()
+    assert table["total"] == 0 and table["answer"]["check"] == run
+    assert table["answer"]["message"].startswith("meta/Llama-9B is in the catalog (rank 7")
+    html = c.get("/models", params={"search": "meta/Llama-9B"}).text
+    assert 'id="search-answer"' in html and f"{run}</code>" in html
+    assert c.get("/api/models", params={"search": "zzz qq"}).json()["answer"] is None
     assert c.get("/models/meta/Llama").status_code == 404
     assert "meta/Llama-9B (catalog rank 7)" in c.get("/models/meta/Llama").text
 

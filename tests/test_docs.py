@@ -234,3 +234,31 @@ def test_the_store_page_lists_every_table():
     text = (ROOT / "docs" / "store.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M))
     assert listed == set(TABLES)
+
+
+# -- the README's samples against what the demo printed ----------------------------------------
+
+
+def test_the_readme_report_sample_has_the_recorded_figures() -> None:
+    """The README's report sample carries exactly the figures `scripts/readme_samples.py`
+    recorded from the demo's store (`docs/results/readme-samples.json`): a sample edited by
+    hand, or left behind when the summary was regenerated, fails here. That the summary is what
+    a fresh demo prints is `python scripts/readme_samples.py --store S --check`'s to say (it
+    needs a 50-model sweep, too slow for the suite)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "readme_samples", ROOT / "scripts" / "readme_samples.py"
+    )
+    assert spec is not None and spec.loader is not None
+    samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(samples)
+    recorded = json.loads((ROOT / "docs" / "results" / "readme-samples.json").read_text())
+    in_readme = samples.figures(samples.readme_block("report"))
+    differ = {
+        k: (recorded["figures"].get(k), in_readme.get(k))
+        for k in set(recorded["figures"]) | set(in_readme)
+        if recorded["figures"].get(k) != in_readme.get(k)
+    }
+    assert in_readme and not differ, f"README figures differ from the recorded ones: {differ}"

@@ -309,6 +309,65 @@ def test_a_damaged_fallbacks_part_reruns_the_models_of_its_results_part(tmp_path
     assert Store(store).read("fallbacks", "r").num_rows == len(MODELS)
 
 
+def test_truncated_empty_parts_are_put_aside_and_written_again(tmp_path, catalog):
+    """The run's parts of no rows are checked like its data parts: truncated to 100 bytes, the
+    same command puts them aside (a new one where the table has no other part: here
+    `alternatives`), and pyarrow opens every table again."""
+    import pyarrow.dataset as pads
+
+    store = tmp_path / "store"
+    run_sweep(config(store, catalog), run_fn=passing)
+    truncated = [
+        next((store / table / "run_id=r").glob("empty-*.parquet"))
+        for table in ("results", "alternatives")
+    ]
+    for empty in truncated:
+        empty.write_bytes(empty.read_bytes()[:100])
+    with pytest.raises(Exception, match="magic bytes"):
+        pads.dataset(store / "results", format="parquet").to_table()
+
+    warnings: list[str] = []
+    summary = run_sweep(config(store, catalog), run_fn=passing, warn=warnings.append)
+    assert summary.damaged_parts == 2 and summary.models_run == 0
+    assert len(warnings) == 2 and all("held no rows" in w for w in warnings), warnings
+    for empty in truncated:
+        assert (empty.parent / f".damaged-{empty.name}").exists()
+    assert not list((store / "results" / "run_id=r").glob("empty-*"))  # has data parts
+    assert len(list((store / "alternatives" / "run_id=r").glob("empty-*"))) == 1  # a new one
+    assert pads.dataset(store / "results", format="parquet").to_table().num_rows == 2 * len(ALL)
+    assert pads.dataset(store / "alternatives", format="parquet").to_table().num_rows == 0
+    assert exactly_once(store, ALL)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go): a connection is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_hub_that_does_not_answer_is_asked_once_and_the_run_plans_offline(
+    tmp_path, catalog, monkeypatch
+):
+    """Online, with the Hub's endpoint a closed loopback port: one probe, one line, and every
+    model planned from its library's defaults (never one Hub timeout and retries per model)."""
+    import huggingface_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    warnings: list[str] = []
+    summary = run_sweep(config(tmp_path / "store", catalog), run_fn=passing, warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith("the Hub does not answer"), warnings
+    assert "HF_HUB_OFFLINE=1" in warnings[0]
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # what the run's workers and children inherit
+    assert summary.models_run == len(MODELS) and exactly_once(tmp_path / "store", ALL)
+    rows = Store(tmp_path / "store").read("results", "r").to_pylist()
+    assert {r["config_source"] for r in rows} == {"transformers_default"}
+
+
 # ---- environment failures: retried, never rows ----------------------------------------------
 
 

@@ -32,10 +32,11 @@ SECTIONS = {
         "environment error while planning",
         "runtime env that cannot be set up",
         "lost object (ObjectLostError on get)",
+        "part of no rows truncated to 100 bytes",
     },
     "node": {"a node that leaves the cluster"},
     "env": {"environment error that keeps happening"},
-    "kill": {"driver killed (SIGKILL) at a random moment"},
+    "kill": {"driver stopped with SIGTERM mid-run", "driver killed (SIGKILL) at a random moment"},
     # the same faults inside op-sweep tasks (planning is the model sweep's alone)
     "ops": {
         "op: segfault in a sample",

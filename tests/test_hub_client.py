@@ -505,6 +505,22 @@ def test_check_looks_models_up_through_the_client(hub, monkeypatch):
         _entry_from_hub("acme/bert")
 
 
+def test_the_probe_says_whether_the_hub_answers(hub):
+    """One request: the fake Hub answers; a closed loopback port or a 5xx does not."""
+    import socket
+
+    from model_configs.hub import unreachable
+
+    assert unreachable(endpoint=hub.url, timeout_s=5) is None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    why = unreachable(endpoint=f"http://127.0.0.1:{port}", timeout_s=5)
+    assert why is not None and why.startswith(f"http://127.0.0.1:{port}: "), why
+    hub.fault("GET /api/models?limit=1", status=503)
+    assert unreachable(endpoint=hub.url, timeout_s=5) == f"{hub.url}: HTTP 503"
+
+
 def test_timeout_and_retries_from_the_environment(monkeypatch):
     from reports.errors import UsageError
 

@@ -124,10 +124,17 @@ def test_limits_name_the_command_with_the_limit_doubled() -> None:
     [
         (
             "missing_package",
-            "timm models need the timm package: pip install 'hfsweep[timm]'",
+            "timm models need the timm package: bash scripts/install.sh all,timm",
             "missing_package",
-            "pip install 'hfsweep[timm]'",
+            "bash scripts/install.sh all,timm",
         ),
+        (
+            "missing_package",
+            "needs ultralytics: pip install 'hfsweep[ultralytics]'",  # a row of an older run
+            "missing_package",
+            "bash scripts/install.sh all,ultralytics",
+        ),
+        ("missing_package", "needs it: pip install expecttest", "missing_package", "pip install"),
         ("remote_code", "auto_map, trust_remote_code stays off", "remote_code", None),
         ("unknown_model_type", "transformers 5.24.0 does not know", "unknown_model_type", None),
         ("malformed_config", "no model_type", "malformed_config", None),
@@ -154,6 +161,48 @@ def test_passes_say_what_is_left_to_do() -> None:
     unverified[3]["unverified_ops"] = ["aten::foo", "aten::bar"]
     step = next_step(unverified, model="m", device="neuron")
     assert step.failure == "passes_unverified" and "aten::bar, aten::foo lower" in step.text
+
+
+def test_a_summary_s_step_counts_its_ops_and_names_the_store_it_knows() -> None:
+    """The report's steps come from summaries, which count ops without naming them: the step
+    says how many, never "?", and the report's command names the store, or is left out."""
+    from reports.next_steps import step_for_row, summary_row
+
+    fell = summary_row({"dtype": "fp32", "fallback_ops": 2, "unverified": False})
+    step = step_for_row(fell, model="m", device="neuron", store="/data/my store")
+    assert step.failure == "passes_with_fallbacks" and "CPU fallbacks for 2 ops:" in step.text
+    assert step.command == "hfsweep report --store '/data/my store'"
+    assert step_for_row(fell, model="m", device="neuron").command is None  # no store: none
+    unverified = summary_row({"dtype": "fp32", "fallback_ops": 0, "unverified": True})
+    step = step_for_row(unverified, model="m", device="neuron")
+    assert step.failure == "passes_unverified"
+    assert "passes if the ops no evidence decides lower" in step.text
+    for s in (step.text, step.command or ""):
+        assert "?" not in s and "STORE" not in s
+
+
+def test_a_collective_the_process_group_refuses_is_the_device_s_and_no_switch_runs() -> None:
+    """fsdp's all_gather that the device's process group raises on: a step about the device's
+    process group, never "raised in the model's code", and no implementation switch tried, not
+    even with --alternatives all (attention and experts code never change a collective)."""
+    from runners.alternatives import worth_trying
+
+    r = rows(
+        {
+            "error_type": "CollectiveNotImplemented",
+            "failing_op": "c10d::all_gather_single",
+            "error_message": "ProcessGroupNeuron.all_gather_single: raises NotImplementedError",
+        },
+        at="forward",
+    )
+    step = next_step(r, model="m", device="neuron")
+    assert step.failure == "collective_refused"
+    assert "neuron's process group refuses" in step.text and "c10d::all_gather_single" in step.text
+    assert "model's or library's code" not in step.text
+    assert worth_trying(r, "auto") == [] and worth_trying(r, "all") == []
+    r[1]["error_type"] = "TypeError"  # an error of the model's code at the same stage
+    assert next_step(r, model="m", device="neuron").failure == "model_error"
+    assert worth_trying(r, "all") != []
 
 
 def test_a_compile_failure_at_an_op_no_evidence_decides_is_its_own_class() -> None:

@@ -7,6 +7,8 @@ import csv
 import re
 from pathlib import Path
 
+import pytest
+
 from reports.query import StoreQuery
 from reports.render import charts, fmt, html_site, markdown, text
 from reports.summary import run_report
@@ -61,7 +63,14 @@ def test_static_site_csv_formulas_inert(tmp_path: Path) -> None:
     files = html_site.write_site(q, run_report(q), tmp_path / "site")
     names = [f.relative_to(tmp_path / "site").as_posix() for f in files]
     page = "models/" + html_site.model_file_name('=HYPERLINK("http://x")')
-    assert names == ["index.html", "models.html", page, "report.json", "models.csv"]
+    assert names == [
+        "index.html",
+        "models.html",
+        page,
+        "glossary.html",
+        "report.json",
+        "models.csv",
+    ]
     assert "/" not in page[len("models/") :] and page.endswith(".html")
     rows = list(csv.DictReader((tmp_path / "site" / "models.csv").open()))
     assert rows[0]["model_id"].startswith("'=")
@@ -142,3 +151,25 @@ def test_chart_labels_are_not_cut_when_they_fit() -> None:
     svg = charts.hbars([(long, (1.0,))], series=("models",), title="t", as_percent=False)
     label = re.search(r'class="label">([^<]*)</text>', svg).group(1)
     assert label.endswith("…") and long.startswith(label[:-1]) and label[-2] != " "
+
+
+def test_time_taken_says_which_stages_ran_outside_the_model_process() -> None:
+    """A wall shorter than the stages' sum reads as what it is: the distributed stages' ranks
+    ran in processes of their own."""
+    from reports.render import fmt
+
+    assert (
+        fmt.time_taken(0.4, 2.5)
+        == "stages 0.40 s; model process 2.50 s (wall: set-up, stages, exit)"
+    )
+    rows = [
+        {"stage": "load", "duration_s": 0.2},
+        {"stage": "ddp", "duration_s": 1.5},
+        {"stage": "fsdp", "duration_s": 1.4},
+    ]
+    assert fmt.ranks_seconds(rows) == pytest.approx(2.9)
+    assert fmt.ranks_seconds(rows[:1]) is None
+    assert fmt.time_taken(3.1, 0.69, 2.9) == (
+        "stages 3.10 s (2.90 s of them in the distributed stages' rank processes, outside the "
+        "model process); model process 0.69 s (wall: set-up, the other stages, exit)"
+    )

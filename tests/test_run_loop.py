@@ -123,6 +123,34 @@ def test_streamed_dedup_runs_each_tiny_model_once(tmp_path, groups: int) -> None
     assert loop.skipped == len(skips) and loop.models_run == n - len(skips)
 
 
+def test_planning_shows_on_the_progress_line(tmp_path, capsys, monkeypatch) -> None:
+    """A line at the start (before any model is planned), then `planned P/T` as plans come
+    back, and no ETA before a model finished: a long planning phase is never silent."""
+    from sweep import progress as progress_module
+    from sweep.progress import SweepProgress
+
+    clock = iter(range(0, 10**6, 11))  # every line 11 s after the last: none held back
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: float(next(clock)))
+    n = 20
+    with SweepProgress(n, description="run r", enabled=False) as bar, Ledger() as ledger:
+        loop = RunLoop(
+            ScrambledExecutor(3),
+            ledger,
+            RowWriter(Store(tmp_path / "s"), "r", 0.0),
+            RUN,
+            settings_at=at,
+            plan_batch=8,
+            on_model=lambda outcome, k: bar.advance(outcome, n=k),
+            on_planned=bar.plan_done,
+        )
+        loop.run_entries(iter(entry(i) for i in range(1, n + 1)))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[run r] 0/20 elapsed 11s eta -"
+    planned = [line for line in lines if " planned " in line]
+    assert planned and planned[0].startswith("[run r] 0/20 planned 8/20 ") and "eta -" in planned[0]
+    assert lines[-1].startswith("[run r] 20/20 ") and " planned " not in lines[-1]
+
+
 def test_without_dedup_every_model_runs(tmp_path) -> None:
     store = Store(tmp_path / "s")
     ex = ScrambledExecutor(groups=2)

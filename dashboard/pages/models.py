@@ -106,7 +106,20 @@ def table_data(dash: Dashboard, params: dict[str, Any]) -> tuple[dict[str, Any],
         per_page=params["per_page"],
     )
     run_id = dash.run_param(params["run"])
-    return model_table_query(dash.q, run_id, flt), flt
+    data = model_table_query(dash.q, run_id, flt)
+    data["answer"] = _search_answer(dash, flt.search, run_id) if not data["total"] else None
+    return data, flt
+
+
+def _search_answer(dash: Dashboard, search: str | None, run_id: str | None) -> dict | None:
+    """What `lookup` says of a searched id the run has no row for (its catalog rank and the
+    command that gives it results, or the ids meant), where the search names a model id."""
+    if not search or not search.strip() or " " in search.strip():
+        return None
+    meant, command = find_stored_model(dash.q, search.strip(), dash.catalog)
+    if meant.model_id is None and meant.in_catalog is None and not meant.suggestions:
+        return None
+    return not_found_answer(meant, command, f"run {run_id}" if run_id else "any run")
 
 
 @router.get("/api/models")
@@ -214,6 +227,7 @@ def model_page(
         history=lambda rid: model_url(model_id, rid),
         cluster=lambda sig: "/models?" + urlencode({"run": run_id, "signature": sig}),
         dtype=lambda d: model_url(model_id, run_id, d),
+        docs="/docs/",
     )
     api = model_url(model_id, run, dtype).replace("/models/", "/api/models/", 1)
     return dash.render(request, "model.html", m=m, links=links, api_url=api)

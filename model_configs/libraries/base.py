@@ -68,7 +68,11 @@ class Adapter(ABC):
         missing = self.missing_packages()
         if not missing:
             return
-        how = f"pip install 'hfsweep[{self.extra}]'" if self.extra else f"pip install {missing[0]}"
+        how = (  # the locked route (docs/install.md)
+            f"bash scripts/install.sh all,{self.extra}"
+            if self.extra
+            else f"pip install {missing[0]}"
+        )
         note = f" ({self.install_note})" if self.install_note else ""
         raise ConfigError(  # the message names the command too: it is what a row keeps
             f"{self.library} models need the {', '.join(missing)} package, which is not "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from reports.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
+
 
 def profile_pairing(d: Any) -> str:
     """ "profile for torch 2.10, run on torch 2.14.1" for a row, run or page dict of an emulated
@@ -144,16 +146,35 @@ def seconds(s: float | None) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
-def time_taken(stages_s: float | None, wall_s: float | None) -> str:
+def time_taken(stages_s: float | None, wall_s: float | None, ranks_s: float | None = None) -> str:
     """One model's time, in the words `check`, `lookup` and the model page share: the sum of
     its stages' own seconds, and the wall time of the process that ran it (set-up, every stage,
-    start and exit), which grows when the machine is busy."""
+    start and exit), which grows when the machine is busy. The distributed stages (`ranks_s`
+    of the stages' seconds) run in a group of rank processes of their own, outside the model's
+    process: said, so that a wall shorter than the stages' sum reads as what it is."""
     parts = []
     if stages_s is not None:
-        parts.append(f"stages {seconds(stages_s)}")
+        inside = (
+            f" ({seconds(ranks_s)} of them in the distributed stages' rank processes, outside "
+            "the model process)"
+            if ranks_s
+            else ""
+        )
+        parts.append(f"stages {seconds(stages_s)}{inside}")
     if wall_s is not None:
-        parts.append(f"model process {seconds(wall_s)} (wall: set-up, stages, exit)")
+        what = "set-up, the other stages, exit" if ranks_s else "set-up, stages, exit"
+        parts.append(f"model process {seconds(wall_s)} (wall: {what})")
     return "; ".join(parts) or "-"
+
+
+def ranks_seconds(rows: Any) -> float | None:
+    """The seconds of a model's distributed stages (`time_taken`'s `ranks_s`: run by rank
+    processes of their own, not by the model's process), None when it ran none."""
+    from reports.schema import DISTRIBUTED_STAGES
+
+    names = {s.value for s in DISTRIBUTED_STAGES}
+    ran = [r["duration_s"] for r in rows if r.get("stage") in names and r.get("duration_s")]
+    return sum(ran) if ran else None
 
 
 def short_value(value: Any, limit: int = 60) -> str:
@@ -173,6 +194,18 @@ def params(n: int | None) -> str:
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return str(n)
+
+
+def unsized_title(status: str | None) -> str:
+    """The tooltip of a models-table size cell that holds no size ("": it is sized)."""
+    if status == "ok":
+        return ""
+    if status == NO_OWN_CONFIG:
+        return (
+            f"{NO_OWN_CONFIG_TEXT} (only its library's default for the architecture, "
+            "which says nothing of this model's size; its page shows what that default would need)"
+        )
+    return f"not sized: {status}" if status else "not sized: the run has no sizing for it"
 
 
 def cores(n: int | None, per_chip: int | None = None, per_instance: int | None = None) -> str:

@@ -133,11 +133,22 @@ def _died(name: str, exitcode: int | None, tail: str) -> DeviceCheckError:
 
 def _fresh(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """The check in a fresh interpreter (`python -m runners.devices.preflight`)."""
+    from functools import partial
+
+    from runners import containment
+
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
     command = [sys.executable, "-m", "runners.devices.preflight", name, json.dumps(options)]
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            cwd=ROOT,
+            # dies with its driver, however the driver dies (a SIGKILL leaves no orphan)
+            preexec_fn=partial(containment.enter_child, os.getpid()),
         )
     except subprocess.TimeoutExpired:
         raise _hung(name, timeout_s) from None

@@ -371,6 +371,7 @@ def _facts(
             for a, t in zip(outcome.alternatives, tried, strict=True)
         ],
         "stages_s": sum(ran) if ran else None,
+        "ranks_s": fmt.ranks_seconds(rows),
         "wall_s": outcome.timings.get("child_s"),
         "setup_s": outcome.timings.get("setup_s"),
         "compile_s": compile_s,
@@ -413,7 +414,7 @@ def _print_facts(f: dict) -> None:
             for key, label in (("setup_s", "device set-up"), ("compile_s", "compile stage"))
             if f[key] is not None
         ]
-        line = fmt.time_taken(f["stages_s"], f["wall_s"])
+        line = fmt.time_taken(f["stages_s"], f["wall_s"], f.get("ranks_s"))
         if parts:
             line += f"; of it {', '.join(parts)}"
     else:

@@ -1,8 +1,9 @@
 """`hfsweep lookup MODEL_ID`: the latest results for one model from the store.
 
 The id as given, else the one stored id that differs only in case; else no results, with the
-catalog's entry for it (its rank) and the exact `hfsweep check` command for the store's device,
-and the nearest ids of the store and the catalog ("did you mean").
+catalog's entry for it (its rank) and the exact `hfsweep run --models` command that adds its
+rows to the store on the store's device (an id the catalog lacks gets no command: a check of it
+would exit 2 offline), and the nearest ids of the store and the catalog ("did you mean").
 
 Exit 0 when the model passed every stage (at every dtype of a run of several), 1 when it failed
 or was skipped (at some dtype), 5 when the store has no results for it (not an error: the
@@ -129,7 +130,7 @@ def render_text(d: dict[str, Any]) -> str:
     )
     if d.get("wall_s") is not None or d.get("stages_s") is not None:
         lines.append(
-            f"time: {fmt.time_taken(d.get('stages_s'), d.get('wall_s'))}"
+            f"time: {fmt.time_taken(d.get('stages_s'), d.get('wall_s'), d.get('ranks_s'))}"
             + (f", {d['measured_on']}" if d.get("measured_on") else "")
         )
     if d.get("peak_host_memory_bytes") is not None:

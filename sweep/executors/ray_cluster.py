@@ -29,6 +29,7 @@ from typing import Any
 from model_configs.spec import CatalogEntry
 from reports.errors import SystemFaultError, UsageError
 from runners import containment, faults
+from sweep import stop_signals
 from sweep.executors.fault_policy import backoff_s, describe_failure
 from sweep.executors.liveness import GUARD_S, beating, read_beats
 from sweep.executors.protocol import (
@@ -53,11 +54,15 @@ def init_ray(address: str | None, num_cpus: int | None) -> Any:
     if ray.is_initialized():
         return ray
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        with stop_signals.kept_across():  # SIGTERM stays ours, not Ray's abort
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return ray
 
     def start() -> None:
-        with containment.embedded_ray_dies_with_this_process():  # even if the driver is killed
+        with (
+            containment.embedded_ray_dies_with_this_process(),  # even if the driver is killed
+            stop_signals.kept_across(),  # SIGTERM stays ours, not Ray's abort
+        ):
             ray.init(
                 address="local",  # a new embedded Ray, even where `ray start` ran here
                 num_cpus=num_cpus or os.cpu_count() or 1,
@@ -170,10 +175,11 @@ class _Split:
     pending: int = 0
 
 
-def _test_runtime_env() -> dict[str, Any] | None:
-    """The test-only fault hook's variables, forwarded to the workers when the driver has them
-    (workers of an already running Ray do not see the driver's environment otherwise)."""
-    names = (faults.ENV, faults.STATE_ENV)
+def _forwarded_env(address: str | None) -> dict[str, Any] | None:
+    """The test-only fault hook's variables, and on a cluster given by `--address` the Hub's
+    offline switch, forwarded to the workers when the driver has them (workers of an already
+    running Ray do not see the driver's environment; an embedded Ray's inherit it)."""
+    names = (faults.ENV, faults.STATE_ENV, *(("HF_HUB_OFFLINE",) if address else ()))
     env = {n: os.environ[n] for n in names if n in os.environ}
     return {"env_vars": env} if env else None
 
@@ -205,7 +211,7 @@ class RayExecutor:
         self._plan_remote = None
         if planner is not None:
             self._plan_remote = ray.remote(num_cpus=1, max_retries=0)(beating(timed(planner.fn)))
-        self._runtime_env = runtime_env = _test_runtime_env()
+        self._runtime_env = runtime_env = _forwarded_env(address)
         if runtime_env:
             self._run_remote = self._run_remote.options(runtime_env=runtime_env)
             if self._plan_remote is not None:
