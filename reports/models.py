@@ -15,6 +15,7 @@ from reports import next_steps
 from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
 from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
 from reports.errors import UsageError
+from reports.hf_stack import model_hf_stack
 from reports.model_search import CatalogModel, Found, find_model
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.render import fmt
@@ -579,6 +580,7 @@ def _detail(
         ],
         "fine_tune": _fine_tune_of(stages, fallbacks),
         "sharding": model_sharding(stages),
+        "hf_stack": model_hf_stack(stages),
         "history": history,
         "history_stages": history_stages,
     }

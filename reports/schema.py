@@ -41,6 +41,15 @@ class Stage(str, enum.Enum):
     DDP = "ddp"
     FSDP = "fsdp"
     TP = "tp"
+    # Training as Hugging Face users train (docs/stages.md), with the device found the way the
+    # libraries find it: transformers' Trainer (three steps, saved and loaded back), the same
+    # with `torch_compile=True`, TRL's SFTTrainer with peft's LoRA, and Accelerate's
+    # `Accelerator` on a group of ranks (`--world-size`); each against the same trainer on the
+    # CPU.
+    TRAINER = "trainer"
+    TRAINER_COMPILED = "trainer_compiled"
+    SFT = "sft"
+    ACCELERATE_DDP = "accelerate_ddp"
 
     def __str__(self) -> str:
         return self.value
@@ -71,6 +80,16 @@ def compiles(stages: Iterable[Stage]) -> bool:
 # Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
 # many as the run's world size (`--world-size`).
 DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)
+# Asked for by name (`--stages hf_training` or `all`): they need the hf-training extra (trl,
+# datasets), and add cost to every model (bench/hf_training.py).
+HF_TRAINING_STAGES: tuple[Stage, ...] = (
+    Stage.TRAINER,
+    Stage.TRAINER_COMPILED,
+    Stage.SFT,
+    Stage.ACCELERATE_DDP,
+)
+# The stages that run on a group of rank processes (`runners/distributed/`), one per rank.
+RANK_STAGES: tuple[Stage, ...] = (*DISTRIBUTED_STAGES, Stage.ACCELERATE_DDP)
 DEFAULT_WORLD_SIZE = 2
 # The stages each one builds on (among those a run asks for): one of them not passing makes it
 # `not_run`. The first five build on every stage before them; a training stage on a model that
@@ -82,6 +101,7 @@ STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
     Stage.SHAPES: (Stage.LOAD, Stage.FORWARD, Stage.COMPILE),
     Stage.GENERATE_COMPILED: (Stage.LOAD, Stage.FORWARD, Stage.GENERATE),
     **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES},
+    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in HF_TRAINING_STAGES},
 }
 
 
@@ -399,6 +419,15 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("unsharded_peak_memory_bytes", pa.int64()),
         pa.field("failed_rank", pa.int32()),
         pa.field("sharding_evidence", pa.string()),
+        # The hf_training stages (null elsewhere): where the trainer left the parameters and the
+        # optimizer's state (`neuron: 24 parameters, 48 optimizer state tensors`); what the
+        # stage read from or had to set on the libraries (`torch_compile_backend=neuron`,
+        # `distributed_type=MULTI_NEURON`, ...); and for a failure, the innermost frame of
+        # transformers / accelerate / trl / peft / datasets in its traceback
+        # (`transformers/trainer.py:_inner_training_loop`): a library's device path.
+        pa.field("trained_on", pa.string()),
+        pa.field("hf_settings", pa.string()),
+        pa.field("library_frame", pa.string()),
         pa.field("dedup_of", pa.string()),  # the model whose task produced this result, if shared
         # The task's content key: everything that can change its rows (sweep/reuse.py). Equal
         # keys give equal rows, so a later run may copy them (`hfsweep run --reuse`).

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import coverage, dtypes, failures, fine_tune, op_sweep, ops, sharding, sizing
+from reports import (
+    coverage,
+    dtypes,
+    failures,
+    fine_tune,
+    hf_stack,
+    op_sweep,
+    ops,
+    sharding,
+    sizing,
+)
 from reports.query import StoreQuery
 
 
@@ -13,7 +23,7 @@ def run_report(
     q: StoreQuery, run_id: str | None = None, *, top: int = 20, op_run_id: str | None = None
 ) -> dict[str, Any]:
     """Denominators, funnel, headline, fine-tuning (the training stages), sharding (the
-    distributed stages), breakdowns, failure clusters, skips, next steps by failure class,
+    distributed stages), Hugging Face's training stack (the hf_training stages), breakdowns, failure clusters, skips, next steps by failure class,
     missing ops, trend, and the op sweep on the same device (`op_run_id`, else
     the newest) joined to them.
 
@@ -35,6 +45,7 @@ def run_report(
             "fine_tune": fine_tune.fine_tune(q, run_id, dtype),
             "cores_needed": sizing.cores_needed(q, run_id, dtype),
             "sharding": sharding.sharding(q, run_id, dtype),
+            "hf_stack": hf_stack.hf_stack(q, run_id, dtype),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
                 for key in coverage.BREAKDOWN_KEYS

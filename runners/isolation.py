@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from model_configs.spec import TinySpec
-from reports.schema import DISTRIBUTED_STAGES, Stage, Status, compiles
+from reports.schema import RANK_STAGES, Stage, Status, compiles
 from runners import containment, faults
 from runners.distributed.group import group_stage_results
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
@@ -79,7 +79,7 @@ def run_isolated(
     if not spawn:  # a spawned child imports for itself whatever this process holds
         warm_model(spec)
     # the distributed stages run afterwards, each on a group of rank processes of this one
-    own = replace(settings, stages=tuple(s for s in order if s not in DISTRIBUTED_STAGES))
+    own = replace(settings, stages=tuple(s for s in order if s not in RANK_STAGES))
     own_order = list(own.stages)
     results: list[StageResult] = []
     param_count: int | None = None

@@ -50,6 +50,10 @@ class StageResult:
     unsharded_peak_memory_bytes: int | None = None
     failed_rank: int | None = None
     sharding_evidence: str | None = None
+    # the hf_training stages (`reports.schema.RESULTS_SCHEMA` says what each holds)
+    trained_on: str | None = None
+    hf_settings: str | None = None
+    library_frame: str | None = None
     fallbacks: list[dict[str, Any]] = field(default_factory=list)  # op, count, bytes, source
 
     def row(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from reports.errors import UsageError
 from reports.schema import (
     DEFAULT_STAGES,
     DEFAULT_WORLD_SIZE,
-    DISTRIBUTED_STAGES,
+    RANK_STAGES,
     STAGE_ORDER,
     Stage,
 )
@@ -223,7 +223,7 @@ class ModelSettings:
             names = ", ".join(s.value for s in Stage)
             raise UsageError(f"unknown stage in {list(self.stages)}; stages: {names}") from None
         _set(self, "stages", tuple(s for s in STAGE_ORDER if s in wanted))
-        if not wanted & set(DISTRIBUTED_STAGES):
+        if not wanted & set(RANK_STAGES):
             _set(self, "world_size", None)
         elif self.world_size is None:
             _set(self, "world_size", DEFAULT_WORLD_SIZE)

@@ -28,7 +28,14 @@ from model_configs.grad_coverage import grad_coverage, watch_grad_mode
 from model_configs.pass_rule import grad_failure
 from model_configs.spec import TinySpec
 from reports.errors import is_environment_error, safe_text
-from reports.schema import STAGE_NEEDS, TRAINING_STAGES, SkipReason, Stage, Status
+from reports.schema import (
+    HF_TRAINING_STAGES,
+    STAGE_NEEDS,
+    TRAINING_STAGES,
+    SkipReason,
+    Stage,
+    Status,
+)
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
@@ -353,6 +360,10 @@ STAGES: dict[Stage, str] = {
     Stage.DDP: "runners.distributed.stages:DdpStage",
     Stage.FSDP: "runners.distributed.stages:FsdpStage",
     Stage.TP: "runners.distributed.stages:TpStage",
+    Stage.TRAINER: "runners.hf_training:TrainerStage",
+    Stage.TRAINER_COMPILED: "runners.hf_training:CompiledTrainerStage",
+    Stage.SFT: "runners.hf_training:SftStage",
+    Stage.ACCELERATE_DDP: "runners.distributed.accelerate_ddp:AccelerateDdpStage",
 }
 
 
@@ -474,7 +485,9 @@ def run_stages(
 ) -> Iterator[StageResult]:
     """Run the requested stages in order, yielding one StageResult per requested stage
     (`on_stage` sees each as soon as it is known, before the next stage starts)."""
-    ctx.keep_pristine = ctx.keep_pristine or any(s in TRAINING_STAGES for s in stages)
+    ctx.keep_pristine = ctx.keep_pristine or any(
+        s in TRAINING_STAGES or s in HF_TRAINING_STAGES for s in stages
+    )
     for result in _stage_results(ctx, stages):
         if on_stage is not None:
             on_stage(result)
@@ -613,6 +626,9 @@ _EXTRA_COLUMNS = {
     "collectives",
     "unsharded_peak_memory_bytes",
     "sharding_evidence",
+    "trained_on",
+    "hf_settings",
+    "library_frame",
 }
 
 

@@ -65,6 +65,8 @@ IMPORTS_LIBRARY = {
     ("runners/run_model.py", "diffusers"): "quiets its logging where it is already imported",
     ("model_configs/config_files.py", "transformers"): "a config mapping to repo code is refused "
     "before any library is chosen (transformers knows which model types are its own)",
+    ("runners/hf_training.py", "transformers"): "the hf_training stages train through "
+    "transformers' own Trainer and TrainingArguments (what they test), inside the stages only",
 }
 _NEURON = re.compile(
     r"(?i)(?<![a-z])neuron(?!s)"

@@ -26,6 +26,7 @@ SIDE_BY_SIDE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "band": ((), (1, 3, 4, 6)),  # with evidence, its % dl; at most, its % dl
     "fine_tune": ((), (1, 3, 5)),  # passed, % downloads, % dl no fallback
     "sharding": ((), (1, 3, 4)),  # passed, % downloads, failed
+    "hf_stack": ((), (1, 3, 4)),  # passed, % downloads, failed
     **{
         f"by_{key}": ((1, 2), (5, 7, 8))  # models, downloads; passed, % dl, % dl no fallback
         for key in ("library", "pipeline_tag", "model_type", "architecture")

@@ -443,6 +443,70 @@ def sharding_section(report: dict[str, Any]) -> Section:
     )
 
 
+def hf_stack_section(report: dict[str, Any]) -> Section:
+    """Does Hugging Face's training stack run on the device: the hf_training stages."""
+    hf = report["hf_stack"]
+    rows = [
+        [
+            line["label"],
+            fmt.count(line["passed"]),
+            fmt.pct(line["passed_share"]),
+            fmt.pct(line["passed_downloads_share"]),
+            fmt.count(line["failed"]),
+            fmt.count(line["not_run"]),
+            fmt.count(line["skipped"]),
+        ]
+        for line in hf["stages"]
+        if line["rows"]
+    ]
+    notes = [
+        "Each stage trained the tiny model through the library's own trainer, with the device "
+        "found the way transformers and accelerate find it, proved the parameters and the "
+        "optimizer's state on the device after the steps ('trained on cpu, not on DEVICE' "
+        "otherwise), and compared the losses per step and the parameters with the same "
+        "trainer on the CPU.",
+        f"Base: the {fmt.count(hf['models'])} models of the run ({fmt.downloads(hf['downloads'])} "
+        "downloads), skips included (sft applies to causal language models only); a stage "
+        "builds on load, forward and backward ('not run' when one of them did not pass).",
+    ]
+    return Section(
+        "hf_stack",
+        "Hugging Face training stack: do its own trainers train on the device?",
+        ["hf_training stage", "passed", "% models", "% downloads", "failed", "not run", "skipped"],
+        rows,
+        notes,
+    )
+
+
+def hf_stack_blockers_section(report: dict[str, Any]) -> Section:
+    """What stops the hf_training stages, by the downloads it blocks: in the device (an op or
+    collective) or in a library's device path (its file and function)."""
+    rows = [
+        [
+            r["blocker"],
+            r["kind"],
+            fmt.text(r["stages"]),
+            fmt.count(r["models"]),
+            fmt.downloads(r["downloads"]),
+            fmt.pct(r["downloads_share"]),
+            fmt.text(r["error_types"] or ["-"]),
+            fmt.text(r["top_models"]),
+        ]
+        for r in report["hf_stack"]["blockers"]
+    ]
+    return Section(
+        "hf_stack_blockers",
+        "What stops Hugging Face's training stack, ranked by downloads",
+        ["blocker", "in", "stages", "models", "downloads", "% dl", "error", "most downloaded"],
+        rows,
+        [
+            "in: 'device' names the op or collective that failed; 'library' the innermost "
+            "frame of transformers, accelerate, trl, peft or datasets in the failure's "
+            "traceback (a library's device path); 'other' neither (its error type)."
+        ],
+    )
+
+
 def share_of(part: int | None, whole: int | None) -> float | None:
     return None if not whole or part is None else part / whole
 
@@ -831,6 +895,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
     views = [report, *(report.get("by_dtype") or {}).values()]
     fine_tune_ran = any((view.get("fine_tune") or {}).get("ran") for view in views)
     sharding_ran = any((view.get("sharding") or {}).get("ran") for view in views)
+    hf_ran = any((view.get("hf_stack") or {}).get("ran") for view in views)
     return [
         lambda r: denominators_section(r["denominators"]),
         quantized_section,
@@ -840,6 +905,7 @@ def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], 
         *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
         *([cores_needed_section] if (report.get("cores_needed") or {}).get("ran") else []),
         *([sharding_section, sharding_blockers_section] if sharding_ran else []),
+        *([hf_stack_section, hf_stack_blockers_section] if hf_ran else []),
         failures_section,
         skips_section,
         next_steps_section,

@@ -285,6 +285,18 @@ class Device(ABC):
     def supports_dtype(self, dtype: torch.dtype) -> bool:
         return True
 
+    # Whether the device can pin host memory for its copies (a DataLoader's `pin_memory=True`,
+    # transformers' Trainer's default); False: the hf_training stages say so in their row and
+    # load batches unpinned.
+    pins_host_memory: ClassVar[bool] = True
+
+    def present_to_libraries(self) -> None:
+        """Make Hugging Face's own device detection (transformers' `TrainingArguments`,
+        accelerate's `PartialState`) find this device in this process, as it finds it where the
+        device's own package is installed. Called by the hf_training stages only, in the
+        model's process or a rank; the default: the libraries find it by themselves."""
+        return None
+
     # ---- a rank of a process group (the distributed stages) -------------------------------
 
     @classmethod

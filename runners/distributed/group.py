@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from model_configs.spec import TinySpec
-from reports.schema import DISTRIBUTED_STAGES, STAGE_NEEDS, Stage, Status
+from reports.schema import RANK_STAGES, STAGE_NEEDS, Stage, Status
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
@@ -223,6 +223,9 @@ def _merge_measures(merged: StageResult, results: list[StageResult], ends: list[
     merged.unsharded_peak_memory_bytes = max(unsharded) if unsharded else None
     errors = [r.max_abs_error for r in results if r.max_abs_error is not None]
     merged.max_abs_error = max(errors) if errors else None
+    for column in ("trained_on", "hf_settings", "library_frame"):  # the hf_training stages'
+        values = [getattr(r, column) for r in results if getattr(r, column)]
+        setattr(merged, column, values[0] if values else None)
 
 
 def _failure(
@@ -243,6 +246,7 @@ def _failure(
         merged.error_message = short_message(f"{where}: {r.error_message}{tail}")
         merged.error_signature = r.error_signature
         merged.sharding_evidence = r.sharding_evidence
+        merged.library_frame = r.library_frame or merged.library_frame
         return
     if first.error is not None:
         status, error_type, text = Status.FAIL, first.error[0], first.error[1]
@@ -300,7 +304,7 @@ def group_stage_results(
         (r for r in prior if r.status == Status.SKIP.value and r.stage == Stage.LOAD.value), None
     )
     out: list[StageResult] = []
-    for stage in (s for s in settings.stages if s in DISTRIBUTED_STAGES):
+    for stage in (s for s in settings.stages if s in RANK_STAGES):
         blocked = next(
             (
                 s.value

@@ -532,6 +532,11 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
 
     for line in sharding_lines(model_sharding(rows)):
         print(line, file=out)
+    from reports.hf_stack import model_hf_stack
+    from reports.render.hf_stack_text import hf_stack_lines
+
+    for line in hf_stack_lines(model_hf_stack(rows)):
+        print(line, file=out)
     if fallbacks:
         print(file=out)
         print("CPU fallbacks (op, calls, stage):", file=out)

@@ -94,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(d: dict[str, Any]) -> str:
+    from reports.hf_stack import model_hf_stack
     from reports.render import fmt
+    from reports.render.hf_stack_text import hf_stack_lines
     from reports.render.sharding_text import sharding_lines
     from reports.sharding import model_sharding
 
@@ -158,6 +160,7 @@ def render_text(d: dict[str, Any]) -> str:
         stage_lines, cut = _stage_lines(v["stages"], v["fallbacks"])
         lines += stage_lines
         lines += sharding_lines(model_sharding(v["stages"]))
+        lines += hf_stack_lines(model_hf_stack(v["stages"]))
         clipped = clipped or cut
     if clipped:
         lines.append(

@@ -23,6 +23,7 @@ from reports.errors import UsageError
 from reports.schema import (
     DEFAULT_STAGES,
     DISTRIBUTED_STAGES,
+    HF_TRAINING_STAGES,
     SHAPE_STAGES,
     STAGE_NEEDS,
     TRAINING_STAGES,
@@ -261,19 +262,23 @@ STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
     "training": TRAINING_STAGES,
     "shapes": SHAPE_STAGES,
     "distributed": DISTRIBUTED_STAGES,
+    "hf_training": HF_TRAINING_STAGES,
     "all": tuple(Stage),
 }
 STAGES_HELP = (
     "comma-separated stages: load,forward,backward,compile,generate (the default), "
     "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward), "
     "shapes,generate_compiled (shapes: each brings the stages it builds on), ddp,fsdp,tp "
-    "(distributed: on --world-size ranks; each brings load,forward,backward); or the groups "
-    "default, training, shapes, distributed, all"
+    "(distributed: on --world-size ranks; each brings load,forward,backward), "
+    "trainer,trainer_compiled,sft,accelerate_ddp (hf_training: Hugging Face's own trainers, "
+    "accelerate_ddp on --world-size ranks; each brings load,forward,backward); or the groups "
+    "default, training, shapes, distributed, hf_training, all"
 )
 
 
 def stage_list(text: str | None) -> list[Stage]:
-    """`--stages`: stage names and groups (`default`, `training`, `shapes`, `distributed`, `all`),
+    """`--stages`: stage names and groups (`default`, `training`, `shapes`, `distributed`,
+    `hf_training`, `all`),
     comma-separated; none: the default stages. A training or distributed stage brings the
     stages it builds on (load, forward, backward). Returned once each, in stage order."""
     if not text:
@@ -291,7 +296,12 @@ def stage_list(text: str | None) -> list[Stage]:
                 f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
                 f"(or {', '.join(STAGE_GROUPS)})"
             ) from None
-    for stage in wanted & {*TRAINING_STAGES, *SHAPE_STAGES, *DISTRIBUTED_STAGES}:
+    for stage in wanted & {
+        *TRAINING_STAGES,
+        *SHAPE_STAGES,
+        *DISTRIBUTED_STAGES,
+        *HF_TRAINING_STAGES,
+    }:
         wanted.update(STAGE_NEEDS[stage])
     return [s for s in Stage if s in wanted]
 

@@ -12,10 +12,19 @@ from typing import Any
 from runners.devices.base import Device
 
 PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
+# The origin of the emulated device's stand-in for it (`stand_in.py`), never TorchNeuron.
+STAND_IN_ORIGIN = (
+    "hfsweep stand-in for the emulated neuron device (runners/devices/neuron/stand_in.py)"
+)
 
 
 def real_neuron_installed() -> bool:
-    return importlib.util.find_spec(PACKAGE) is not None
+    """TorchNeuron's package is importable (not the emulated device's stand-in, `stand_in`)."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except ValueError:  # a module of that name without a spec
+        return False
+    return spec is not None and spec.origin != STAND_IN_ORIGIN
 
 
 class NeuronDevice(Device):

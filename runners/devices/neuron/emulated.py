@@ -74,6 +74,16 @@ class NeuronEmulatedDevice(NeuronDevice):
         register_backend()
         self.activate()
 
+    # PyTorch's Python PrivateUse1 hooks offer no pinned-memory allocator, so the emulator
+    # cannot pin (whether TorchNeuron can, its snapshot does not say).
+    pins_host_memory = False
+
+    def present_to_libraries(self) -> None:
+        """A stand-in `torch_neuronx` in this process only (`stand_in`: why)."""
+        from runners.devices.neuron.stand_in import install
+
+        install()
+
     def activate(self) -> None:
         """Make this device's profile and strictness the ones the backend applies (eager and
         compile)."""

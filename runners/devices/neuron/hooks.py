@@ -10,6 +10,7 @@ device (its profile and strict flag), so profiles can change at run time. Tested
 from __future__ import annotations
 
 import ctypes
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,15 @@ class NeuronModule:
     @staticmethod
     def synchronize(device: Any = None) -> None:
         return None
+
+    @staticmethod
+    def is_bf16_supported() -> bool:  # transformers asks it (`is_torch_bf16_gpu_available`)
+        return True
+
+    @staticmethod
+    def get_device_properties(device: Any = None) -> Any:
+        """TRL reads `.name` on neuron (`trainer/base_trainer.py: _send_telemetry`)."""
+        return types.SimpleNamespace(name="neuron (emulated)", total_memory=0)
 
     @staticmethod
     def _is_in_bad_fork() -> bool:

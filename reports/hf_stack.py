@@ -1,0 +1,141 @@
+"""Does Hugging Face's own training stack run on the device? The hf_training stages of one run,
+by models and by downloads.
+
+- per hf_training stage (trainer, trainer_compiled, sft, accelerate_ddp): the models and
+  downloads that passed it, out of the run's models (skips stay in the base: an encoder that
+  `sft` does not apply to counts), with those that failed, did not run, or were skipped;
+- what stops the rest, ranked by the downloads of the models it blocks: for each failure, where
+  it is (`kind`): in the device (the op or collective it names: `failing_op`), in a library's
+  device path (the innermost transformers / accelerate / trl / peft / datasets frame of its
+  traceback: `library_frame`), or neither (its error type); with the stages it stops and the
+  most downloaded models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports.coverage import share
+from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
+from reports.schema import HF_TRAINING_STAGES, Stage
+
+HF_STAGES = tuple(s.value for s in HF_TRAINING_STAGES)
+LABELS = {
+    Stage.TRAINER.value: "trainer: transformers' Trainer, 3 steps, saved and loaded back",
+    Stage.TRAINER_COMPILED.value: "trainer_compiled: the same, torch_compile=True",
+    Stage.SFT.value: "sft: TRL's SFTTrainer with peft's LoRA, 2 steps",
+    Stage.ACCELERATE_DDP.value: "accelerate_ddp: Accelerator on the ranks, 2 steps, gather",
+}
+_FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
+_STAGES_SQL = ", ".join(f"'{s}'" for s in HF_STAGES)
+
+
+def hf_stack(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, Any]:
+    """The hf_training stages of a run (`ran` False when the run asked for none; `dtype`: that
+    dtype's rows of a run of several)."""
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_id])
+        parts = [
+            f"""
+            count(s_{s}) AS "{s}.rows",
+            count(*) FILTER (WHERE s_{s} = 'pass') AS "{s}.passed",
+            coalesce(sum(downloads) FILTER (WHERE s_{s} = 'pass'), 0) AS "{s}.passed_dl",
+            count(*) FILTER (WHERE s_{s} IN ({_FAILED_SQL})) AS "{s}.failed",
+            count(*) FILTER (WHERE s_{s} = 'not_run') AS "{s}.not_run",
+            count(*) FILTER (WHERE s_{s} = 'skip') AS "{s}.skipped"
+            """
+            for s in HF_STAGES
+        ]
+        row = q.fetch(
+            f"""
+            SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
+              {", ".join(parts)}
+            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
+            """,
+            {"run": run_id, "dtype": dtype},
+        )[0]
+        models, downloads = row["models"], row["downloads"]
+        stages = [
+            {
+                "stage": s,
+                "label": LABELS[s],
+                "rows": row[f"{s}.rows"],
+                "passed": row[f"{s}.passed"],
+                "passed_share": share(row[f"{s}.passed"], models),
+                "passed_downloads_share": share(row[f"{s}.passed_dl"], downloads),
+                "failed": row[f"{s}.failed"],
+                "not_run": row[f"{s}.not_run"],
+                "skipped": row[f"{s}.skipped"],
+            }
+            for s in HF_STAGES
+        ]
+        ran = any(line["rows"] for line in stages)
+        return {
+            "ran": ran,
+            "models": models,
+            "downloads": downloads,
+            "stages": stages,
+            "blockers": blockers(q, run_id, dtype) if ran else [],
+        }
+
+    return q.memo("hf_stack", run_id, build, dtype)
+
+
+def blockers(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
+    """What stops the hf_training stages: per op, library frame or error type, where it is
+    (`device`, `library`, `other`), the models and downloads it blocks, most downloads first."""
+    files = q.files(run_id)
+    if not files.results:
+        return []
+    rows = q.fetch(
+        f"""
+        WITH f AS (
+          SELECT model_id, max(downloads) AS downloads, stage, status,
+            coalesce(failing_op, library_frame, '(' || coalesce(error_type, status) || ')')
+              AS blocker,
+            CASE WHEN failing_op IS NOT NULL THEN 'device'
+                 WHEN library_frame IS NOT NULL THEN 'library' ELSE 'other' END AS kind,
+            any_value(error_type) AS error_type
+          FROM results_parts
+          WHERE stage IN ({_STAGES_SQL}) AND status IN ({_FAILED_SQL}) AND {IN_DTYPE}
+          GROUP BY ALL
+        )
+        SELECT blocker, any_value(kind) AS kind,
+          count(DISTINCT model_id) AS models,
+          list(DISTINCT stage ORDER BY stage) AS stages,
+          list(DISTINCT error_type ORDER BY error_type)
+            FILTER (WHERE error_type IS NOT NULL) AS error_types,
+          list(DISTINCT model_id ORDER BY model_id) AS model_ids
+        FROM f GROUP BY blocker
+        """,
+        {"dtype": dtype},
+        scans={"results_parts": Scan("results", files.results)},
+    )
+    q.ensure_summaries([run_id])
+    downloads = {
+        r["model_id"]: int(r["downloads"] or 0)
+        for r in q.fetch(
+            f"SELECT model_id, downloads FROM model_runs WHERE run_id = $run AND {IN_DTYPE}",
+            {"run": run_id, "dtype": dtype},
+        )
+    }
+    total = q.run_downloads(run_id, dtype)
+    for r in rows:
+        blocked = r.pop("model_ids")
+        r["error_types"] = r["error_types"] or []
+        r["downloads"] = sum(downloads.get(m, 0) for m in blocked)
+        r["downloads_share"] = share(r["downloads"], total)
+        r["top_models"] = sorted(blocked, key=lambda m: (-downloads.get(m, 0), m))[:3]
+    rows.sort(key=lambda r: (-r["downloads"], -r["models"], r["blocker"]))
+    return rows
+
+
+def model_hf_stack(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A model's hf_training rows, as its page and `lookup` show them."""
+    keys = (
+        "stage", "status", "reason", "trained_on", "hf_settings", "library_frame",
+        "failing_op", "max_abs_error", "recompile_count", "error_type", "error_message",
+        "duration_s",
+    )  # fmt: skip
+    return [{k: r.get(k) for k in keys} for r in stages if r.get("stage") in HF_STAGES]
