@@ -64,3 +64,19 @@ if [ "$LOCK" != none ]; then
 else
   "${uv_install[@]}" --upgrade -e ".[$extra]"
 fi
+# soundfile (speechbrain's and transformers' audio models import it) loads the system's
+# libsndfile where its wheel does not bundle one (the pure-Python wheel some indexes serve):
+# install Debian's where this is a root shell with apt, else say what is missing.
+if ! "$VENV/bin/python" -c "import soundfile" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "scripts/install.sh: installing Debian's libsndfile1 (soundfile needs it)" >&2
+    # (waiting for apt's locks: scripts/test.sh installs chromium at the same time)
+    apt=(apt-get -o DPkg::Lock::Timeout=600)
+    "${apt[@]}" install -y -q libsndfile1 >/dev/null 2>&1 \
+      || { "${apt[@]}" update -q >/dev/null && "${apt[@]}" install -y -q libsndfile1 >/dev/null; }
+  fi
+  "$VENV/bin/python" -c "import soundfile" >/dev/null 2>&1 || {
+    echo "scripts/install.sh: soundfile cannot load libsndfile: install it (Debian/Ubuntu: apt-get install libsndfile1)" >&2
+    exit 3
+  }
+fi

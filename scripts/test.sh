@@ -13,7 +13,8 @@ unset PYTHONDONTWRITEBYTECODE
 apt_pid=
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing Debian chromium for the browser tests" >&2
-  (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null) &
+  (apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null \
+    && apt-get -o DPkg::Lock::Timeout=600 install -y -q chromium >/dev/null) &
   apt_pid=$!
 fi
 bash scripts/install.sh all,ultralytics,dev
