@@ -160,6 +160,8 @@ def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
             "device": device,
             "device_emulated": emulated,
             "device_label": device_label(device, emulated),
+            "device_profile_torch": run.get("device_profile_torch"),
+            "device_torch": run.get("device_torch"),
             "dtype": dtype or t["dtype"] or run.get("dtype"),
             "catalog": run.get("catalog"),
             "catalog_size": run.get("catalog_size"),

@@ -535,6 +535,8 @@ def _detail(
         },
         "device": first.get("device") or run.get("device"),
         "device_emulated": bool(first.get("device_emulated") or run.get("device_emulated")),
+        "device_profile_torch": run.get("device_profile_torch"),
+        "device_torch": run.get("device_torch"),
         "device_label": device_label(
             first.get("device") or run.get("device"),
             first.get("device_emulated") or run.get("device_emulated"),

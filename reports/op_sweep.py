@@ -299,6 +299,8 @@ class OpSweepQuery:
                 "device": info.get("device"),
                 "device_emulated": info.get("device_emulated"),
                 "device_label": device_label(info.get("device"), info.get("device_emulated")),
+                "device_profile_torch": info.get("device_profile_torch"),
+                "device_torch": info.get("device_torch"),
                 "dtypes": dtypes,
                 "by_dtype": by_dtype,
                 "total": total,
@@ -859,6 +861,9 @@ def op_page(
         "op_run": info,
         "device": info.get("device") or model_info.get("device"),
         "device_emulated": emulated,
+        "device_profile_torch": info.get("device_profile_torch")
+        or model_info.get("device_profile_torch"),
+        "device_torch": info.get("device_torch") or model_info.get("device_torch"),
         "device_label": info.get("device_label")
         or device_label(model_info.get("device"), model_info.get("device_emulated")),
         "sweep": sweep,

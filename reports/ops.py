@@ -4,7 +4,10 @@ touches, with the downloads that would run entirely on the device if that op alo
 
 Each entry says what it rests on: evidence of absence (the op fell back, or a failure names it:
 the device has no kernel, or its code raises) or absence of evidence (only graph ops a compiler
-took to lower with nothing deciding it: the models it touches pass, unless the op fails)."""
+took to lower with nothing deciding it: the models it touches pass, unless the op fails), or,
+for an op the device's profile could not know (one its torch did not register: every fallback
+of it says `newer_than_profile`), newer than the profile: a guess about the device, unverified,
+kept apart from what the profile's own source leaves out."""
 
 from __future__ import annotations
 
@@ -23,11 +26,15 @@ from reports.query import (
 
 EVIDENCE_OF_ABSENCE = "evidence of absence"
 ABSENCE_OF_EVIDENCE = "absence of evidence"
+NEWER_THAN_PROFILE = "newer than the profile"
 
 
 def _fallback_scan(files: tuple[str, ...]) -> Scan:
     return Scan(
-        "fallbacks", files, ("model_id", "dtype", "stage", "op", "count", "source"), filename=True
+        "fallbacks",
+        files,
+        ("model_id", "dtype", "stage", "op", "count", "source", "evidence"),
+        filename=True,
     )
 
 
@@ -47,7 +54,8 @@ def missing_ops(
     - `blocked_models` / `blocked_downloads`: models it touches any of these ways (the ranking);
       `top_models`: the five most downloaded of them;
     - `evidence`: "evidence of absence" when some model's fallback or failure names it, else
-      "absence of evidence".
+      "absence of evidence"; "newer than the profile" when every fallback of it says the
+      profile's torch did not have it (and no failure names it).
     """
 
     def build() -> list[dict[str, Any]]:
@@ -95,7 +103,7 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> l
     return q.fetch(
         f"""
         WITH f AS (
-          SELECT f.model_id, s.dtype, f.stage, f.op, f.count, f.source
+          SELECT f.model_id, s.dtype, f.stage, f.op, f.count, f.source, f.evidence
           FROM fallback_parts f
           JOIN model_runs s ON s.run_id = $run AND s.model_id = f.model_id
             AND {same_dtype("f", "s")} AND {in_dtype("s")}
@@ -103,7 +111,8 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> l
         ),
         op_model AS (
           SELECT op, model_id, dtype, sum(count) AS calls,
-            list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages
+            list(DISTINCT source) AS sources, list(DISTINCT stage) AS stages,
+            coalesce(bool_and(evidence = 'newer_than_profile'), false) AS newer
           FROM f GROUP BY op, model_id, dtype
         ),
         per_model AS (
@@ -117,6 +126,7 @@ def _fallen_back(q: StoreQuery, run_id: str, files: Any, dtype: str | None) -> l
           sum(o.calls) AS calls,
           list_sort(list_distinct(flatten(list(o.sources)))) AS sources,
           list_sort(list_distinct(flatten(list(o.stages)))) AS stages,
+          bool_and(o.newer) AS newer,
           count(*) FILTER (WHERE p.n_ops = 1 AND m.outcome = '{OUTCOME_PASSED}')
             AS sole_models,
           coalesce(sum(m.downloads) FILTER (WHERE p.n_ops = 1
@@ -248,7 +258,10 @@ def _merge(
         r["unverified_models"] = u.get("unverified_models", 0)
         r["unverified_downloads"] = u.get("unverified_downloads", 0)
         absent = bool(r["models"] or r["failing_models"])
-        r["evidence"] = EVIDENCE_OF_ABSENCE if absent else ABSENCE_OF_EVIDENCE
+        if r.get("newer") and not r["failing_models"]:
+            r["evidence"] = NEWER_THAN_PROFILE
+        else:
+            r["evidence"] = EVIDENCE_OF_ABSENCE if absent else ABSENCE_OF_EVIDENCE
     return rows
 
 

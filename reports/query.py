@@ -23,6 +23,7 @@ from reports.errors import StoreError
 from reports.schema import (
     FAILED_STATUSES,
     STAGE_ORDER,
+    UNVERIFIED_EVIDENCE,
     CompileEvidence,
     SkipReason,
     Status,
@@ -50,7 +51,8 @@ _NA = SkipReason.NOT_APPLICABLE.value
 # Skips that say the model has nothing to run there, not that the device stopped it: a model
 # that passes everything else has passed (the tp stage of a model without a plan).
 _NOT_A_STOP = f"('{_NA}', '{SkipReason.NO_TP_PLAN.value}')"
-_UNVERIFIED = CompileEvidence.NONE.value
+_UNVERIFIED = ", ".join(f"'{e.value}'" for e in UNVERIFIED_EVIDENCE)
+_NEWER = CompileEvidence.NEWER_THAN_PROFILE.value
 
 _RESULT_COLUMN_NAMES = (
     "run_id",
@@ -76,6 +78,7 @@ _RESULT_COLUMN_NAMES = (
     "error_signature",
     "failing_op",
     "compile_evidence",
+    "sharding_evidence",
     "duration_s",
     "fallback_op_count",
     "fallback_call_count",
@@ -152,8 +155,10 @@ SELECT
   -- (a skip's message repeats on every model skipped for the same reason: kept short)
   left(arg_min(error_message, stage_idx)
     FILTER (WHERE status = 'skip' AND coalesce(reason, '') <> '{_NA}'), 300) AS skip_message,
-  -- a stage passed on a compiler verdict no evidence decides: counted in a band's upper bound
-  coalesce(bool_or(status = 'pass' AND compile_evidence = '{_UNVERIFIED}'), false) AS unverified,
+  -- a stage passed on a verdict no evidence decides (a compiler's, or a collective newer than
+  -- the device's profile): counted in a band's upper bound
+  coalesce(bool_or(status = 'pass' AND (compile_evidence IN ({_UNVERIFIED})
+    OR sharding_evidence = '{_NEWER}')), false) AS unverified,
   bool_or(compile_evidence IS NOT NULL) AS evidence_recorded,
   count(*) FILTER (WHERE status = 'pass') AS stages_passed,
   coalesce(max(fallback_op_count), 0) AS fallback_ops,

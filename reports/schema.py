@@ -170,14 +170,24 @@ class CompileEvidence(str, enum.Enum):
     replaces it), `tested` (the device's own compile tests compile a graph holding it),
     `torch-mlir` (an upstream torch-mlir lowering pattern, third-party). `raises`: the device's
     code raises on it (evidence of absence). `none`: no evidence either way, not a confident
-    failure (reports count such rows only in the upper bound of a band)."""
+    failure (reports count such rows only in the upper bound of a band). Where the device's
+    profile was written for an older torch than the one running: `renamed_since_profile` (the
+    profile's implementation under the name the running torch declares equivalent, positive)
+    and `newer_than_profile` (a name the profile's torch did not have: unverified, in the band
+    as `none` is)."""
 
     REGISTERED = "registered"
     DECOMPOSED = "decomposed"
     TESTED = "tested"
+    # the device's own implementation of an older name that the running torch calls by a newer
+    # one, where torch itself declares the two equivalent (a deprecated forwarder, an alias)
+    RENAMED_SINCE_PROFILE = "renamed_since_profile"
     TORCH_MLIR = "torch-mlir"
     RAISES = "raises"
     NONE = "none"
+    # a name the running torch has and the profile's torch did not (nothing declares an older
+    # equivalent): the profile cannot know it; unverified, like `none`
+    NEWER_THAN_PROFILE = "newer_than_profile"
 
     def __str__(self) -> str:
         return self.value
@@ -188,8 +198,16 @@ EVIDENCE_STRENGTH: tuple[CompileEvidence, ...] = (
     CompileEvidence.REGISTERED,
     CompileEvidence.DECOMPOSED,
     CompileEvidence.TESTED,
+    CompileEvidence.RENAMED_SINCE_PROFILE,
     CompileEvidence.TORCH_MLIR,
     CompileEvidence.NONE,
+    CompileEvidence.NEWER_THAN_PROFILE,
+)
+# What no evidence decides: a stage that passed on such a verdict counts in a band's upper
+# bound only (reports.query's `unverified`).
+UNVERIFIED_EVIDENCE: tuple[CompileEvidence, ...] = (
+    CompileEvidence.NONE,
+    CompileEvidence.NEWER_THAN_PROFILE,
 )
 
 
@@ -324,6 +342,11 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("device_emulated", pa.bool_(), nullable=False),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        # the torch the device's profile was written for (an emulated device's: the snapshot's
+        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
+        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
+        pa.field("device_profile_torch", pa.string()),
+        pa.field("device_torch", pa.string()),
         pa.field("dtype", pa.string(), nullable=False),
         pa.field("stage", pa.string(), nullable=False),
         pa.field("status", pa.string(), nullable=False),
@@ -399,6 +422,9 @@ FALLBACKS_SCHEMA = pa.schema(
         pa.field("bytes_h2d", pa.int64()),
         pa.field("bytes_d2h", pa.int64()),
         pa.field("source", pa.string(), nullable=False),  # FallbackSource
+        # what the fallback verdict rests on where it is not the profile's own word:
+        # `newer_than_profile` (an op the profile's torch did not have); null: the profile's
+        pa.field("evidence", pa.string()),
         pa.field("downloads", pa.int64()),  # copied from the model row, for ranking ops
         # the dtype of the model's rows; null in parts written when a run had one dtype
         pa.field("dtype", pa.string()),
@@ -527,6 +553,11 @@ RUNS_SCHEMA = pa.schema(
         pa.field("device_emulated", pa.bool_()),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        # the torch the device's profile was written for (an emulated device's: the snapshot's
+        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
+        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
+        pa.field("device_profile_torch", pa.string()),
+        pa.field("device_torch", pa.string()),
         # the run's dtypes, comma-separated in the order asked (`run_dtypes`); a run row written
         # before a run could sweep several dtypes holds one
         pa.field("dtype", pa.string()),
@@ -598,6 +629,11 @@ OPS_SCHEMA = pa.schema(
         pa.field("device_emulated", pa.bool_(), nullable=False),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        # the torch the device's profile was written for (an emulated device's: the snapshot's
+        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
+        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
+        pa.field("device_profile_torch", pa.string()),
+        pa.field("device_torch", pa.string()),
         pa.field("duration_s", pa.float64()),
         pa.field("worker", pa.string()),
         pa.field("finished_at", pa.timestamp("us", tz="UTC")),
@@ -639,6 +675,11 @@ OP_RUNS_SCHEMA = pa.schema(
         pa.field("device_emulated", pa.bool_()),
         pa.field("device_profile", pa.string()),
         pa.field("device_profile_hash", pa.string()),
+        # the torch the device's profile was written for (an emulated device's: the snapshot's
+        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
+        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
+        pa.field("device_profile_torch", pa.string()),
+        pa.field("device_torch", pa.string()),
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("dtypes", pa.string()),  # comma-separated
         pa.field("inputs", pa.string()),  # sample | reference (OpInfo's sample_inputs or more)

@@ -433,9 +433,12 @@ def _classify(exc: BaseException) -> Status:
     return Status.FAIL
 
 
-def _fallback_rows(log: FallbackLog, step_log: FallbackLog | None = None) -> list[dict[str, Any]]:
+def _fallback_rows(
+    log: FallbackLog, device: Device, step_log: FallbackLog | None = None
+) -> list[dict[str, Any]]:
     """One row per op and source. An op that fell back only in the optimizer's part of a
-    training step (`step_log`) is `optimizer`; one that also fell back outside it `eager`."""
+    training step (`step_log`) is `optimizer`; one that also fell back outside it `eager`.
+    `evidence`: what the verdict rests on where it is not the device's own word."""
     step = step_log.ops if step_log is not None else {}
     step_only = {op for op, e in step.items() if op in log.ops and log.ops[op].count == e.count}
     rows = [
@@ -445,11 +448,19 @@ def _fallback_rows(log: FallbackLog, step_log: FallbackLog | None = None) -> lis
             "bytes_h2d": e.bytes_h2d,
             "bytes_d2h": e.bytes_d2h,
             "source": "optimizer" if op in step_only else "eager",
+            "evidence": device.fallback_evidence(op),
         }
         for op, e in sorted(log.ops.items())
     ]
     rows += [
-        {"op": op, "count": e.count, "bytes_h2d": 0, "bytes_d2h": 0, "source": "compile"}
+        {
+            "op": op,
+            "count": e.count,
+            "bytes_h2d": 0,
+            "bytes_d2h": 0,
+            "source": "compile",
+            "evidence": device.fallback_evidence(op),
+        }
         for op, e in sorted(log.compile_ops.items())
     ]
     return rows
@@ -569,7 +580,7 @@ def run_stage(runner: StageRunner, ctx: StageContext) -> StageResult:
         bytes_h2d=log.bytes_h2d,
         bytes_d2h=log.bytes_d2h,
         peak_memory_bytes=ctx.device.peak_memory_bytes(),
-        fallbacks=_fallback_rows(log, ctx.step_log),
+        fallbacks=_fallback_rows(log, ctx.device, ctx.step_log),
         **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
     )
     if error is not None:

@@ -23,6 +23,8 @@ class RunContext:
     device_profile: str | None
     device_profile_hash: str | None
     dtype: str
+    device_profile_torch: str | None = None
+    device_torch: str | None = None
 
     @classmethod
     def of(cls, run_id: str, device: Any, dtype: str) -> RunContext:
@@ -65,6 +67,8 @@ def _base(
         "device_emulated": run.device_emulated,
         "device_profile": run.device_profile,
         "device_profile_hash": run.device_profile_hash,
+        "device_profile_torch": run.device_profile_torch,
+        "device_torch": run.device_torch,
         "dtype": run.dtype,
         "dedup_of": dedup_of,
         "task_key": task_key,

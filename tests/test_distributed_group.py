@@ -70,7 +70,22 @@ def probe(rank: int, world: int) -> dict[str, Any]:
         dist.reduce(t, dst=0)
         out["reduce"] = values(t)
         dist.barrier()
+        # torch 2.14's names for what the snapshot (torch 2.10) implements as _allgather_base
+        # and _reduce_scatter_base; and gather_single, newer than the profile's torch
+        t = torch.empty(2 * world, device=dev)
+        dist.all_gather_single(t, torch.full((2,), float(rank), device=dev))
+        out["all_gather_single"] = values(t)
+        t = torch.empty(2 * world, device=dev)
+        dist.all_gather_into_tensor(t, torch.full((2,), float(rank + 5), device=dev))
+        out["all_gather_into_tensor"] = values(t)
+        t = torch.empty(2, device=dev)
+        dist.reduce_scatter_single(t, torch.arange(4.0, device=dev) + rank)
+        out["reduce_scatter_single"] = values(t)
+        t = torch.empty(2 * world, device=dev) if rank == 0 else None
+        dist.gather_single(torch.full((2,), float(rank + 1), device=dev), t, dst=0)
+        out["gather_single"] = values(t) if t is not None else None
         out["counted"] = log.rows()
+    out["fsdp2"] = _fsdp2(rank)
     work = dist.all_reduce(torch.ones(2, device=dev), async_op=True)
     out["async_done_at_return"] = work.is_completed()
     empty = torch.empty(0, device=dev)
@@ -104,9 +119,9 @@ def probe(rank: int, world: int) -> dict[str, Any]:
             lambda: dist.all_reduce(torch.ones(1, device=dev), op=dist.ReduceOp.PRODUCT)
         ),
         "host_tensor": _refused(lambda: dist.all_reduce(torch.ones(2))),
-        "all_gather_into_tensor": _refused(
-            lambda: dist.all_gather_into_tensor(
-                torch.empty(2 * world, device=dev), torch.ones(2, device=dev)
+        "all_to_all_single_uneven": _refused(
+            lambda: dist.all_to_all_single(
+                torch.empty(4, device=dev), torch.ones(4, device=dev), [1, 3], [1, 3]
             )
         ),
     }
@@ -117,6 +132,44 @@ def probe(rank: int, world: int) -> dict[str, Any]:
     out.update(_dtensor(rank, world))
     out.update(_streams_and_storage())
     return out
+
+
+def _fsdp2(rank: int) -> dict[str, Any]:
+    """Two steps of FSDP2 (`fully_shard` per layer) on the device, against the same steps on
+    one process on the CPU: the losses, and the collectives FSDP2 called."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from runners.devices import collective_log
+    from runners.devices.collective_log import CollectiveLog
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+    batch = torch.arange(32.0).reshape(4, 8) / 32
+    reference, losses = build(), []
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        loss = reference(batch).square().mean()
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model = build().to("neuron")
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sharded = []
+    with collective_log.collecting(CollectiveLog()) as log:
+        for _ in range(2):  # every rank feeds the same batch: the loss is the reference's
+            loss = model(batch.to("neuron")).square().mean()
+            sharded.append(loss.item())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return {"losses": sharded, "reference": losses, "collectives": sorted(log.ops)}
 
 
 def _dtensor(rank: int, world: int) -> dict[str, Any]:
@@ -208,6 +261,48 @@ def test_its_collectives_run_over_the_ranks(observed):
     assert r1["reduce"] == [2.0, 2.0]  # the others keep their own
 
 
+def test_torchs_newer_names_run_the_snapshots_collectives(observed):
+    """torch 2.14 calls ProcessGroup.all_gather_single and reduce_scatter_single where torch
+    2.10 (the snapshot's) called _allgather_base and _reduce_scatter_base: the emulated group
+    runs the snapshot's implementation under the new name, and counts it by that name."""
+    r0, r1 = observed
+    assert r0["all_gather_single"] == r1["all_gather_single"] == [0.0, 0.0, 1.0, 1.0]
+    assert r0["all_gather_into_tensor"] == [5.0, 5.0, 6.0, 6.0]  # a forwarder to it
+    assert r0["reduce_scatter_single"] == [1.0, 3.0]  # [0, 1] + [1, 2]
+    assert r1["reduce_scatter_single"] == [5.0, 7.0]  # [2, 3] + [3, 4]
+    assert r0["gather_single"] == [1.0, 1.0, 2.0, 2.0] and r1["gather_single"] is None
+    counted = {c["op"]: c for c in r0["counted"]}
+    assert counted["c10d::all_gather_single"]["calls"] == 2
+    assert counted["c10d::reduce_scatter_single"]["calls"] == 1
+    assert "c10d::_allgather_base" not in counted
+
+
+def test_fsdp2_runs_through_the_snapshots_all_gather_and_reduce_scatter(observed):
+    for rank in observed:
+        fsdp = rank["fsdp2"]
+        assert fsdp["losses"] == pytest.approx(fsdp["reference"], rel=1e-5)
+        assert {"c10d::all_gather_single", "c10d::reduce_scatter_single"} <= set(
+            fsdp["collectives"]
+        )
+
+
+def test_what_each_newer_name_rests_on():
+    """A renamed collective's verdict names torch's declaration and the snapshot's method; a
+    name newer than the profile's torch with no declared equivalent is unverified."""
+    from runners.devices.neuron import collectives
+
+    gather = collectives.collective("c10d::all_gather_single")
+    assert gather is not None and gather.status == collectives.RENAMED
+    assert gather.stands_for == "_allgather_base"
+    assert gather.evidence == "renamed_since_profile"
+    assert "deprecated forwarder" in gather.where and "backend.py:546" in gather.where
+    scatter = collectives.collective("reduce_scatter_single")
+    assert scatter is not None and scatter.stands_for == "_reduce_scatter_base"
+    assert collectives.evidence("c10d::gather_single") == "newer_than_profile"
+    assert collectives.evidence("c10d::send") == "raises"  # the snapshot's torch had send
+    assert collectives.evidence("c10d::allreduce") == "registered"
+
+
 def test_each_collective_is_counted_with_its_input_bytes(observed):
     counted = {c["op"]: c for c in observed[0]["counted"]}
     assert counted["c10d::allreduce"] == {"op": "c10d::allreduce", "calls": 2, "bytes": 32}
@@ -227,7 +322,7 @@ def test_it_raises_where_torchneuron_raises_or_limits(observed):
         ("monitored_barrier", "c10d::monitored_barrier"),
         ("product", "c10d::allreduce"),  # its kernels reduce with SUM, AVG, MIN, MAX
         ("host_tensor", "c10d::allreduce"),
-        ("all_gather_into_tensor", "c10d::all_gather_single"),  # torch 2.14's route
+        ("all_to_all_single_uneven", "c10d::all_to_all_single"),  # alltoall_base's limit
         ("barrier_on_a_subgroup", "c10d::barrier"),
     ]:
         assert refused[name] is not None, name
@@ -235,6 +330,10 @@ def test_it_raises_where_torchneuron_raises_or_limits(observed):
         assert refused[name]["op"] == op, (name, refused[name])
     assert "group of 2 ranks" in refused["alltoall"]["text"]
     assert "even split sizes" in refused["alltoall_base_uneven"]["text"]
+    assert (
+        "all_to_all_single (the snapshot's alltoall_base)"
+        in (refused["all_to_all_single_uneven"]["text"])
+    )
     assert "default group" in refused["barrier_on_a_subgroup"]["text"]
     assert "98154b8" in refused["send"]["text"]
 
@@ -310,8 +409,10 @@ def test_every_collective_of_the_data_is_implemented_or_refused():
             assert doc.startswith("Raises NotImplementedError"), name
         elif entry.status == collectives.ABSENT:
             assert doc.startswith("c10d's base ProcessGroup"), name
+        elif entry.status == collectives.RENAMED:
+            assert doc.startswith(f"The snapshot's {entry.stands_for}"), name
         else:
-            assert not doc.startswith(("Raises", "c10d's base")), name
+            assert not doc.startswith(("Raises", "c10d's base", "The snapshot's")), name
 
 
 @pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="the TorchNeuron snapshot's mirror is absent")
@@ -359,20 +460,22 @@ def _base_probe_group() -> Any:
 
         return method
 
-    for name, entry in collectives.collectives().items():
-        if entry.status != collectives.ABSENT:
+    for name, entry in collectives.facts()["collectives"].items():
+        if entry["status"] != collectives.ABSENT:
             setattr(Probe, name, recorder(name))
     return Probe()
 
 
 def test_what_the_group_lacks_it_does_as_c10ds_base_class_does():
     """Measured on the installed torch: a Python group without a method gets c10d's base
-    class's, which falls back to an older method (`BASE_FALLBACKS`) or raises RuntimeError."""
+    class's, which forwards to an older method (`BASE_FORWARDS`: torch declaring the two
+    equivalent) or raises RuntimeError."""
     import torch
     from torch._C import _distributed_c10d as c10d
 
     from runners.devices.neuron import collectives
-    from runners.devices.neuron.process_group import BASE_FALLBACKS
+
+    BASE_FALLBACKS = collectives.BASE_FORWARDS
 
     group = _base_probe_group()
     t, o = torch.ones(2), torch.empty(2)
@@ -393,7 +496,8 @@ def test_what_the_group_lacks_it_does_as_c10ds_base_class_does():
         "gather_single": lambda: group.gather_single(o, t, c10d.GatherOptions()),
         "gather_into_tensor": lambda: group.gather_into_tensor(o, t, c10d.GatherOptions()),
     }
-    absent = [n for n, e in collectives.collectives().items() if e.status == collectives.ABSENT]
+    data = collectives.facts()["collectives"]
+    absent = [n for n, e in data.items() if e["status"] == collectives.ABSENT]
     assert sorted(absent) == sorted(calls)
     for method in absent:
         group.calls.clear()

@@ -94,7 +94,9 @@ def test_fallback_rows_split_by_where_the_op_fell_back() -> None:
         log.record("aten::stack", n=1)
     stage_log.record("aten::stack", n=2)  # the model's forward too
     stage_log.record("aten::histc", n=3)
-    rows = stages_module._fallback_rows(stage_log, step_log)
+    from runners.devices import get_device
+
+    rows = stages_module._fallback_rows(stage_log, get_device("cpu"), step_log)
     assert [(r["op"], r["count"], r["source"]) for r in rows] == [
         ("aten::histc", 3, "eager"),
         ("aten::lerp.Scalar_out", 5, "optimizer"),

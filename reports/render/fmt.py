@@ -6,6 +6,16 @@ import datetime as dt
 from typing import Any
 
 
+def profile_pairing(d: Any) -> str:
+    """ "profile for torch 2.10, run on torch 2.14.1" for a row, run or page dict of an emulated
+    device whose profile names its torch ("" otherwise): what its verdicts rest on."""
+    written_for = d.get("device_profile_torch") if d else None
+    if not written_for:
+        return ""
+    ran_on = d.get("device_torch") or "an unrecorded torch"
+    return f"profile for torch {written_for}, run on torch {ran_on}"
+
+
 def count(n: int | None) -> str:
     return "-" if n is None else f"{int(n):,}"
 

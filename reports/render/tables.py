@@ -41,9 +41,11 @@ class Section:
 def emulated_notice(d: dict[str, Any], what: str = "results") -> str | None:
     if not d.get("device_emulated"):
         return None
+    pairing = fmt.profile_pairing(d)
     return (
         f"EMULATED DEVICE: these {what} come from an emulated {d.get('device') or 'device'} "
-        "(a stand-in that runs on the CPU), not from real hardware."
+        "(a stand-in that runs on the CPU), not from real hardware"
+        + (f"; its {pairing}." if pairing else ".")
     )
 
 

@@ -12,6 +12,8 @@ here, never in stages. Importing this module does not import torch (the registry
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.metadata
 from abc import ABC
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -92,6 +94,16 @@ class FallbackLog:
 # The logs of the stages running now, innermost last. Process-wide on purpose: the autograd engine
 # runs a non-CPU device's backward on its own thread, and those fallbacks belong to the stage too.
 _ACTIVE_LOGS: list[FallbackLog] = []
+
+
+@functools.cache
+def torch_version() -> str | None:
+    """The installed torch's release (`2.14.1`, without a build's local part), read from its
+    metadata: a driver that loads no torch still names it."""
+    try:
+        return importlib.metadata.version("torch").split("+", 1)[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def active_fallback_logs() -> list[FallbackLog]:
@@ -242,15 +254,28 @@ class Device(ABC):
         """(profile name, profile hash) of the native-op set, for emulated devices."""
         return None, None
 
+    def profile_torch(self) -> str | None:
+        """The torch version the device's profile was written for (None: no profile, or one
+        that names none)."""
+        return None
+
+    def fallback_evidence(self, op: str) -> str | None:
+        """What a CPU fallback of `op` rests on where it is not the device's own word
+        (`CompileEvidence`; None: it is)."""
+        return None
+
     def identity(self) -> dict[str, Any]:
         """The columns that say which device a row ran on, the same in every table and in the
-        run's row: its name, whether it is emulated, its profile and the profile's hash."""
+        run's row: its name, whether it is emulated, its profile and the profile's hash, the
+        torch the profile was written for and the torch it runs on."""
         profile, digest = self.profile_info()
         return {
             "device": self.name,
             "device_emulated": bool(self.emulated),
             "device_profile": profile,
             "device_profile_hash": digest,
+            "device_profile_torch": self.profile_torch(),
+            "device_torch": torch_version(),
         }
 
     def versions(self) -> dict[str, str]:

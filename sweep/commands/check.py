@@ -488,6 +488,7 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     label = f"{device.name}" + (
         " (EMULATED"
         + (f", profile {first['device_profile']}" if first["device_profile"] else "")
+        + (f"; {fmt.profile_pairing(first)}" if fmt.profile_pairing(first) else "")
         + ")"
         if device.emulated
         else ""

@@ -114,7 +114,11 @@ def render_text(d: dict[str, Any]) -> str:
             f"note: no results for {d['asked']!r}; this is the stored id that differs in case"
         )
     if d["device_emulated"]:
-        lines.append("note: an EMULATED device produced these results, not real hardware")
+        pairing = fmt.profile_pairing(d)
+        lines.append(
+            "note: an EMULATED device produced these results, not real hardware"
+            + (f" ({pairing})" if pairing else "")
+        )
     lines.append(
         f"rank {fmt.count(m['rank'])}, {fmt.downloads(m['downloads'])} downloads, "
         f"{m['library'] or '-'} / {m['pipeline_tag'] or '-'} / {m['model_type'] or '-'} / "

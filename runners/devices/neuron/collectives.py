@@ -11,6 +11,12 @@ what it rests on in the compile evidence vocabulary (`reports.schema.CompileEvid
 `registered` (ProcessGroupNeuron defines it; a DTensor rule it registers), `tested` (its own
 tests call it), `raises` (its code raises on it, or it defines no method: c10d's base cannot run
 it on the device), `none` (the data says nothing).
+
+The snapshot was written for torch 2.10 and the data names the methods of that torch; the
+running torch's ProcessGroup has newer ones (`skew.py`). A newer method that torch declares
+equivalent to one the snapshot implements is `renamed` (evidence `renamed_since_profile`: the
+snapshot's implementation under the new name, with its limits); one with no declared equivalent
+is `newer` (evidence `newer_than_profile`: unverified, never "it raises").
 """
 
 from __future__ import annotations
@@ -18,20 +24,25 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from reports.schema import CompileEvidence
+from runners.devices.neuron import skew
+from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 
-DATA_FILE = (
-    Path(__file__).resolve().parents[2]
-    / "data"
-    / "profiles"
-    / "torchneuron-2026-04-21"
-    / "distributed.json"
-)
+DATA_FILE = PROFILE_DIR / SNAPSHOT / "distributed.json"
 OP_PREFIX = "c10d::"  # how a collective is named in rows (`c10d::allreduce`)
 IMPLEMENTED, RAISES, LIMITED, ABSENT = "implemented", "raises", "limited", "absent"
+RENAMED, NEWER = "renamed", "newer"  # since the profile's torch (see the module's docstring)
+# What c10d's base ProcessGroup (torch 2.14) does with a method a Python group lacks: these
+# forward to an older method with the same arguments, which is torch declaring the two
+# equivalent (tests/test_distributed_group.py measures it on the installed torch); every other
+# raises "No backend type associated with device type ...".
+BASE_FORWARDS = {
+    "all_gather_single_coalesced": "allgather_into_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "all_to_all_single": "alltoall_base",
+}
 
 
 @dataclass(frozen=True)
@@ -39,18 +50,24 @@ class Collective:
     """One c10d collective as ProcessGroupNeuron treats it."""
 
     name: str  # the ProcessGroup method (`allreduce`, `_allgather_base`)
-    status: str  # implemented | raises | limited | absent
-    where: str
+    status: str  # implemented | raises | limited | absent | renamed | newer
+    where: str  # the snapshot's line; for renamed and newer, what torch says of the name
     messages: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()
+    stands_for: str | None = None  # renamed: the snapshot's method it is run as
 
     @property
     def runs(self) -> bool:
-        """It runs on the device (for some arguments, where it is limited)."""
-        return self.status in (IMPLEMENTED, LIMITED)
+        """It runs on the device (for some arguments, where it is limited; a newer method is
+        taken to run, unverified)."""
+        return self.status in (IMPLEMENTED, LIMITED, RENAMED, NEWER)
 
     @property
     def evidence(self) -> str:
+        if self.status == RENAMED:
+            return CompileEvidence.RENAMED_SINCE_PROFILE.value
+        if self.status == NEWER:
+            return CompileEvidence.NEWER_THAN_PROFILE.value
         if not self.runs:
             return CompileEvidence.RAISES.value
         return CompileEvidence.REGISTERED.value
@@ -65,8 +82,9 @@ def facts() -> dict[str, Any]:
 
 @functools.cache
 def collectives() -> dict[str, Collective]:
-    """Every c10d collective, by ProcessGroup method name."""
-    return {
+    """Every c10d collective, by ProcessGroup method name: the snapshot's, and the running
+    torch's newer names as `skew.py` says (renamed where torch declares an equivalent)."""
+    found = {
         name: Collective(
             name=name,
             status=entry["status"],
@@ -76,6 +94,37 @@ def collectives() -> dict[str, Collective]:
         )
         for name, entry in facts()["collectives"].items()
     }
+    renamed = skew.renamed_collectives()
+    newer = skew.newer_methods()
+    for name, entry in found.items():
+        if entry.status != ABSENT or name not in newer:
+            continue  # the snapshot's own word about a name its torch had
+        if name in renamed:
+            stands_for, declared = renamed[name]["stands_for"], renamed[name]["declared_by"]
+        elif name in BASE_FORWARDS:
+            stands_for = BASE_FORWARDS[name]
+            declared = (
+                f"c10d's ProcessGroup base class forwards {name} to {stands_for} "
+                f"(torch {skew.data_torch()})"
+            )
+        else:
+            found[name] = Collective(
+                name=name,
+                status=NEWER,
+                where=(
+                    f"ProcessGroup.{name} is new since torch {skew.profile_torch()} (the "
+                    f"profile's torch), and torch declares no older equivalent"
+                ),
+            )
+            continue
+        found[name] = Collective(
+            name=name,
+            status=RENAMED,
+            where=f"{declared}; the snapshot's {stands_for}: {found[stands_for].where}",
+            tests=found[stands_for].tests,
+            stands_for=stands_for,
+        )
+    return found
 
 
 def collective(name: str) -> Collective | None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
+from reports.schema import CompileEvidence
 from runners.devices import collective_log
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.collective_log import CollectiveLog
@@ -127,6 +128,20 @@ class NeuronEmulatedDevice(NeuronDevice):
 
     def profile_info(self) -> tuple[str | None, str | None]:
         return self.op_profile.name, self.op_profile.hash
+
+    def profile_torch(self) -> str | None:
+        """The snapshot's torch: its rules (dispatch, process group, compile evidence) are the
+        emulator's under every op list."""
+        from runners.devices.neuron import skew
+
+        return skew.profile_torch()
+
+    def fallback_evidence(self, op: str) -> str | None:
+        """`newer_than_profile` for an op the profile's torch did not register: the profile
+        cannot say the device lacks a kernel for it."""
+        from runners.devices.neuron import skew
+
+        return CompileEvidence.NEWER_THAN_PROFILE.value if skew.newer_op(op) else None
 
     def is_native(self, op: str) -> bool:
         return self.op_profile.is_native(op)

@@ -15,7 +15,9 @@ this order (the first that applies decides):
 5. `torch-mlir`: an upstream torch-mlir lowering pattern (compile-lowerable.txt and the two
    torch-mlir lists, matched by base name): third-party, TorchNeuron uses its own fork;
 6. `none`: nothing decides. Not a confident failure: the op is taken to lower, and the stage
-   records it as unverified (`unverified_ops`), which reports count in a band's upper bound.
+   records it as unverified (`unverified_ops`), which reports count in a band's upper bound;
+   `newer_than_profile` instead where the op is one the profile's torch did not register
+   (`skew.py`): unverified the same way, and for a reason the report can name.
 
 TorchNeuron's code and tests come before third-party lists; within TorchNeuron's own, what
 happens to the op on the way (decomposed before the converter sees it) comes before proof
@@ -168,5 +170,9 @@ def verdict(op: str, node: Any, sets: EvidenceSets, *, is_view: bool = False) ->
         return None
     found = sets.positive(op)
     if found is CompileEvidence.NONE:
+        from runners.devices.neuron import skew
+
+        if skew.newer_op(op):
+            return Verdict(op, None, CompileEvidence.NEWER_THAN_PROFILE)
         return Verdict(op, None, found)
     return Verdict(op, True, found)

@@ -12,11 +12,17 @@ routes (DDP's reducer, FSDP2, DeviceMesh and DTensor through the group's methods
   other than equal or all ones, or a group size its kernel does not take; a barrier on a
   group other than the default; a reduction its kernels do not take (the kernel declines the
   call, and a collective has no CPU fallback);
-- what it does not define (send and recv among them, and torch 2.14's `*_single` collectives,
-  newer than the snapshot) is left to c10d's base class, as it is for ProcessGroupNeuron: some
-  of those fall back to an older method the group implements; where the base class answers
-  RuntimeError "No backend type associated with device type neuron", the emulated group raises
-  NotImplementedError naming the collective instead (so that a row names it);
+- what it does not define (send and recv among them) is left to c10d's base class, as it is
+  for ProcessGroupNeuron: where the base class answers RuntimeError "No backend type associated
+  with device type neuron", the emulated group raises NotImplementedError naming the
+  collective instead (so that a row names it);
+- the snapshot was written for torch 2.10; the running torch calls some collectives by newer
+  names (`collectives.py`, `skew.py`). One that torch declares equivalent to a method the
+  snapshot implements (`all_gather_single` for `_allgather_base`, `reduce_scatter_single` for
+  `_reduce_scatter_base`, `all_to_all_single` for `alltoall_base`) runs that implementation,
+  with its limits, under the new name (recorded as the new name, evidence
+  `renamed_since_profile`); one with no declared equivalent (`gather_single`) runs over gloo
+  and is recorded as `newer_than_profile`: unverified, the profile cannot say;
 - its tensors must be on the device (the kernels decline host tensors);
 - it registers the same `_c10d_functional` op for the device (all_gather_into_tensor_out,
   which reaches the group's `_allgather_base`; the others take c10d's own route).
@@ -60,13 +66,15 @@ def _rebuild(message: str, op: str) -> CollectiveNotImplemented:
     return CollectiveNotImplemented(message, op=op)
 
 
-def _not_implemented(name: str, why: str) -> CollectiveNotImplemented:
+def _not_implemented(name: str, why: str, called_as: str | None = None) -> CollectiveNotImplemented:
+    """The snapshot refusing `name`; `called_as`: the newer name torch called it by."""
     found = collectives.collective(name)
     where = found.where if found is not None else "torch_neuronx/distributed/backend.py"
     commit = collectives.facts()["source"]["commit"][:7]
+    label = f"{called_as} (the snapshot's {name})" if called_as and called_as != name else name
     return CollectiveNotImplemented(
-        f"ProcessGroupNeuron.{name}: {why} (TorchNeuron {commit}, {where})",
-        op=f"{collectives.OP_PREFIX}{name}",
+        f"ProcessGroupNeuron.{label}: {why} (TorchNeuron {commit}, {where})",
+        op=f"{collectives.OP_PREFIX}{called_as or name}",
     )
 
 
@@ -133,6 +141,7 @@ class ProcessGroupNeuron(_ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta | None):
         super().__init__(rank, size)
         self._group_name: str | None = None
+        self._called_as: str | None = None  # the newer name a renamed collective was called by
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=HOST)]
         options._timeout = timeout or datetime.timedelta(minutes=30)
@@ -162,12 +171,25 @@ class ProcessGroupNeuron(_ProcessGroup):
 
     # the run of one collective ------------------------------------------------------------
 
+    def _refused(self, name: str, why: str) -> CollectiveNotImplemented:
+        return _not_implemented(name, why, self._called_as)
+
+    @contextlib.contextmanager
+    def _renamed(self, name: str) -> Iterator[None]:
+        """Run the snapshot's implementation as `name`, the newer name torch called."""
+        self._called_as = name
+        try:
+            yield
+        finally:
+            self._called_as = None
+
     @contextlib.contextmanager
     def _collective(self, name: str, tensors: Any) -> Iterator[_Host]:
+        name = self._called_as or name
         flat = _flat(tensors)
         host = [t.device for t in flat if not is_neuron(t)]
         if host:
-            raise _not_implemented(
+            raise self._refused(
                 name, f"every tensor must be on the neuron device, found one on {host[0]}"
             )
         with collective_log.in_collective(f"{collectives.OP_PREFIX}{name}", _nbytes(tensors)):
@@ -187,7 +209,7 @@ class ProcessGroupNeuron(_ProcessGroup):
                 t.mul_(factor)
             reduce = "SUM"
         if reduce not in collectives.reduce_ops():
-            raise _not_implemented(
+            raise self._refused(
                 name,
                 f"unsupported reduce operation {reduce!r}, supported ops: "
                 f"{sorted(collectives.reduce_ops())}",
@@ -365,7 +387,7 @@ class ProcessGroupNeuron(_ProcessGroup):
             return _done(list(output_tensors))
         if not collectives.all_to_all_accepts(self.size()):
             sizes = collectives.facts()["all_to_all_world_sizes"]
-            raise _not_implemented(
+            raise self._refused(
                 "alltoall",
                 f"its all-to-all kernel declines a group of {self.size()} ranks (supported sizes: "
                 f"{', '.join(map(str, sizes['sizes']))}, or multiples of {sizes['multiple_of']})",
@@ -388,7 +410,7 @@ class ProcessGroupNeuron(_ProcessGroup):
     ) -> Any:
         for what, splits in (("output", output_split_sizes), ("input", input_split_sizes)):
             if splits and not all(s == 1 for s in splits):
-                raise _not_implemented(
+                raise self._refused(
                     "alltoall_base",
                     f"only even split sizes are supported, got {what}_split_sizes {list(splits)}",
                 )
@@ -398,10 +420,33 @@ class ProcessGroupNeuron(_ProcessGroup):
 
     def barrier(self, opts: Any = None) -> Any:
         if dist.get_world_size() != self.size():
-            raise _not_implemented("barrier", "a barrier is implemented only for the default group")
+            raise self._refused("barrier", "a barrier is implemented only for the default group")
         with self._collective("barrier", []):
             self._gloo.barrier(c10d.BarrierOptions()).wait()
         return _done([])
+
+    # newer than the snapshot, no declared equivalent: taken to run (unverified) -------------
+
+    def _gather_one(self, name: str, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
+        """`gather_single` / `gather_into_tensor`: the root gets every rank's `input`, in rank
+        order, in `output` (an all-gather; only the root keeps it)."""
+        opts = opts or c10d.GatherOptions()
+        self._check_root(opts.rootRank)
+        with self._collective(name, [input]) as host:
+            source = host(input).contiguous().reshape(-1)
+            gathered = torch.empty(self.size() * source.numel(), dtype=source.dtype)
+            self._gloo._allgather_base(gathered, source, c10d.AllgatherOptions()).wait()
+            if self.rank() == opts.rootRank:
+                host(output).copy_(gathered.reshape(output.shape))
+        return _done([output])
+
+    def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        return self._gather_one("gather_single", output, input, opts)
+
+    def gather_into_tensor(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> Any:
+        return self._gather_one("gather_into_tensor", output, input, opts)
 
     # checks ---------------------------------------------------------------------------------
 
@@ -426,22 +471,11 @@ def _refuses(name: str, why: str) -> Any:
     return method
 
 
-# What c10d's base ProcessGroup (torch 2.14) does with a method a Python group lacks: these fall
-# back to an older one with the same arguments; every other raises "No backend type associated
-# with device type ..." (tests/test_distributed_group.py measures it on the installed torch).
-BASE_FALLBACKS = {
-    "all_gather_single_coalesced": "allgather_into_tensor_coalesced",
-    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
-    "all_to_all_single": "alltoall_base",
-}
-
-
 def _as_the_base_does(name: str) -> Any:
-    fallback = BASE_FALLBACKS.get(name)
+    """c10d's base ProcessGroup.`name` on the device: "No backend type associated with device
+    type neuron", raised as NotImplementedError naming the collective."""
 
     def method(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> Any:
-        if fallback is not None:
-            return getattr(self, fallback)(*args, **kwargs)
         collective_log.record(f"{collectives.OP_PREFIX}{name}", _nbytes(_tensors_in(args)))
         raise _not_implemented(
             name,
@@ -450,20 +484,34 @@ def _as_the_base_does(name: str) -> Any:
         )
 
     method.__name__ = name
-    how = f"falls back to {fallback}" if fallback else "raises"
-    method.__doc__ = f"c10d's base ProcessGroup.{name}, which {how} (`distributed.json`)."
+    method.__doc__ = f"c10d's base ProcessGroup.{name}, which raises (`distributed.json`)."
+    return method
+
+
+def _run_as(name: str, stands_for: str) -> Any:
+    """The snapshot's `stands_for` under the newer name `name` (recorded as `name`)."""
+
+    def method(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> Any:
+        with self._renamed(name):
+            return getattr(self, stands_for)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The snapshot's {stands_for}, which torch declares equivalent to {name}."
     return method
 
 
 def _add_refusals() -> None:
-    """What ProcessGroupNeuron raises on (`raises`), from the data. What it does not define
-    (`absent`) does what c10d's base class does (`BASE_FALLBACKS`), its RuntimeError raised
-    here as NotImplementedError naming the collective."""
+    """What ProcessGroupNeuron raises on (`raises`), from the data; what it does not define
+    (`absent`) does what c10d's base class does, its RuntimeError raised here as
+    NotImplementedError naming the collective; a newer name torch declares equivalent to one it
+    implements (`renamed`) runs that one."""
     for name, entry in collectives.collectives().items():
         if entry.status == collectives.RAISES:
             setattr(ProcessGroupNeuron, name, _refuses(name, "raises NotImplementedError"))
         elif entry.status == collectives.ABSENT:
             setattr(ProcessGroupNeuron, name, _as_the_base_does(name))
+        elif entry.status == collectives.RENAMED and entry.stands_for is not None:
+            setattr(ProcessGroupNeuron, name, _run_as(name, entry.stands_for))
         elif not callable(ProcessGroupNeuron.__dict__.get(name)):
             raise RuntimeError(f"ProcessGroupNeuron implements {name}; the emulated group does not")
 
