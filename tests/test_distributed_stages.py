@@ -211,32 +211,27 @@ def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() 
 @forked
 def test_two_models_in_one_warm_group_give_the_rows_each_gives_alone() -> None:
     """T5 (a CPU fallback on the emulated device, no tensor-parallel plan), then Llama, on one
-    warm group: ddp, tp, tp, ddp. Each row of Llama's, after T5's stages and its own, is the row
-    its stage gives on a group of its own; T5's ddp is the group's first stage."""
-    from runners.distributed.group import WarmGroup, run_group
+    warm group; then Llama alone on a group of its own, its stages in the reverse order, so
+    that each of its stages follows other stages in the two groups. Each row of Llama's is the
+    same in both; T5's ddp is the first group's first stage."""
+    from runners.distributed.group import WarmGroup
 
     mark = _mark()
     t5, llama = tiny("t5", "T5ForConditionalGeneration"), _llama()
-    task = ModelSettings(device="neuron", stages=(*STAGES, "ddp", "tp"), timeout_s=300)
+    task = ModelSettings(device="neuron", stages=(*STAGES, "ddp", "fsdp", "tp"), timeout_s=300)
+    order = (Stage.TP, Stage.FSDP, Stage.DDP)
     with WarmGroup(task, spawn=False) as group:
-        warm = [
-            group.run(spec, task, stage)
-            for spec, stage in (
-                (t5, Stage.DDP),
-                (t5, Stage.TP),
-                (llama, Stage.TP),
-                (llama, Stage.DDP),
-            )
-        ]
+        first = [group.run(t5, task, stage) for stage in (Stage.DDP, Stage.TP)]
+        shared = {stage: group.run(llama, task, stage) for stage in order}
         assert group.starts == 1 and group.warm  # one start for every stage of both models
-    assert [r.status for r in warm] == ["pass", "skip", "pass", "pass"], [
-        r.error_message for r in warm
-    ]
-    assert warm[0].fallback_op_count  # what a leaking fallback log would carry over
-    alone = [run_group(llama, task, stage, spawn=False) for stage in (Stage.TP, Stage.DDP)]
-    for shared, own in zip(warm[2:], alone, strict=True):
-        a, b = _comparable(shared), _comparable(own)
-        assert a == b, {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+    assert [r.status for r in first] == ["pass", "skip"], [r.error_message for r in first]
+    assert first[0].fallback_op_count  # what a leaking fallback log would carry over
+    with WarmGroup(task, spawn=False) as group:
+        alone = {stage: group.run(llama, task, stage) for stage in reversed(order)}
+    for stage in order:
+        assert shared[stage].status == "pass", shared[stage].error_message
+        a, b = _comparable(shared[stage]), _comparable(alone[stage])
+        assert a == b, (stage, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
     _nothing_left(mark)
 
 
