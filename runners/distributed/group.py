@@ -188,9 +188,9 @@ class WarmGroup:
                 memory_limit=self.settings.memory_limit,
                 process=f"rank {rank} of {self.world}",
             )
+            held.callback(pipe.close)  # after the rank is killed (an exit stack unwinds last first)
             held.enter_context(child)  # leaving kills it and its process group
             requests.close()  # the rank's end, now the rank's alone
-            held.callback(pipe.close)
             self.children.append(child)
             self.pipes.append(pipe)
 
