@@ -141,11 +141,14 @@ def print_cost(store: Any, run_id: str) -> None:
     rows = [
         r
         for r in store.read("results", run_id).to_pylist()
-        if r["dedup_of"] is None and r["duration_s"] is not None and r["status"] != "skip"
-    ]
+        if r["dedup_of"] is None and r["status"] != "not_run"
+        and (r["duration_s"] is not None or r["status"] == "skip")
+    ]  # fmt: skip
+    # a skip's time is what it cost: a rank loads the model to find tp has no plan (timed),
+    # LoRA finds no target modules before it starts (untimed: 0 s)
     per_model: dict[str, dict[str, float]] = {}
     for r in rows:
-        per_model.setdefault(r["model_id"], {})[r["stage"]] = r["duration_s"]
+        per_model.setdefault(r["model_id"], {})[r["stage"]] = r["duration_s"] or 0.0
     print(f"\n== cost per unique tiny model, run {run_id} (seconds, median)")
     for stage in (*BASE, *SHARDING):
         secs = [m[stage] for m in per_model.values() if stage in m]
@@ -156,7 +159,7 @@ def print_cost(store: Any, run_id: str) -> None:
             )
     models = len(per_model)
     for name, group in (("training group", TRAINING), ("distributed group", SHARDING)):
-        secs = [sum(m[s] for s in group) for m in per_model.values() if all(s in m for s in group)]
+        secs = [sum(m.get(s, 0.0) for s in group) for m in per_model.values() if _ran(m, group)]
         if secs:
             print(
                 f"  {name} ({' + '.join(group)}): {len(secs)} models  median "
@@ -164,17 +167,23 @@ def print_cost(store: Any, run_id: str) -> None:
             )
     for against, label in ((BASE, "load + forward + backward"), (TRAINING, "optimizer + lora")):
         ratios = [
-            sum(m[s] for s in SHARDING) / sum(m[s] for s in against)
+            sum(m.get(s, 0.0) for s in SHARDING) / sum(m.get(s, 0.0) for s in against)
             for m in per_model.values()
-            if all(s in m for s in (*SHARDING, *against)) and sum(m[s] for s in against) > 0
+            if _ran(m, SHARDING) and _ran(m, against) and sum(m.get(s, 0.0) for s in against) > 0
         ]
         if ratios:
             print(
                 f"  ddp + fsdp + tp against {label}, per model: median "
-                f"x{statistics.median(ratios):.1f} ({len(ratios)} models that ran all of them)"
+                f"x{statistics.median(ratios):.1f} ({len(ratios)} models with a row for each)"
             )
     if run_id in GROUP_STARTS:
         print(f"  rank groups started: {GROUP_STARTS[run_id]:.0f} for {models} unique models")
+
+
+def _ran(by_stage: dict[str, float], group: tuple[str, ...]) -> bool:
+    """Whether a model has a timed row (pass, fail or skip: not `not_run`) for every stage of
+    `group` (a model whose base failed has none to compare)."""
+    return all(s in by_stage for s in group)
 
 
 def main() -> int:
