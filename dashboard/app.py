@@ -71,6 +71,8 @@ def create_app(
         store_uri=q.store.uri,
         store_warming=lambda: q.warming,
         nav=[link for family in FAMILIES for link in family.NAV],
+        docs_base="/docs/",
+        glossary_url="/docs",
     )
     endpoints = {path: what for family in FAMILIES for path, what in family.API.items()}
     app.state.dashboard = Dashboard(q, env, endpoints, tuple(catalog))

@@ -8,6 +8,7 @@ to the catalog and to what the run was asked for.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from reports.query import (
@@ -17,23 +18,15 @@ from reports.query import (
     OUTCOME_PASSED,
     OUTCOME_SKIPPED,
     STAGES,
+    Scan,
     StoreQuery,
 )
 from reports.render import fmt
-from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, ConfigSource, SkipReason
+from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, SkipReason
+from reports.sizing_columns import DEFAULT_CONFIG_SOURCES
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
-# Config sources that are not the repo's own config: a library's defaults for the architecture
-# the catalog names (offline, the bundled catalog holds no config files).
-DEFAULT_CONFIG_SOURCES = tuple(
-    s.value
-    for s in (
-        ConfigSource.TRANSFORMERS_DEFAULT,
-        ConfigSource.DIFFUSERS_DEFAULT,
-        ConfigSource.LIBRARY_DEFAULT,
-        ConfigSource.NAME_MAPPED,
-    )
-)
+_NA = SkipReason.NOT_APPLICABLE.value
 HEADLINE_TASK = "text-generation"
 HEADLINE_TOP = 100
 
@@ -165,6 +158,7 @@ def denominators(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
             "dtype": dtype or t["dtype"] or run.get("dtype"),
             "catalog": run.get("catalog"),
             "catalog_size": run.get("catalog_size"),
+            "catalog_date": catalog_date(run.get("catalog"), run.get("started_at")),
             "models_requested": requested,
             "models": t["models"],
             "downloads": t["downloads"],
@@ -490,7 +484,24 @@ def headline(
             a["passes"] = a["passed"] == a["models"]
             a["passes_with_evidence"] = a["with_evidence"] == a["models"]
             a["passes_on_device"] = a["on_device"] == a["models"]
+        # a failed model that one switch of its own code made pass every stage (--alternatives):
+        # its architecture passes with that switch, said apart from passing as is
+        failed = [m["model_id"] for m in models if m["outcome"] != OUTCOME_PASSED]
+        switched = _passing_switches(q, run_id, failed, dtype)
+        for a in listing:
+            used: set[str] = set()
+            ok = True
+            for m in models:
+                if m["architecture"] != a["architecture"] or m["outcome"] == OUTCOME_PASSED:
+                    continue
+                if m["model_id"] in switched:
+                    used.add(switched[m["model_id"]])
+                else:
+                    ok = False
+            a["passes_with_switch"] = ok
+            a["switches"] = sorted(used) if ok else []
         passing = sum(a["passes"] for a in listing)
+        with_switch = sum(a["passes_with_switch"] for a in listing)
         with_evidence = sum(a["passes_with_evidence"] for a in listing)
         on_device = sum(a["passes_on_device"] for a in listing)
         return {
@@ -504,6 +515,10 @@ def headline(
             "architectures": len(listing),
             "passing": passing,
             "passing_share": share(passing, len(listing)),
+            # as is, or with the switches a run's alternatives proved (each named)
+            "passing_with_switch": with_switch,
+            "passing_with_switch_share": share(with_switch, len(listing)),
+            "switches": sorted({s for a in listing for s in a["switches"]}),
             # the band: passing with evidence for every compiler verdict, and at most (above)
             "passing_with_evidence": with_evidence,
             "passing_with_evidence_share": share(with_evidence, len(listing)),
@@ -513,6 +528,46 @@ def headline(
         }
 
     return q.memo("headline", run_id, build, task, top, dtype)
+
+
+def catalog_date(catalog: str | None, started_at: Any = None) -> str | None:
+    """The day a run's download counts were taken: the date a bundled or saved catalog names
+    (`bundled:hub-top1000-2026-02-09.csv`), else the run's start for a live Hub listing."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", catalog or "")
+    if found:
+        return found[0]
+    if catalog == "hub" and started_at is not None:
+        return str(started_at)[:10]
+    return None
+
+
+def _passing_switches(
+    q: StoreQuery, run_id: str, model_ids: list[str], dtype: str | None
+) -> dict[str, str]:
+    """model -> the first switch (`experts_implementation=batched_mm`) with which the run's
+    alternatives passed every stage that applies (the latest attempt of each stage)."""
+    files = q.files(run_id).alternatives
+    if not files or not model_ids:
+        return {}
+    rows = q.fetch(
+        f"""
+        WITH latest AS (
+          SELECT model_id, implementation, stage, status, reason, finished_at
+          FROM alternative_parts WHERE list_contains($models, model_id) AND {IN_DTYPE}
+          QUALIFY row_number() OVER (PARTITION BY model_id, dtype, implementation, stage
+            ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+        )
+        SELECT model_id, implementation FROM latest GROUP BY model_id, implementation
+        HAVING bool_and(status = 'pass' OR (status = 'skip' AND reason = '{_NA}'))
+        ORDER BY model_id, min(finished_at), implementation
+        """,
+        {"models": model_ids, "dtype": dtype},
+        scans={"alternative_parts": Scan("alternatives", files)},
+    )
+    out: dict[str, str] = {}
+    for r in rows:
+        out.setdefault(r["model_id"], r["implementation"])
+    return out
 
 
 def _problem(m: dict[str, Any]) -> str:

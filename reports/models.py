@@ -56,7 +56,7 @@ TABLE_COLUMNS = (
     "model_id, dtype, rank, downloads, library, pipeline_tag, model_type, architecture, device, "
     "device_emulated, outcome, skip_reason, failed_stage, failed_status, error_signature, "
     "failing_op, error_type, error_message, skip_message, stages_passed, fallback_ops, "
-    "fallback_calls, wall_s, peak_host_memory_bytes, sizing_status, parameters, sizing_hardware, "
+    "fallback_calls, wall_s, dedup_of, peak_host_memory_bytes, sizing_status, parameters, sizing_hardware, "
     "serve_cores, finetune_cores, lora_cores, cores_per_chip, cores_per_instance, "
     + ", ".join(f"s_{s}, n_{s}" for s in STAGES)
 )

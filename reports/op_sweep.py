@@ -20,7 +20,7 @@ import duckdb
 
 from reports.coverage import device_label, share
 from reports.models import reproduce_command
-from reports.ops import unverified_models_by_op
+from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
 from reports.query import Scan, StoreQuery, same_dtype
 from reports.schema import (
     OP_FAILED_STATUSES,
@@ -843,6 +843,11 @@ def op_page(
     emulated = bool(info.get("device_emulated")) or bool(model_info.get("device_emulated"))
     failing = failing_models_by_op(q, model_run).get(base, []) if model_run else []
     unverified = unverified_models_by_op(q, model_run).get(base, []) if model_run else []
+    newer = sorted(
+        r["op"]
+        for r in (missing_ops(q, model_run) if model_run else [])
+        if r["evidence"] == NEWER_THAN_PROFILE and base_name(r["op"]) == base
+    )
     device = info.get("device") or model_info.get("device")
     reproduce = []  # the most downloaded model that meets it, and its OpInfo samples
     examples = failing or (models or {}).get("models") or unverified
@@ -873,6 +878,8 @@ def op_page(
         "failing_total": len(failing),
         "unverified": unverified[:limit],
         "unverified_total": len({r["model_id"] for r in unverified}),
+        # overloads the device's profile could not know (its torch did not register them)
+        "newer_than_profile": newer,
         "found": bool(
             (sweep and sweep["by_dtype"]) or (models and models["total"]) or failing or unverified
         ),

@@ -88,6 +88,7 @@ _RESULT_COLUMN_NAMES = (
     "attempt",
     "finished_at",
     "reused_from",
+    "dedup_of",
 )
 _RESULT_COLUMNS = ", ".join(_RESULT_COLUMN_NAMES)
 
@@ -169,7 +170,8 @@ SELECT
   max(peak_memory_bytes) AS peak_device_memory_bytes,
   max(finished_at) AS finished_at,
   max(part_no) AS part_no,  -- parts sort by time: the latest part that has the model
-  any_value(reused_from) AS reused_from  -- the earlier run its rows were copied from
+  any_value(reused_from) AS reused_from,  -- the earlier run its rows were copied from
+  any_value(dedup_of) AS dedup_of  -- the model whose tiny model's rows these are, if shared
 FROM r
 GROUP BY model_id, dtype
 """
@@ -220,7 +222,7 @@ CREATE TABLE IF NOT EXISTS model_runs (
   skip_message VARCHAR, unverified BOOLEAN, evidence_recorded BOOLEAN, stages_passed INTEGER,
   fallback_ops BIGINT, fallback_calls BIGINT, duration_s DOUBLE, wall_s DOUBLE,
   peak_host_memory_bytes BIGINT, peak_device_memory_bytes BIGINT,
-  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR,
+  finished_at TIMESTAMPTZ, part_no INTEGER, reused_from VARCHAR, dedup_of VARCHAR,
   {SUMMARY_SIZING_COLUMNS}
 )
 """

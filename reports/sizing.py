@@ -7,16 +7,18 @@
 - `cores_needed`: the report's "Cores needed, by downloads": models and downloads per count of
   cores, for serving, a full fine-tune and LoRA, and per hardware type the shares that serve on
   one core, fine-tune on one chip and fit one instance.
-Counts are over the run's models that were sized (`status` ok); the others are listed by status.
+Counts are over the run's models that were sized from a config of their own (`status` ok); the
+others are listed by status, `no_own_config` (a library's default config: offline, every model)
+among them, and every share is of all the run's downloads (`reports.sizing_columns`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from reports.coverage import DEFAULT_CONFIG_SOURCES
 from reports.query import IN_DTYPE, Scan, StoreQuery
 from reports.schema import SizingStatus
+from reports.sizing_columns import NO_OWN_CONFIG
 
 WORKLOADS = ("serve", "finetune", "lora")
 LABELS = {"serve": "serve (bf16)", "finetune": "full fine-tune (AdamW)", "lora": "LoRA"}
@@ -89,8 +91,7 @@ def cores_needed(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[s
         models = q.fetch(
             f"""
             SELECT model_id, any_value(downloads) AS downloads,
-              any_value(config_hash) AS config_hash, any_value(sizing_status) AS status,
-              any_value(config_source) AS config_source
+              any_value(config_hash) AS config_hash, any_value(sizing_status) AS status
             FROM model_runs WHERE run_id = $run AND {IN_DTYPE} GROUP BY model_id
             """,
             {"run": run_id, "dtype": dtype},
@@ -117,12 +118,14 @@ def _figures(models: list[dict[str, Any]], sizing: list[dict[str, Any]]) -> dict
     hardware = sorted({(not r["primary_hardware"], r["hardware"]) for r in sizing}, key=lambda x: x)
     names = [h for _, h in hardware]
     sized = [m for m in models if m["status"] == SizingStatus.OK.value]
-    statuses: dict[str, dict[str, int]] = {}
+    statuses: dict[str, dict[str, Any]] = {}
     for m in models:
         if m["status"] != SizingStatus.OK.value:
             s = statuses.setdefault(m["status"] or "not planned", {"models": 0, "downloads": 0})
             s["models"] += 1
             s["downloads"] += m["downloads"] or 0
+    for s in statuses.values():
+        s["downloads_share"] = s["downloads"] / total_dl if total_dl else None
     order = [*(str(b) for b in BUCKETS), f"more than {BUCKETS[-1]}", "none fits"]
     primary = names[0] if names else None
     buckets = {b: {w: [0, 0] for w in WORKLOADS} for b in order}
@@ -168,17 +171,17 @@ def _figures(models: list[dict[str, Any]], sizing: list[dict[str, Any]]) -> dict
             }
         )
     first = sizing[0] if sizing else {}
-    default = [m for m in sized if m["config_source"] in DEFAULT_CONFIG_SOURCES]
+    default = statuses.get(NO_OWN_CONFIG, {"models": 0, "downloads": 0})
+    sized_dl = sum(m["downloads"] or 0 for m in sized)
     return {
-        "from_default": len(default),
-        "from_default_downloads_share": (
-            sum(m["downloads"] or 0 for m in default) / total_dl if total_dl else None
-        ),
+        "no_own_config": default["models"],
+        "no_own_config_downloads_share": default["downloads"] / total_dl if total_dl else None,
         "ran": True,
         "models": total,
         "downloads": total_dl,
         "sized": len(sized),
-        "sized_downloads": sum(m["downloads"] or 0 for m in sized),
+        "sized_downloads": sized_dl,
+        "sized_downloads_share": sized_dl / total_dl if total_dl else None,
         "not_sized": [{"status": k, **v} for k, v in sorted(statuses.items())],
         "hardware": primary,
         "serve_context": first.get("serve_context"),

@@ -1,8 +1,32 @@
 """What each model's summary row (`model_runs`) holds of its full-size config's sizing: its
 parameters and, on the run device's primary hardware type, the cores it needs (the sizing
-table joined by `config_hash`). A leaf under `reports.query` and `reports.sizing`."""
+table joined by `config_hash`). A leaf under `reports.query` and `reports.sizing`.
+
+A size is a fact only when it was built from the repo's own config (`config_source` `hub` or
+`local`). A model whose config is a library's default for its architecture (offline, every
+model) gets `sizing_status` `no_own_config` and no parameters or cores in its summary row, so
+no aggregate, filter or column of the models table counts the default's size as the model's;
+its page still shows what the default config would need, labelled so (`reports.sizing`)."""
 
 from __future__ import annotations
+
+from reports.schema import ConfigSource
+
+# Config sources that are not the repo's own config: a library's defaults for the architecture
+# the catalog names (offline, the bundled catalog holds no config files).
+DEFAULT_CONFIG_SOURCES = tuple(
+    s.value
+    for s in (
+        ConfigSource.TRANSFORMERS_DEFAULT,
+        ConfigSource.DIFFUSERS_DEFAULT,
+        ConfigSource.LIBRARY_DEFAULT,
+        ConfigSource.NAME_MAPPED,
+    )
+)
+# The summary row's `sizing_status` of a model sized only from a default config: not a status
+# of the sizing table (whose row is `ok`), the reading side's verdict on what that size is.
+NO_OWN_CONFIG = "no_own_config"
+NO_OWN_CONFIG_TEXT = "not sized: no config of its own"
 
 # What each model's summary row holds of its sizing (primary hardware type).
 SUMMARY_SIZING_COLUMNS = (
@@ -24,9 +48,30 @@ FROM sizing_parts GROUP BY config_hash
 """
 
 
+_SIZED_COLUMNS = (
+    "parameters",
+    "sizing_hardware",
+    "serve_cores",
+    "finetune_cores",
+    "lora_cores",
+    "cores_per_chip",
+    "cores_per_instance",
+)
+
+
 def with_sizing(summary_sql: str) -> str:
-    """The summary query with each model's sizing joined by its config (`sizing_parts`)."""
+    """The summary query with each model's sizing joined by its config (`sizing_parts`); a
+    model without a config of its own gets no figures, and `no_own_config` where the default
+    was sized (an error, a refusal or no builder keep their own status)."""
+    own = "base.config_source NOT IN ({})".format(
+        ", ".join(f"'{s}'" for s in DEFAULT_CONFIG_SOURCES)  # closed enum values, not input
+    )
+    status = (
+        f"CASE WHEN sz.sizing_status = 'ok' AND NOT coalesce({own}, false) "
+        f"THEN '{NO_OWN_CONFIG}' ELSE sz.sizing_status END AS sizing_status"
+    )
+    figures = ", ".join(f"CASE WHEN {own} THEN sz.{c} END AS {c}" for c in _SIZED_COLUMNS)
     return (
         f"WITH base AS ({summary_sql}), sz AS ({_SIZING_SQL})\n"
-        "SELECT base.*, sz.* EXCLUDE (config_hash) FROM base LEFT JOIN sz USING (config_hash)"
+        f"SELECT base.*, {status}, {figures} FROM base LEFT JOIN sz USING (config_hash)"
     )

@@ -89,7 +89,7 @@ class StageProgress:
         row = result if isinstance(result, dict) else result.__dict__
         detail = row.get("failing_op") or fmt.clip(fmt.first_line(row.get("error_message")), 90)
         if row["status"] == "pass" and row.get("fallback_op_count"):
-            detail = f"{row['fallback_op_count']} ops fell back to the CPU"
+            detail = f"{fmt.counted(row['fallback_op_count'], 'op')} fell back to the CPU"
         secs = fmt.seconds(row.get("duration_s")) if row.get("duration_s") is not None else ""
         text = f"{row['stage']:<10} {row['status']:<13} {secs:>8}  {detail}".rstrip()
         self._print(f"{text} ({label})" if label else text)

@@ -81,9 +81,9 @@ def verdict(rows: list[dict[str, Any]], fallbacks: Sequence[dict[str, Any]] = ()
     counted = max((r.get("fallback_op_count") or 0 for r in rows), default=0)
     if ops:
         shown = ", ".join(ops[:3]) + (", ..." if len(ops) > 3 else "")
-        return text + f", with CPU fallbacks ({len(ops)} ops: {shown})"
+        return text + f", with CPU fallbacks ({fmt.counted(len(ops), 'op')}: {shown})"
     if counted:
-        return text + f", with CPU fallbacks ({counted} ops)"
+        return text + f", with CPU fallbacks ({fmt.counted(counted, 'op')})"
     return text + ", with no CPU fallback"
 
 

@@ -86,13 +86,14 @@ def test_report_html_site(store: str, tmp_path: Path) -> None:
     assert {f.name for f in out.iterdir()} == {
         "index.html",
         "models.html",
+        "glossary.html",  # the words the pages' tooltips explain
         "report.json",
         "models.csv",
         "models",  # a page per model
         "ops",  # a page per op the models fell back on or failed at
     }
     assert len(list((out / "models").iterdir())) == 8 and len(list((out / "ops").iterdir())) == 2
-    assert p.stderr.startswith("wrote 14 files (") and "8 model pages, 2 op pages" in p.stderr
+    assert p.stderr.startswith("wrote 15 files (") and "8 model pages, 2 op pages" in p.stderr
     index = (out / "index.html").read_text()
     assert "<style>" in index and "<svg" in index and 'rel="stylesheet"' not in index
     assert "<script" not in index.replace("&lt;script", "")

@@ -162,3 +162,12 @@ def test_every_emulated_page_and_report_names_both_torches(skew_store: Store) ->
     q = StoreQuery(skew_store)
     report = text.render(run_report(q, "s1"))
     assert "its profile for torch 2.10, run on torch 2.14.1" in report
+
+
+def test_an_op_page_says_an_op_is_newer_than_the_profile(skew_store: Store) -> None:
+    from reports.op_sweep import op_page
+
+    q = StoreQuery(skew_store)
+    page = op_page(q, "aten::_foreach_clone", model_run_id="s1")
+    assert page["newer_than_profile"] == ["aten::_foreach_clone"]
+    assert op_page(q, "aten::y", model_run_id="s1")["newer_than_profile"] == []

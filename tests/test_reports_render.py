@@ -61,7 +61,14 @@ def test_static_site_csv_formulas_inert(tmp_path: Path) -> None:
     files = html_site.write_site(q, run_report(q), tmp_path / "site")
     names = [f.relative_to(tmp_path / "site").as_posix() for f in files]
     page = "models/" + html_site.model_file_name('=HYPERLINK("http://x")')
-    assert names == ["index.html", "models.html", page, "report.json", "models.csv"]
+    assert names == [
+        "index.html",
+        "models.html",
+        page,
+        "glossary.html",
+        "report.json",
+        "models.csv",
+    ]
     assert "/" not in page[len("models/") :] and page.endswith(".html")
     rows = list(csv.DictReader((tmp_path / "site" / "models.csv").open()))
     assert rows[0]["model_id"].startswith("'=")

@@ -368,18 +368,22 @@ def test_a_run_writes_one_sizing_row_per_config_and_hardware_and_the_reports_joi
     assert sorted(r["hardware"] for r in rows) == sorted(["trn1", "trn2", "trn3"] * 2)
     assert all(r["status"] == "ok" and r["parameters"] > 0 for r in rows)
     q = StoreQuery(str(store))
+    # offline, each config is its library's default: not the model's size anywhere it is counted
     table = model_table(q, "s1", ModelFilter(sort="parameters"))
-    assert all(r["parameters"] and r["serve_cores"] == 1 for r in table["rows"])
-    assert {r["sizing_hardware"] for r in table["rows"]} == {"trn2"}
-    assert model_table(q, "s1", ModelFilter(fit="serve_one_core"))["total"] == 3
-    assert model_table(q, "s1", ModelFilter(params="over_100b"))["total"] == 0
+    assert all(r["parameters"] is None and r["serve_cores"] is None for r in table["rows"])
+    assert {r["sizing_status"] for r in table["rows"]} == {"no_own_config"}
+    assert model_table(q, "s1", ModelFilter(fit="serve_one_core"))["total"] == 0
+    assert model_table(q, "s1", ModelFilter(fit="not_sized"))["total"] == 3
     with pytest.raises(Exception, match="unknown fit"):
         model_table(q, "s1", ModelFilter(fit="; DROP TABLE model_runs"))
+    # the page still has what the default would need, labelled so
     detail = model_detail(q, "org/llama-copy", "s1")
     assert [r["hardware"] for r in detail["full_size"]] == ["trn2", "trn1", "trn3"]
+    assert detail["config_is_default"] and detail["full_size"][0]["parameters"] > 0
     report = run_report(q, "s1")
-    assert report["cores_needed"]["sized"] == 3 and report["cores_needed"]["from_default"] == 3
-    assert "Cores needed, by downloads" in render_text(report)
+    assert report["cores_needed"]["sized"] == 0 and report["cores_needed"]["no_own_config"] == 3
+    text = render_text(report)
+    assert "Cores needed, by downloads" in text and "No model of this run has a size" in text
     # a run that reuses the plans reuses their sizes: nothing is built again, rows are written
     sweep("s2", "--reuse", "latest")
     again = Store(store).read("sizing", "s2").to_pylist()

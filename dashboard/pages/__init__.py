@@ -14,6 +14,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from dashboard.pages import models, op_sweep, ops, overview, runs, service
+from dashboard.pages import docs, models, op_sweep, ops, overview, runs, service
 
-FAMILIES: tuple[ModuleType, ...] = (overview, models, ops, op_sweep, runs, service)
+FAMILIES: tuple[ModuleType, ...] = (overview, models, ops, op_sweep, runs, docs, service)

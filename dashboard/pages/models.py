@@ -214,6 +214,7 @@ def model_page(
         history=lambda rid: model_url(model_id, rid),
         cluster=lambda sig: "/models?" + urlencode({"run": run_id, "signature": sig}),
         dtype=lambda d: model_url(model_id, run_id, d),
+        docs="/docs/",
     )
     api = model_url(model_id, run, dtype).replace("/models/", "/api/models/", 1)
     return dash.render(request, "model.html", m=m, links=links, api_url=api)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from reports.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
+
 
 def profile_pairing(d: Any) -> str:
     """ "profile for torch 2.10, run on torch 2.14.1" for a row, run or page dict of an emulated
@@ -173,6 +175,18 @@ def params(n: int | None) -> str:
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return str(n)
+
+
+def unsized_title(status: str | None) -> str:
+    """The tooltip of a models-table size cell that holds no size ("": it is sized)."""
+    if status == "ok":
+        return ""
+    if status == NO_OWN_CONFIG:
+        return (
+            f"{NO_OWN_CONFIG_TEXT} (only its library's default for the architecture, "
+            "which says nothing of this model's size; its page shows what that default would need)"
+        )
+    return f"not sized: {status}" if status else "not sized: the run has no sizing for it"
 
 
 def cores(n: int | None, per_chip: int | None = None, per_instance: int | None = None) -> str:

@@ -25,10 +25,13 @@ from reports.models import ModelFilter, model_details, model_table
 from reports.op_sweep import base_name
 from reports.query import STAGES, StoreQuery
 from reports.render import charts, jsondoc
+from reports.render.glossary import GLOSSARY, anchor
 from reports.render.op_site import op_file_name, op_page_names, write_op_pages
 from reports.render.sections import report_sections
 from reports.render.site_pages import STYLE, environment, page_context, write_page
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the checkout's documentation, if any
+_DOC_HREF = re.compile(r'href="(?:\.\./)?docs/([a-z0-9-]+\.md)"')
 MODELS_ON_PAGE = 1000  # the models listed on models.html, each with its own page
 SEARCH_SCRIPT = (STYLE.parent / "site_search.js").read_text(encoding="utf-8")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -149,17 +152,39 @@ def write_site(
         history=lambda rid: None,
         cluster=lambda sig: None,
         dtype=lambda d: None,  # one page per model: every dtype of the run side by side on it
+        docs="../docs/",
     )
     template = env.get_template("site_model.html")
     for model_id, m in model_details(q, run_id, list(model_files)).items():
         html = template.render(**common, m=m, links=links, in_subfolder=True)
         written.append(write_page(out / model_files[model_id], html))
+    written += _write_docs(env, common, out)
     written.append(write_page(out / "report.json", jsondoc.render(report)))
     written.append(_write_csv(q, run_id, out / "models.csv", common["stages"]))
     written += write_op_pages(
         q, report, out, env, common, names=ops, model_link=lambda mid: _up(model_files.get(mid))
     )
+    written += _copy_linked_docs(written, out)
     return written
+
+
+def _write_docs(env: Any, common: dict[str, Any], out: Path) -> list[Path]:
+    """`glossary.html`: the words the pages explain in their tooltips."""
+    glossary = [{"term": t, "anchor": anchor(t), "text": x} for t, x in GLOSSARY.items()]
+    page = env.get_template("site_glossary.html").render(**common, glossary=glossary)
+    return [write_page(out / "glossary.html", page)]
+
+
+def _copy_linked_docs(pages: list[Path], out: Path) -> list[Path]:
+    """The documentation pages the site's pages link to (`docs/NAME.md`), copied from this
+    checkout's docs/ as they are (text, nothing that runs); none from an install without it."""
+    names = sorted(
+        {n for p in pages if p.suffix == ".html" for n in _DOC_HREF.findall(p.read_text())}
+    )
+    found = [DOCS / n for n in names if (DOCS / n).is_file()]
+    if found:
+        (out / "docs").mkdir(exist_ok=True)
+    return [write_page(out / "docs" / f.name, f.read_text(encoding="utf-8")) for f in found]
 
 
 def _up(path: str | None) -> str | None:
@@ -167,13 +192,16 @@ def _up(path: str | None) -> str | None:
 
 
 def _write_csv(q: StoreQuery, run_id: str, path: Path, stages: Any = STAGES) -> Path:
+    """models.csv: a row per model (and dtype), each stage's status as the models table says
+    it (`n/a` for a stage that does not apply, as `skip (not_applicable)` is stored)."""
     dtypes = q.run_dtypes(run_id)
     dtype = "dtype, " if len(dtypes) > 1 else ""  # a run of several: a row per model and dtype
     rows = q.fetch(
         f"""
         SELECT model_id, {dtype}rank, downloads, library, pipeline_tag, model_type, architecture,
           device, device_emulated, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, failing_op, fallback_ops, {", ".join(f"s_{s}" for s in stages)}
+          error_signature, failing_op, fallback_ops,
+          {", ".join(f"CASE WHEN n_{s} THEN 'n/a' ELSE s_{s} END AS s_{s}" for s in stages)}
         FROM model_runs WHERE run_id = $run
         ORDER BY downloads DESC, model_id, list_position($dtypes, dtype)
         """,

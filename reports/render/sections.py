@@ -10,6 +10,7 @@ from typing import Any
 from reports.render import fmt
 from reports.render.tables import Section
 from reports.schema import STAGE_ORDER
+from reports.sizing_columns import NO_OWN_CONFIG
 
 STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
@@ -88,7 +89,9 @@ def denominators_section(d: dict[str, Any]) -> Section:
                 add(2, f"{r['method']} ({why})", r["skipped"], r["skipped_downloads"])
     notes = [
         f"Shares are of the {fmt.count(models)} models in this run and of their "
-        f"{fmt.downloads(dls)} downloads (30-day counts at catalog time).",
+        f"{fmt.downloads(dls)} downloads (30-day counts at catalog time"
+        + (f", {d['catalog_date']}" if d.get("catalog_date") else "")
+        + ").",
         "skipped + swept = models in this run; failed + passed (+ stage-skipped) = swept.",
     ]
     if d.get("reused"):
@@ -247,6 +250,17 @@ def fine_tune_section(report: dict[str, Any]) -> Section:
     )
 
 
+def sizing_status_text(status: str | None) -> str:
+    """A model's sizing status in words (`no_own_config`: not sized: no config of its own)."""
+    return "no config of its own" if status == NO_OWN_CONFIG else (status or "not planned")
+
+
+def headline_switches(h: dict[str, Any]) -> str:
+    """The switches the headline's "with" figure rests on: `experts_implementation=batched_mm`
+    (or several joined with "or")."""
+    return " or ".join(h.get("switches") or []) or "no switch"
+
+
 def cores_needed_section(report: dict[str, Any]) -> Section:
     """At full size: the cores each model needs on the device's primary hardware type, by
     models and by downloads (docs/sizing.md)."""
@@ -264,29 +278,49 @@ def cores_needed_section(report: dict[str, Any]) -> Section:
         for b in c.get("buckets") or []
     ]
     notes = [
-        f"Cores on {c.get('hardware') or '-'}: the smallest tensor-parallel degree whose share "
-        "of the memory fits one core (a power of two dividing the attention heads); serving at "
-        f"bf16 with a {fmt.count(c.get('serve_context'))}-token context and a batch of "
-        f"{c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed precision, LoRA "
-        "at peft's default rank. The formula and its constants: docs/sizing.md.",
-        "Shares are of all the run's downloads. Sized: "
-        f"{fmt.of(c.get('sized'), c.get('models'))} models, "
+        *(
+            [
+                f"Cores on {c.get('hardware') or '-'}: the smallest tensor-parallel degree whose "
+                "share of the memory fits one core (a power of two dividing the attention heads);"
+                f" serving at bf16 with a {fmt.count(c.get('serve_context'))}-token context and "
+                f"a batch of {c.get('serve_batch') or '-'}, a full fine-tune with AdamW in mixed "
+                "precision, LoRA at peft's default rank. The formula and its constants: "
+                "docs/sizing.md."
+            ]
+            if c.get("sized")
+            else []
+        ),
+        "Shares are of all the run's downloads, every model counted. Sized from the repo's own "
+        f"config: {fmt.of(c.get('sized'), c.get('models'))} models, "
         f"{fmt.dl_of(c.get('sized_downloads'), total)} downloads"
         + (
             "; not sized: "
-            + ", ".join(f"{r['status']} {fmt.count(r['models'])}" for r in c["not_sized"])
+            + ", ".join(
+                f"{sizing_status_text(r['status'])} {fmt.count(r['models'])} "
+                f"({fmt.pct(r.get('downloads_share'))} of downloads)"
+                for r in c["not_sized"]
+            )
             if c.get("not_sized")
             else ""
         )
         + ".",
     ]
-    if c.get("from_default"):
+    if c.get("no_own_config"):
         notes.append(
-            f"{fmt.count(c['from_default'])} sized models ({fmt.pct(c['from_default_downloads_share'])}"
-            " of downloads) were sized from their library's default config for the model type, "
-            "not the repo's own (an offline run reads no config file)."
+            f"{fmt.counted(c['no_own_config'], 'model')} "
+            f"({fmt.pct(c['no_own_config_downloads_share'])} of downloads) had no config of "
+            "their own, only their library's default for the model type (an offline run reads "
+            "no config file): that default says nothing of the model's size, so they are not "
+            "sized here, nor in the models table's columns and filters. A model's page shows "
+            "what the default config would need, labelled so."
         )
-    for h in c.get("per_hardware") or []:
+    if c.get("models") and not c.get("sized"):
+        notes.append(
+            "No model of this run has a size of its own, so the table is empty: run with the "
+            "Hub reachable (without HF_HUB_OFFLINE) or check a config.json of the model to size "
+            "it. How sizes are computed: docs/sizing.md."
+        )
+    for h in (c.get("per_hardware") or []) if c.get("sized") else []:
         notes.append(
             f"{h['hardware']} ({fmt.byte_size(h['core_memory_bytes'])} per core, "
             f"{h['cores_per_chip']} per chip, {h['cores_per_instance']} per instance): serves on "
@@ -537,7 +571,7 @@ def headline_section(report: dict[str, Any]) -> Section:
         )
     notes = [
         f"Of the {h['architectures']} distinct architectures behind {headline_scope(h)}, "
-        f"{h['passing']} pass every stage "
+        f"{h['passing']} pass every stage as is "
         f"({fmt.pct(h['passing_share'])}; with evidence for every compile verdict "
         f"{h.get('passing_with_evidence', h['passing'])}, "
         f"{fmt.pct(h.get('passing_with_evidence_share', h['passing_share']))}); "
@@ -550,6 +584,13 @@ def headline_section(report: dict[str, Any]) -> Section:
             else ""
         ),
     ]
+    if h.get("passing_with_switch", h["passing"]) > h["passing"]:
+        notes.append(
+            f"With {headline_switches(h)}: {h['passing_with_switch']} of "
+            f"{h['architectures']} ({fmt.pct(h['passing_with_switch_share'])}), every failing "
+            "model of an architecture run again with that switch of its own code passing every "
+            "stage (--alternatives)."
+        )
     if h["models_without_architecture"]:
         notes.append(
             f"{h['models_without_architecture']} of the {h['models']} models have no "

@@ -16,7 +16,8 @@ import jinja2
 from markupsafe import Markup, escape
 
 from reports.render import fmt
-from reports.render.sections import headline_scope
+from reports.render.glossary import doc_links, explain
+from reports.render.sections import headline_scope, headline_switches
 
 TEMPLATES = Path(__file__).parent / "templates"
 STYLE = Path(__file__).parent / "static" / "style.css"
@@ -31,6 +32,13 @@ def environment(extra: list[Path] | None = None) -> jinja2.Environment:
     )
     env.globals["fmt"] = fmt
     env.globals["headline_scope"] = headline_scope
+    env.globals["headline_switches"] = headline_switches
+    # the glossary's tooltips, and where `docs/NAME.md` and the glossary link to: the static
+    # site's own copies (the dashboard sets its `/docs/`)
+    env.globals["explain"] = explain
+    env.globals["docs_base"] = "docs/"
+    env.globals["glossary_url"] = "glossary.html"
+    env.filters["doc_links"] = doc_links
     env.filters["model_id"] = model_id_html
     env.filters["breakable"] = breakable
     return env

@@ -7,6 +7,7 @@ from typing import Any
 
 from reports.render import fmt
 from reports.schema import SizingStatus
+from reports.sizing_columns import NO_OWN_CONFIG_TEXT
 
 
 def cores_cell(row: dict[str, Any] | None, what: str) -> str:
@@ -25,14 +26,22 @@ def full_size_lines(rows: list[dict[str, Any]], *, config_is_default: bool = Fal
         why = first.get("error_message") or ""
         kind = f"{first['error_type']}: " if first.get("error_type") else ""
         return [f"at full size: not sized ({first['status']}): {fmt.clip(kind + why, 300)}"]
-    source = (
-        "the library's default config, not the repo's own"
+    head = (
+        [
+            f"at full size: {NO_OWN_CONFIG_TEXT}; what the architecture's default config "
+            f"({first.get('config_source') or 'a library default'}) would need, not this model:",
+            f"  default: {fmt.count(first['parameters'])} parameters "
+            f"({fmt.params(first['parameters'])}; {first['architecture']})",
+        ]
         if config_is_default
-        else "the model's own config"
+        else [
+            f"at full size: {fmt.count(first['parameters'])} parameters "
+            f"({fmt.params(first['parameters'])}; {first['architecture']}, from the model's own "
+            "config)"
+        ]
     )
     lines = [
-        f"at full size: {fmt.count(first['parameters'])} parameters "
-        f"({fmt.params(first['parameters'])}; {first['architecture']}, from {source})",
+        *head,
         f"  weights:  {fmt.byte_size(first['bytes_fp32'])} fp32, "
         f"{fmt.byte_size(first['bytes_bf16'])} bf16/fp16, {fmt.byte_size(first['bytes_fp8'])} fp8",
     ]

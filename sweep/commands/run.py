@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_line(summary: RunSummary, store: str) -> str:
     """What a run did, in one line (stderr)."""
+    from reports.render.fmt import duration
+
     several = len(summary.dtypes) > 1  # then every count is of (model, dtype) pairs
     asked = (
         f"{summary.requested} models x dtypes ({summary.requested // len(summary.dtypes)} "
@@ -99,5 +101,6 @@ def run_line(summary: RunSummary, store: str) -> str:
             else ""
         )
         + (f"{len(summary.abandoned)} without rows (system faults), " if summary.abandoned else "")
-        + f"{summary.seconds:.0f} s; store: {store}"
+        # a span of wall time as /runs and the report write one (`fmt.duration`: 1 min 54 s)
+        + f"ran {duration(summary.seconds)}; store: {store}"
     )
