@@ -176,7 +176,8 @@ def before_the_group() -> Iterator[None]:
 
 def held_model(ctx: StageContext, world: int) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
     """The model as the load stage loads it and each rank's batch, built once per model in
-    this rank; each call a copy of both, with the random generators as the load left them."""
+    this rank; each call a copy of both, with the random generators as the load left them and
+    the garbage collector's counts at zero."""
     key = model_key(ctx)
     if _HELD.get("key") != key:
         release_model()
@@ -190,7 +191,12 @@ def held_model(ctx: StageContext, world: int) -> tuple[torch.nn.Module, list[dic
         ]
         _HELD.update(key=key, host=host, batches=batches, rng=torch.random.get_rng_state())
     torch.random.set_rng_state(_HELD["rng"])
-    return copy.deepcopy(_HELD["host"]), copy.deepcopy(_HELD["batches"])
+    copies = copy.deepcopy(_HELD["host"]), copy.deepcopy(_HELD["batches"])
+    # The collector's counts start from nothing here, whether the model was built now or
+    # before: its automatic collections (what frees a sharded model's cycles) then fall at the
+    # same points of the stage, and so does its device memory peak.
+    gc.collect()
+    return copies
 
 
 class GroupStage(StageRunner):
