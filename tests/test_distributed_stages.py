@@ -232,7 +232,19 @@ def test_two_models_in_one_warm_group_give_the_rows_each_gives_alone() -> None:
         assert shared[stage].status == "pass", shared[stage].error_message
         a, b = _comparable(shared[stage]), _comparable(alone[stage])
         assert a == b, (stage, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
+        # Device memory peaks agree within 64 KiB: tp's peak on one rank was 44 KiB higher in
+        # 2 of 7 runs of this test, in either group and on either rank (not yet explained);
+        # what a stage leaving its sharded model behind adds is ten times that (712 KiB).
+        peaks = zip(
+            [shared[stage].peak_memory_bytes, *(shared[stage].rank_peak_memory_bytes or [])],
+            [alone[stage].peak_memory_bytes, *(alone[stage].rank_peak_memory_bytes or [])],
+            strict=True,
+        )
+        assert all(abs((x or 0) - (y or 0)) <= PEAK_SLACK for x, y in peaks), stage
     _nothing_left(mark)
+
+
+PEAK_SLACK = 64 << 10
 
 
 def _comparable(result) -> dict:
@@ -240,7 +252,8 @@ def _comparable(result) -> dict:
     from dataclasses import asdict
 
     row = asdict(result)
-    row.pop("duration_s")
+    for column in ("duration_s", "peak_memory_bytes", "rank_peak_memory_bytes"):
+        row.pop(column)  # the peaks are compared on their own, within PEAK_SLACK
     return row
 
 
