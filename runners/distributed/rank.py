@@ -13,7 +13,7 @@ distributed stage its launcher sends it, until the launcher ends it.
   peak), runs the stage's rank body under the device's fallback recording
   (`runners.stages.run_stage`: a model's failure is a result, never an exception), checks
   that the stage left the group as it found it (`left_behind`), and sends the result. A model
-  is built once per rank for all of its stages (`runners.distributed.stages.held_model`); a
+  is built once per rank for all of its stages (`held_model`); a
   new model drops the last one first, and its memory budget is counted again from there.
 - **A failed stage.** The rank then waits to be stopped with its group (a peer may be waiting
   for it in a collective, and would otherwise fail on the closed connection): a failed stage
@@ -28,6 +28,8 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from runners import containment, faults
@@ -76,7 +78,6 @@ def rank_main(
 
     from reports.schema import Stage
     from runners.devices import collective_log
-    from runners.distributed import stages as group_stages
     from runners.run_model import quiet_libraries
     from runners.stages import StageContext, run_stage, stage_runner
 
@@ -99,16 +100,16 @@ def rank_main(
         spec, task, stage = request
         faults.known_as(spec)
         ctx = StageContext(spec=spec, device=device, settings=task, compare=True)
-        new_model = group_stages.model_key(ctx) != held
+        new_model = model_key(ctx) != held
         if new_model:
-            group_stages.release_model()
+            release_model()
         # what the last stage left in reference cycles (a sharded model's DTensors) is freed
         # before the device's memory peak is counted from here
         gc.collect()
         if new_model:  # the model's budget counts from a rank that holds no model
             if task.memory_limit:
                 containment.limit_memory(task.memory_limit)
-            held = group_stages.model_key(ctx)
+            held = model_key(ctx)
         first.restore(device)
         status.phase(stage)
         result = run_stage(stage_runner(Stage(stage))(), ctx)
@@ -126,7 +127,7 @@ def rank_main(
                 time.sleep(3600)
         status.phase("waiting for its next stage", IDLE)
         request = requests.recv()
-    group_stages.release_model()
+    release_model()
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -191,6 +192,72 @@ def left_behind() -> list[str]:
     if _mesh_resources.mesh_stack:
         left.append(f"{len(_mesh_resources.mesh_stack)} device meshes entered")
     return left
+
+
+_HELD: dict[str, Any] = {}  # this rank's model: its key, as loaded, its batches, the RNG after
+
+
+def model_key(ctx: Any) -> tuple[Any, ...]:
+    """What a rank's loaded model and batches depend on."""
+    s = ctx.settings
+    return (ctx.spec.hash, s.dtype, s.seed, s.implementation, s.world_size)
+
+
+def release_model() -> None:
+    """Drop the model this rank holds (a new model comes, or the group ends)."""
+    _HELD.clear()
+
+
+@contextmanager
+def before_the_group() -> Iterator[None]:
+    """While a rank builds or saves its model as a process of no group would: libraries save
+    only on rank 0 of an initialised group (transformers' `save_pretrained`), and a rank of
+    the warm group joined before its model came. `torch.distributed.is_initialized` answers
+    False in the block (the rank runs nothing else meanwhile)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if not dist.is_initialized():
+        yield
+        return
+    real = dist.is_initialized
+    dist.is_initialized = distributed_c10d.is_initialized = lambda: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        dist.is_initialized = distributed_c10d.is_initialized = real  # type: ignore[assignment]
+
+
+def held_model(ctx: Any, world: int) -> tuple[Any, list[dict[str, Any]]]:
+    """The model as the load stage loads it and each rank's batch, built once per model in
+    this rank; each call a copy of both, with the random generators as the load left them and
+    the garbage collector's counts at zero."""
+    import copy
+
+    import torch
+
+    from model_configs import build
+    from runners.stages import cast_inputs, load_on_host
+
+    key = model_key(ctx)
+    if _HELD.get("key") != key:
+        release_model()
+        with before_the_group():
+            host = load_on_host(ctx)
+        batches = [
+            cast_inputs(
+                build.make_inputs(ctx.spec, host, seed=ctx.seed + r, purpose="train"), ctx.dtype
+            )
+            for r in range(world)
+        ]
+        _HELD.update(key=key, host=host, batches=batches, rng=torch.random.get_rng_state())
+    torch.random.set_rng_state(_HELD["rng"])
+    copies = copy.deepcopy(_HELD["host"]), copy.deepcopy(_HELD["batches"])
+    # The collector's counts start from nothing here, whether the model was built now or
+    # before: its automatic collections (what frees a sharded model's cycles) then fall at the
+    # same points of the stage, and so does its device memory peak.
+    gc.collect()
+    return copies
 
 
 def rank_and_world() -> tuple[int, int]:

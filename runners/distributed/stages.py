@@ -5,7 +5,7 @@ group (`group.run_group`: one process per rank, `--world-size` of them, one resu
 (`rank.py`) its `prepare` and `run` are that rank's body. Every rank loads the model as the load
 stage does (the same weights from the run's seed) and makes its own batch of tiny inputs (seed
 plus rank); the global batch is the ranks' batches together. A rank of the warm group builds a
-model once for all of its stages (`held_model`) and hands each stage a copy of it as loaded,
+model once for all of its stages (`rank.held_model`) and hands each stage a copy of it as loaded,
 with the random generators as the load left them, so each stage starts where a fresh process
 would. Each is compared with one process
 on the CPU taking the same steps (the CPU reference the other stages compare with), within the
@@ -54,9 +54,7 @@ from runners.stages import (
     StageContext,
     StageRunner,
     StageSkipped,
-    cast_inputs,
     check_close,
-    load_on_host,
 )
 from runners.training import (
     adamw,
@@ -140,65 +138,6 @@ def shardable_blocks(model: torch.nn.Module, names: list[str]) -> list[torch.nn.
     return [m for _, m in sorted(out, key=lambda x: -x[0])]
 
 
-_HELD: dict[str, Any] = {}  # this rank's model: its key, as loaded, its batches, the RNG after
-
-
-def model_key(ctx: StageContext) -> tuple[Any, ...]:
-    """What a rank's loaded model and batches depend on."""
-    s = ctx.settings
-    return (ctx.spec.hash, s.dtype, s.seed, s.implementation, s.world_size)
-
-
-def release_model() -> None:
-    """Drop the model this rank holds (a new model comes, or the group ends)."""
-    _HELD.clear()
-
-
-@contextmanager
-def before_the_group() -> Iterator[None]:
-    """While a rank builds or saves its model as a process of no group would: libraries save
-    only on rank 0 of an initialised group (transformers' `save_pretrained`), and a rank of
-    the warm group joined before its model came. `torch.distributed.is_initialized` answers
-    False in the block (the rank runs nothing else meanwhile)."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
-
-    if not dist.is_initialized():
-        yield
-        return
-    real = dist.is_initialized
-    dist.is_initialized = distributed_c10d.is_initialized = lambda: False  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        dist.is_initialized = distributed_c10d.is_initialized = real  # type: ignore[assignment]
-
-
-def held_model(ctx: StageContext, world: int) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
-    """The model as the load stage loads it and each rank's batch, built once per model in
-    this rank; each call a copy of both, with the random generators as the load left them and
-    the garbage collector's counts at zero."""
-    key = model_key(ctx)
-    if _HELD.get("key") != key:
-        release_model()
-        with before_the_group():
-            host = load_on_host(ctx)
-        batches = [
-            cast_inputs(
-                build.make_inputs(ctx.spec, host, seed=ctx.seed + r, purpose="train"), ctx.dtype
-            )
-            for r in range(world)
-        ]
-        _HELD.update(key=key, host=host, batches=batches, rng=torch.random.get_rng_state())
-    torch.random.set_rng_state(_HELD["rng"])
-    copies = copy.deepcopy(_HELD["host"]), copy.deepcopy(_HELD["batches"])
-    # The collector's counts start from nothing here, whether the model was built now or
-    # before: its automatic collections (what frees a sharded model's cycles) then fall at the
-    # same points of the stage, and so does its device memory peak.
-    gc.collect()
-    return copies
-
-
 class GroupStage(StageRunner):
     """A distributed stage: the group's launch in the sweep's process, a rank's body in a rank."""
 
@@ -216,7 +155,7 @@ class GroupStage(StageRunner):
         return run_group(ctx.spec, ctx.settings, self.name, spawn=True)
 
     def prepare(self, ctx: StageContext) -> None:
-        from runners.distributed.rank import rank_and_world
+        from runners.distributed.rank import before_the_group, held_model, rank_and_world
 
         self.rank, self.world = rank_and_world()
         phase("loading the model")
