@@ -10,12 +10,17 @@ task of W ranks asks Ray for W CPUs), in one invocation, then prints:
 - every model that passes a distributed stage on the CPU and not on neuron, grouped by what
   stopped it on neuron and the evidence that verdict rests on;
 - what the stages cost per unique tiny model (rows of the models that ran, not dedup copies):
-  median seconds per stage and the distributed stages against load, forward and backward
-  (a distributed stage's time is its group's, from the launch of its ranks to their end).
+  median seconds per stage, of the distributed group (ddp + fsdp + tp) and of the training
+  group (optimizer + lora), the distributed group against load + forward + backward and
+  against the training group, and the rank groups the run started (a distributed stage's
+  time is from its request to the warm group to its result, the group's start included
+  where the stage started one).
 
     python bench/distributed_stages.py --top 200 --store /tmp/dist-bench
 
-The same command resumes its runs (`dist-<device>-<N>`) where they stopped.
+The same command resumes its runs (`dist-<device>-<N>`, or `dist-<label>-<device>-<N>` with
+`--label`) where they stopped. Two labels over the same store compare code before and after a
+change, run by run (`hfsweep diff dist-before-cpu-30 dist-after-cpu-30 --store ...`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +38,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.sweep_runs import dl, last_attempts, pct, resumable_sweep  # noqa: E402
+from bench.sweep_runs import dl, last_attempts, pct  # noqa: E402
 
-STAGES = "load,forward,backward,ddp,fsdp,tp"
+STAGES = "load,forward,backward,optimizer,lora,ddp,fsdp,tp"
 BASE = ("load", "forward", "backward")
+TRAINING = ("optimizer", "lora")
 SHARDING = ("ddp", "fsdp", "tp")
+GROUP_STARTS: dict[str, float] = {}  # run id -> rank groups its tasks started (this invocation)
 
 
 def sweep(args: argparse.Namespace, device: str) -> tuple[str, float]:
@@ -49,10 +57,21 @@ def sweep(args: argparse.Namespace, device: str) -> tuple[str, float]:
         timeout_s=args.timeout,
         world_size=args.world_size,
     )
-    return resumable_sweep(
-        store=args.store, run_id=f"dist-{device}-{args.top}", top=args.top,
-        num_cpus=args.num_cpus, task=task,
-    )  # fmt: skip
+    from reports.store import Store
+    from sweep.driver import run_sweep
+    from sweep.settings import JobSettings, ModelRun
+
+    label = f"{args.label}-" if args.label else ""
+    run_id = f"dist-{label}{device}-{args.top}"
+    run = Store(args.store).run(run_id)
+    if run is not None and run.get("status") == "finished":
+        return run_id, 0.0
+    start = time.perf_counter()
+    job = JobSettings(store=args.store, run_id=run_id, num_cpus=args.num_cpus, progress=False)
+    summary = run_sweep(ModelRun(job=job, task=task, top=args.top))
+    if "group_starts" in summary.timings:  # code without a warm group does not count them
+        GROUP_STARTS[run_id] = summary.timings["group_starts"]
+    return run_id, time.perf_counter() - start
 
 
 def print_sharding(q: Any, run_id: str, wall: float) -> None:
@@ -122,11 +141,14 @@ def print_cost(store: Any, run_id: str) -> None:
     rows = [
         r
         for r in store.read("results", run_id).to_pylist()
-        if r["dedup_of"] is None and r["duration_s"] is not None and r["status"] != "skip"
-    ]
+        if r["dedup_of"] is None and r["status"] != "not_run"
+        and (r["duration_s"] is not None or r["status"] == "skip")
+    ]  # fmt: skip
+    # a skip's time is what it cost: a rank loads the model to find tp has no plan (timed),
+    # LoRA finds no target modules before it starts (untimed: 0 s)
     per_model: dict[str, dict[str, float]] = {}
     for r in rows:
-        per_model.setdefault(r["model_id"], {})[r["stage"]] = r["duration_s"]
+        per_model.setdefault(r["model_id"], {})[r["stage"]] = r["duration_s"] or 0.0
     print(f"\n== cost per unique tiny model, run {run_id} (seconds, median)")
     for stage in (*BASE, *SHARDING):
         secs = [m[stage] for m in per_model.values() if stage in m]
@@ -135,16 +157,33 @@ def print_cost(store: Any, run_id: str) -> None:
                 f"  {stage:<10} {len(secs):>5} models  median {statistics.median(secs):7.2f}"
                 f"  total {sum(secs):8.1f}"
             )
-    both = [
-        (sum(m.get(s, 0.0) for s in SHARDING), sum(m.get(s, 0.0) for s in BASE))
-        for m in per_model.values()
-    ]
-    ratios = [d / b for d, b in both if d > 0 and b > 0]
-    if ratios:
-        print(
-            f"  ddp + fsdp + tp against load + forward + backward, per model: median "
-            f"x{statistics.median(ratios):.1f} ({len(ratios)} models that ran both)"
-        )
+    models = len(per_model)
+    for name, group in (("training group", TRAINING), ("distributed group", SHARDING)):
+        secs = [sum(m.get(s, 0.0) for s in group) for m in per_model.values() if _ran(m, group)]
+        if secs:
+            print(
+                f"  {name} ({' + '.join(group)}): {len(secs)} models  median "
+                f"{statistics.median(secs):7.2f}  total {sum(secs):8.1f}"
+            )
+    for against, label in ((BASE, "load + forward + backward"), (TRAINING, "optimizer + lora")):
+        ratios = [
+            sum(m.get(s, 0.0) for s in SHARDING) / sum(m.get(s, 0.0) for s in against)
+            for m in per_model.values()
+            if _ran(m, SHARDING) and _ran(m, against) and sum(m.get(s, 0.0) for s in against) > 0
+        ]
+        if ratios:
+            print(
+                f"  ddp + fsdp + tp against {label}, per model: median "
+                f"x{statistics.median(ratios):.1f} ({len(ratios)} models with a row for each)"
+            )
+    if run_id in GROUP_STARTS:
+        print(f"  rank groups started: {GROUP_STARTS[run_id]:.0f} for {models} unique models")
+
+
+def _ran(by_stage: dict[str, float], group: tuple[str, ...]) -> bool:
+    """Whether a model has a timed row (pass, fail or skip: not `not_run`) for every stage of
+    `group` (a model whose base failed has none to compare)."""
+    return all(s in by_stage for s in group)
 
 
 def main() -> int:
@@ -158,6 +197,7 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--label", default="", help="run ids dist-<label>-<device>-<N>")
     args = parser.parse_args()
 
     runs: dict[str, tuple[str, float]] = {}

@@ -25,10 +25,14 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
   ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
   ops-kill  as `kill`, for one op run (`--kills` times; its last OpInfo waits likewise)
   group  one sweep (embedded Ray, 2 CPUs) of load, forward, backward and ddp on the emulated
-         neuron device: `--trials` models per fault in rank 1 of the ddp stage's group (the
-         rank killed: retried, no row; the rank raising inside the all-reduce its peer waits
-         in: `fail`; the rank past its memory budget: `oom`; both naming rank 1), beside as
-         many healthy models (not in `--fast`: tests/test_distributed_stages.py holds each)
+         neuron device: `--trials` models per fault in rank 1 of the ddp stage's warm group
+         (the rank killed: retried, no row; the rank raising inside the all-reduce its peer
+         waits in: `fail`; the rank past its memory budget: `oom`; both naming rank 1), beside
+         as many healthy models, whose stages run on the groups that the faults ended and the
+         workers started again; then `--trials` times, a driver killed while its worker holds
+         a warm group (the second of two models waits in its load stage, after the first
+         model's ddp passed on a group whose ranks the bench sees alive), resumed to the end
+         (not in `--fast`: tests/test_distributed_stages.py holds each)
 Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
 row and then the right rows), rows lost, rows duplicated, processes left behind (model
 children, what they started, Ray processes of a killed driver), and environment errors
@@ -1060,7 +1064,60 @@ def section_group(trials: int, work: Path) -> list[Line]:
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
     print(f"group section: {len(ids)} models in {seconds:.0f} s", file=sys.stderr)
-    return [*lines, healthy, whole]
+    killed = Line("group: driver killed while a group is warm")
+    for trial in range(trials):
+        _driver_killed_while_warm(killed, work / f"group-kill-{trial}", extra)
+    return [*lines, healthy, whole, killed]
+
+
+def _driver_killed_while_warm(line: Line, work: Path, extra: list[str]) -> None:
+    """One trial: two models; the first one's ddp passes (rule 0 records rank 0 of its group),
+    the second waits in its load stage (rule 1) with the group warm beside it; the driver is
+    killed there, then the same command runs to the end without faults. What it lost, doubled
+    or left behind (the warm group's ranks first), and whether every row passed once."""
+    catalog, ids = write_trial_catalog(work, 2, "gk")
+    hashes = shrunk_hashes(catalog)
+    rules = [
+        {"at": "rank0:stage:ddp", "fault": "sleep:0", "match": hashes[ids[0]]},
+        {"at": "stage:load", "fault": "wait", "match": hashes[ids[1]]},
+    ]
+    state, store, mark = work / "state", work / "store", uuid.uuid4().hex
+    cmd = run_command(catalog, store, "gk", *extra)
+    cmd[cmd.index("--stages") + 1] = ",".join(GROUP_STAGES)
+    line.trials += 1
+    driver = subprocess.Popen(
+        cmd, cwd=ROOT, env=bench_env(mark, rules, state), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 1800  # guards against a hang; not a speed
+    while not faults.fired(str(state), 1) and driver.poll() is None:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    ranks = [pid for pid in faults.fired(str(state), 0) if alive(pid)]
+    warm = bool(ranks) and bool(faults.fired(str(state), 1)) and driver.poll() is None
+    driver.send_signal(signal.SIGKILL)
+    _, err = driver.communicate()
+    orphans = left_behind(mark, 10.0)
+    before = pair_counts(read_rows(store, "gk"))
+    final = subprocess.run(
+        cmd, cwd=ROOT, env=bench_env(uuid.uuid4().hex, None, work), capture_output=True,
+        text=True, timeout=3600,
+    )  # fmt: skip
+    rows = read_rows(store, "gk")
+    counts = pair_counts(rows)
+    line.lost += sum(1 for key, n in before.items() if n and counts[key] == 0)
+    line.lost += sum(1 for m in ids for s in GROUP_STAGES if counts[(m, s)] == 0)
+    line.duplicated += sum(n - 1 for n in counts.values() if n > 1)
+    line.orphans += len(orphans) + len(wait_all_dead(ranks))
+    line.mislabelled += sum(1 for r in rows if r["status"] != "pass")
+    ok = warm and final.returncode == 0 and not orphans
+    ok = ok and all(counts[(m, s)] == 1 for m in ids for s in GROUP_STAGES)
+    line.survived += int(ok and all(r["status"] == "pass" for r in rows))
+    if not warm:
+        print(f"{line.fault}: no warm group was seen at the kill", err[-2000:], file=sys.stderr)
+    if final.returncode != 0:
+        print(final.stderr[-2000:], file=sys.stderr)
 
 
 # ---- main --------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ on a loaded machine does not count), the parent kills it and the stage in progre
 `timeout`; if it dies (a segfault), that stage is `crash`, or `oom` when the kernel's OOM
 killer killed it; an allocation past the model's memory budget fails inside the stage, which
 is `oom` too. Later stages are `not_run`. The parent process never runs model code itself.
+The distributed stages run afterwards on this process's warm group of rank processes
+(`runners.distributed.group.warm_group`), which serves every model this process runs while
+its stages pass; `timings["group_starts"]` counts the groups a model's stages started.
 What is not the model's doing (the device failing to set up in the child, a SIGKILL from
 outside) raises `EnvironmentFault`: the task is retried and no row is written.
 
@@ -26,7 +29,7 @@ from dataclasses import replace
 from model_configs.spec import TinySpec
 from reports.schema import RANK_STAGES, Stage, Status, compiles
 from runners import containment, faults
-from runners.distributed.group import group_stage_results
+from runners.distributed.group import group_stage_results, warm_group
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter, peak_rss_bytes
@@ -78,7 +81,7 @@ def run_isolated(
     spawn = fresh_interpreter(settings.device.name, settings.device.options())
     if not spawn:  # a spawned child imports for itself whatever this process holds
         warm_model(spec)
-    # the distributed stages run afterwards, each on a group of rank processes of this one
+    # the rank stages run afterwards, on this process's warm group of rank processes
     own = replace(settings, stages=tuple(s for s in order if s not in RANK_STAGES))
     own_order = list(own.stages)
     results: list[StageResult] = []
@@ -116,7 +119,11 @@ def run_isolated(
         timings["setup_s"] = setup_s
     peak = child.peak_rss
     if finished and len(results) == len(own.stages):
+        if len(own.stages) < len(order):
+            starts = warm_group(settings, spawn=spawn).starts
         results += group_stage_results(spec, settings, results, spawn=spawn, on_stage=on_stage)
+        if len(own.stages) < len(order):
+            timings["group_starts"] = warm_group(settings, spawn=spawn).starts - starts
         return ModelOutcome(
             stages=results, param_count=param_count, timings=timings, peak_host_memory_bytes=peak
         )

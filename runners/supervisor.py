@@ -89,6 +89,11 @@ def _context(spawn: bool) -> Any:
     return mp.get_context("fork")
 
 
+def context_of(spawn: bool) -> Any:
+    """The multiprocessing context a `Child(spawn=spawn)` starts in (for pipes to hand it)."""
+    return _context(spawn)
+
+
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
     """Around a fork: everything this process holds goes to the garbage collector's permanent
@@ -285,6 +290,11 @@ class Child:
         """From now, the child has `seconds` of its own time until the next call."""
         self.clock.restart()
         self._budget = seconds
+
+    def watch_oom(self) -> None:
+        """Count only the OOM killer's kills from now as a cause of this child's death (a
+        child serving one unit of work after another: each unit's own)."""
+        self._oom_before = containment.oom_kills()
 
     def extend(self, seconds: float) -> None:
         """At least `seconds` of its own time from now (never less than it has left)."""

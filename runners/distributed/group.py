@@ -1,29 +1,43 @@
-"""A distributed stage's group: one supervised child process per rank, ended as one.
+"""The warm group: `--world-size` supervised rank processes that run every distributed stage of
+every model their process takes, started once and ended as one.
 
 - **Start.** Each rank is a `runners.supervisor.Child` (forked from a process that never set up
-  a device, else spawned), with the model's deadline on its own time and its memory budget,
-  leading its own process group. The ranks rendezvous on loopback through a TCP store this
-  launcher serves on a port the kernel picks for it (held until the group ends), so concurrent
-  groups never share a store or a port.
-- **Supervise.** The launcher reads every rank's messages as they come (`rank.py` sends its
-  result, or its failure) and watches for deaths and deadlines. Once a rank fails, each other
-  rank runs on until it ends or is seen waiting for a peer (in a collective, or joining the
-  group), where its device says so (`status.py`; elsewhere at once); then the whole group is
-  killed: no rank outlives its stage.
+  a device, else spawned), with its memory budget, leading its own process group. The ranks
+  rendezvous on loopback through a TCP store this launcher serves on a port the kernel picks
+  for it (held until the group ends), so concurrent groups never share a store or a port. A
+  rank sets its device up, imports the stages and joins the process group once (`rank.py`).
+  The group starts with its first stage, when its first request is already in each rank's pipe.
+- **Each stage.** The launcher sends every rank the request (the model, the run's settings, the
+  stage) through a pipe of its own, gives every rank the model's deadline on its own time
+  again, and reads every rank's messages as they come (its result, or its failure) and watches
+  for deaths and deadlines. Once a rank fails, each other rank runs on until it ends or is seen
+  waiting for a peer (in a collective, or joining the group), where its device says so
+  (`status.py`; elsewhere at once); then the whole group is killed: no rank outlives it.
+- **Kept or ended.** The group stays warm for the next stage (of this model or the next) only
+  when every rank passed or skipped the stage and left the group as it found it (`rank.py`'s
+  `left_behind`); any other end (a failure, a timeout, a death, an environment fault) ends the
+  whole group, and the next stage gets a fresh one.
 - **One result.** The stage's status is its cause's (`fail`, `fail_accuracy`, `oom`, `timeout`,
   `crash`): a rank that died before one that failed (its peers' connections closed), one that
   failed before one that ran out of time, a rank out of time while waiting for a peer last;
   with that rank (`failed_rank`) and, in the message, what every other rank did. A rank killed
   from outside (SIGKILL that was not the OOM killer), or one whose set-up failed, is the
-  environment's: its supervisor raises `EnvironmentFault` as soon as it sees it, and leaving
-  the group kills every rank (the task is retried, nothing recorded). Otherwise the
-  ranks' results are merged: fallbacks summed per op, collectives per op (calls per rank,
-  bytes over ranks), each rank's peak device memory, the largest error.
+  environment's: its supervisor raises `EnvironmentFault` as soon as it sees it, and the group
+  is ended (the task is retried, nothing recorded). Otherwise the ranks' results are merged:
+  fallbacks summed per op, collectives per op (calls per rank, bytes over ranks), each rank's
+  peak device memory, the largest error.
+- **Held per process.** The process that runs models (a Ray worker, the local driver) holds one
+  warm group (`warm_group`) for the settings it runs with; other settings end it and start
+  another; it ends with the process (at exit, or with the process's death: each rank dies
+  with its parent).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,13 +45,14 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from model_configs.spec import TinySpec
-from reports.schema import RANK_STAGES, STAGE_NEEDS, Stage, Status
+from reports.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage, Status
+from runners import faults
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
-from runners.supervisor import JOIN_S, POLL_S, Child, Ending, Kind
+from runners.supervisor import JOIN_S, POLL_S, Child, Ending, Kind, context_of
 
 HOST = "127.0.0.1"
 # how long a failed group's other ranks are watched for an exit already under way
@@ -55,6 +70,7 @@ class RankEnd:
     stopped: str | None = None  # killed with the group: what it was doing then
     order: int = 0  # when its end was seen (failures are told in this order)
     state: RankState | None = None  # its status when it ended
+    left: list[str] | None = None  # what its stage left in the group (empty: nothing)
 
     @property
     def cause_rank(self) -> int:
@@ -100,36 +116,169 @@ def rendezvous_store() -> Iterator[int]:
         del store
 
 
-def run_group(spec: TinySpec, settings: ModelSettings, stage: Stage, *, spawn: bool) -> StageResult:
-    """Run `stage` on `settings.world_size` ranks of the device; one result for the group.
-    Raises `EnvironmentFault` when what ended the group was not the model."""
-    from runners.distributed.rank import rank_main
+def group_key(settings: ModelSettings, spawn: bool) -> tuple[Any, ...]:
+    """What a warm group's ranks were started with: a stage asking for other settings gets
+    another group."""
+    return (
+        repr(settings.device),
+        settings.world_size,
+        settings.threads,
+        settings.memory_limit,
+        settings.timeout_s,
+        settings.compile_backend,
+        spawn,
+    )
 
-    world = int(settings.world_size or 1)
-    board = Board(world)
-    started = time.monotonic()
-    with rendezvous_store() as port, contextlib.ExitStack() as group:
-        children = []
-        for rank in range(world):
+
+class WarmGroup:
+    """The ranks of one group, kept between stages while they pass (see the module)."""
+
+    def __init__(self, settings: ModelSettings, *, spawn: bool):
+        self.settings, self.spawn = settings, spawn
+        self.key = group_key(settings, spawn)
+        self.world = int(settings.world_size or 1)
+        self.board = Board(self.world)
+        self.children: list[Child] = []
+        self.pipes: list[Any] = []
+        self.starts = 0  # how many times its ranks were started
+        self._held: contextlib.ExitStack | None = None
+
+    @property
+    def warm(self) -> bool:
+        return bool(self.children)
+
+    def run(self, spec: TinySpec, settings: ModelSettings, stage: Stage) -> StageResult:
+        """`stage` of `spec` on the group (started if it is not warm); one result. Raises
+        `EnvironmentFault` when what ended the group was not the model."""
+        if group_key(settings, self.spawn) != self.key:
+            raise ValueError("a warm group runs the settings it was started with")
+        started = time.monotonic()
+        try:
+            if not self.warm:
+                self._start()
+            arm = _deadlines(spec, settings, self.children)
+            for child, pipe in zip(self.children, self.pipes, strict=True):
+                child.doing = child.stage = stage.value  # what its faults and death say
+                child.watch_oom()
+                with contextlib.suppress(OSError):  # a rank that died: its death is read next
+                    pipe.send((spec, settings, stage.value))
+            ends = _supervise(self.children, self.board, arm)
+        except BaseException:
+            self.close()
+            raise
+        if stage in HF_TRAINING_STAGES or not all(
+            e.result is not None and not e.failed and e.left == [] for e in ends
+        ):
+            # a failure ends the group; so does a stage of Hugging Face's trainers, which
+            # leaves library state in its ranks (the device presented to transformers and
+            # accelerate, accelerate's process-wide state) that no later stage may inherit
+            self.close()
+        return merge(stage, settings, ends, time.monotonic() - started)
+
+    def _start(self) -> None:
+        from runners.distributed.rank import rank_main
+
+        held = contextlib.ExitStack()
+        self._held = held
+        port = held.enter_context(rendezvous_store())
+        pipes = context_of(self.spawn)
+        self.board = Board(self.world)
+        self.starts += 1
+        for rank in range(self.world):
+            requests, pipe = pipes.Pipe(duplex=False)
             child = Child(
                 rank_main,
-                (spec, settings, stage.value, rank, world, port, board),
-                spawn=spawn,
-                memory_limit=settings.memory_limit,
-                process=f"rank {rank} of {world}",
+                (self.settings, rank, self.world, port, self.board, requests),
+                spawn=self.spawn,
+                memory_limit=self.settings.memory_limit,
+                process=f"rank {rank} of {self.world}",
             )
-            child.doing = child.stage = stage.value  # what its faults and death say
-            group.enter_context(child)  # leaving kills it and its process group
+            held.callback(pipe.close)  # after the rank is killed (an exit stack unwinds last first)
+            held.enter_context(child)  # leaving kills it and its process group
+            requests.close()  # the rank's end, now the rank's alone
+            self.children.append(child)
+            self.pipes.append(pipe)
+
+    def close(self) -> None:
+        """End the group: every rank killed with its process group, the store closed."""
+        held, self._held = self._held, None
+        self.children, self.pipes = [], []
+        if held is not None:
+            held.close()
+
+    def __enter__(self) -> WarmGroup:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_group(spec: TinySpec, settings: ModelSettings, stage: Stage, *, spawn: bool) -> StageResult:
+    """Run `stage` on a group of its own, ended with it; one result for the group. Raises
+    `EnvironmentFault` when what ended the group was not the model."""
+    with WarmGroup(settings, spawn=spawn) as group:
+        return group.run(spec, settings, stage)
+
+
+_WARM: list[WarmGroup] = []  # this process's warm group
+
+
+def warm_group(settings: ModelSettings, *, spawn: bool) -> WarmGroup:
+    """This process's warm group for `settings` (another group's ranks are ended first)."""
+    if _WARM and _WARM[0].key != group_key(settings, spawn):
+        close_warm_group()
+    if not _WARM:
+        if not _WARM_CLOSES_AT_EXIT:
+            atexit.register(close_warm_group)
+            _WARM_CLOSES_AT_EXIT.append(True)
+        _WARM.append(WarmGroup(settings, spawn=spawn))
+    return _WARM[0]
+
+
+_WARM_CLOSES_AT_EXIT: list[bool] = []
+
+
+def close_warm_group() -> None:
+    """End this process's warm group, if it holds one."""
+    while _WARM:
+        _WARM.pop().close()
+
+
+def _deadlines(
+    spec: TinySpec, settings: ModelSettings, children: list[Child]
+) -> Callable[[], None]:
+    """Give every rank the model's deadline on its own time, now; with the test-only fault rule
+    `deadline` (fault `after:<rule>`), once rule `<rule>` has fired. Returns what the
+    supervisor calls as it goes (arming the deadlines once their time came)."""
+
+    def arm() -> None:
+        for child in children:
             child.deadline(settings.timeout_s)
-            children.append(child)
-        ends = _supervise(children, board)
-    return merge(stage, settings, ends, time.monotonic() - started)
+
+    held = faults.take("deadline", *faults.spec_keys(spec))
+    if held is None or not held.startswith("after:"):
+        arm()
+        return lambda: None
+    index, folder = int(held.split(":", 1)[1]), os.environ.get(faults.STATE_ENV, "")
+    for child in children:
+        child.deadline(math.inf)
+    armed: list[bool] = []
+
+    def arm_once_fired() -> None:
+        if not armed and faults.fired(folder, index):
+            armed.append(True)
+            arm()
+
+    return arm_once_fired
 
 
-def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
+def _supervise(
+    children: list[Child], board: Board, arm: Callable[[], None] = lambda: None
+) -> list[RankEnd]:
     ends = [RankEnd(rank) for rank in range(len(children))]
     seen = 0
     while True:
+        arm()
         for end, child in zip(ends, children, strict=True):
             while not end.over and (message := child.poll()) is not None:
                 kind, payload = message
@@ -137,6 +286,8 @@ def _supervise(children: list[Child], board: Board) -> list[RankEnd]:
                     end.result = payload
                 elif kind == Kind.ERROR:
                     end.error = payload
+                elif kind == Kind.DONE:
+                    end.left = payload
             if not end.over and child.ending is not None:
                 end.ending = child.ending
             if end.over and not end.order:
@@ -298,7 +449,7 @@ def group_stage_results(
 ) -> list[StageResult]:
     """The distributed stages `settings` asks for, after the model's other stages (`prior`):
     each `not_run` when a stage it builds on did not pass, a skip when the model was skipped,
-    else its group's result (`run_group`)."""
+    else its result on this process's warm group (`warm_group`)."""
     status = {r.stage: r for r in prior}
     skipped = next(
         (r for r in prior if r.status == Status.SKIP.value and r.stage == Stage.LOAD.value), None
@@ -327,7 +478,7 @@ def group_stage_results(
                 error_message=f"{blocked} did not pass",
             )
         else:
-            result = run_group(spec, settings, stage, spawn=spawn)
+            result = warm_group(settings, spawn=spawn).run(spec, settings, stage)
         out.append(result)
         if on_stage is not None:
             on_stage(result)

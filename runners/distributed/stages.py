@@ -1,10 +1,13 @@
 """The distributed stages: sharding as users shard, on a group of ranks of the device.
 
-Each is a `StageRunner` with two sides: in the sweep's process its `own_result` starts the
+Each is a `StageRunner` with two sides: in the sweep's process its `own_result` runs it on a
 group (`group.run_group`: one process per rank, `--world-size` of them, one result); in a rank
 (`rank.py`) its `prepare` and `run` are that rank's body. Every rank loads the model as the load
 stage does (the same weights from the run's seed) and makes its own batch of tiny inputs (seed
-plus rank); the global batch is the ranks' batches together. Each is compared with one process
+plus rank); the global batch is the ranks' batches together. A rank of the warm group builds a
+model once for all of its stages (`rank.held_model`) and hands each stage a copy of it as loaded,
+with the random generators as the load left them, so each stage starts where a fresh process
+would. Each is compared with one process
 on the CPU taking the same steps (the CPU reference the other stages compare with), within the
 run dtype's tolerance:
 - `ddp`: `DistributedDataParallel` and one training step (forward, loss, backward with the
@@ -51,9 +54,7 @@ from runners.stages import (
     StageContext,
     StageRunner,
     StageSkipped,
-    cast_inputs,
     check_close,
-    load_on_host,
 )
 from runners.training import (
     adamw,
@@ -148,26 +149,20 @@ class GroupStage(StageRunner):
 
     def own_result(self, ctx: StageContext) -> StageResult | None:
         """In the sweep's process: run the stage on a group of fresh processes (this one may
-        have set a device up already, which a forked rank could not use)."""
+        have set a device up already, which a forked rank could not use), ended with it."""
         from runners.distributed.group import run_group
 
         return run_group(ctx.spec, ctx.settings, self.name, spawn=True)
 
     def prepare(self, ctx: StageContext) -> None:
-        from runners.distributed.rank import join_group, rank_and_world
+        from runners.distributed.rank import before_the_group, held_model, rank_and_world
 
         self.rank, self.world = rank_and_world()
         phase("loading the model")
-        self.host = load_on_host(ctx)
-        self.batches = [
-            cast_inputs(
-                build.make_inputs(ctx.spec, self.host, seed=ctx.seed + r, purpose="train"),
-                ctx.dtype,
-            )
-            for r in range(self.world)
-        ]
-        self.before_group(ctx)
-        join_group(ctx.device, ctx.settings)
+        self.host, self.batches = held_model(ctx, self.world)
+        with before_the_group():
+            self.before_group(ctx)
+        phase("the stage, in the group")
 
     def before_group(self, ctx: StageContext) -> None:
         """What the rank does with its loaded model before it joins the group."""

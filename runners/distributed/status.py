@@ -16,17 +16,20 @@ from dataclasses import dataclass
 
 SLOT_BYTES = 120
 SETUP, RUNNING, WAITING = "setup", "running", "waiting"
+IDLE = "idle"  # a rank of the warm group between stages
 
 
 @dataclass(frozen=True)
 class RankState:
     exact: bool  # the slot follows the rank into its collectives
-    state: str  # setup | running | waiting
+    state: str  # setup | running | waiting | idle
     text: str  # the phase, or the collective it waits in
 
     def describe(self) -> str:
         if self.state == WAITING:
             return f"waiting in {self.text}"
+        if self.state == IDLE:
+            return self.text or "between stages"
         if self.state == SETUP:
             return f"still setting up ({self.text})" if self.text else "still setting up"
         return f"running {self.text}" if self.text else "running"
