@@ -7,7 +7,9 @@
 # STORE (default $HFSWEEP_STORE, else hfsweep-store, the demo's) is swept first with
 # scripts/demo.sh's command unless it already holds a run; then bench/dashboard_screenshots.py
 # serves the dashboard over it and takes the pictures at 1280 px in headless Chromium. The
-# model page is openai/gpt-oss-20b's (rank 40 of the bundled catalog, in the demo's 50).
+# model page is openai/gpt-oss-20b's (rank 40 of the bundled catalog, in the demo's 50). It
+# drives /usr/bin/chromium through playwright, of the dev extra (`bash scripts/install.sh
+# all,dev`; scripts/test.sh installs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STORE="${1:-${HFSWEEP_STORE:-hfsweep-store}}"
