@@ -159,11 +159,11 @@ def test_lookup_exit_codes(store: str) -> None:
         "lookup", "org/b-pass-fallback", "--store", store, "--run", "r1", "--format", "json"
     )
     assert p.returncode == 1 and json.loads(p.stdout)["summary"]["failed_stage"] == "backward"
-    # no results is not bad usage (2): exit 5, the answer on stdout with the command for the
-    # store's device (not --device DEVICE) and the ids meant
+    # no results is not bad usage (2): exit 5, the answer on stdout; an id neither the store
+    # nor the catalog has gets no command to run (a check of it would exit 2), but the hint
     p = hfsweep("lookup", "nobody/nothing", "--store", store)
     assert p.returncode == 5 and "no results for model 'nobody/nothing'" in p.stdout
-    assert "run it with: hfsweep check nobody/nothing --device neuron" in p.stdout
+    assert "check the id's spelling" in p.stdout and "hfsweep check" not in p.stdout
     assert "DEVICE" not in p.stdout and "Traceback" not in p.stderr
     p = hfsweep("lookup", "org/c-fail", "--store", store)
     assert p.returncode == 5 and "did you mean: org/c-fail-compile (has results)" in p.stdout

@@ -91,7 +91,11 @@ def test_reports_and_dashboard_read_s3_as_they_read_a_folder(s3_env, tmp_path) -
         assert coverage.funnel(on_s3, run) == coverage.funnel(on_disk, run)
         assert ops.missing_ops(on_s3, run) == ops.missing_ops(on_disk, run)
     m = model_detail(on_s3, "org/b-pass-fallback")
-    assert m == model_detail(on_disk, "org/b-pass-fallback")
+    local = model_detail(on_disk, "org/b-pass-fallback")
+    # the next step's command names the store it was read from; the rest is the same
+    assert m["next_step"].pop("command") == f"hfsweep report --store {uri}"
+    assert local["next_step"].pop("command") == f"hfsweep report --store {tmp_path / 'local'}"
+    assert m == local
     assert m["shrink_changes"] == {"hidden_size": [4096, 64], "num_hidden_layers": [32, 2]}
     assert [f["op"] for f in m["fallbacks"]] == ["aten::histc", "aten::histc"]
 

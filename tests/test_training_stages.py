@@ -139,7 +139,7 @@ def test_skips_without_peft_or_a_fused_adamw(llama, monkeypatch) -> None:
     monkeypatch.setattr(training, "fused_adamw_devices", lambda: ["cuda"])
     rows = by_stage(run_model(llama, device="cpu", stages=TRAIN[:3] + ["optimizer_fused", "lora"]))
     assert (rows["lora"].status, rows["lora"].reason) == ("skip", "missing_package")
-    assert "hfsweep[training]" in rows["lora"].error_message
+    assert "bash scripts/install.sh all,training" in rows["lora"].error_message
     fused = rows["optimizer_fused"]
     assert (fused.status, fused.reason) == ("skip", "device_unsupported_feature")
     assert fused.error_message == "PyTorch has no fused AdamW for device type 'cpu'"
