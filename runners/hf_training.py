@@ -110,6 +110,21 @@ def _need(*packages: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def library_failure(ctx: Any) -> Iterator[None]:
+    """Around a trainer's work: a failure inside a library names its file and function
+    (`library_frame`), and accelerate's process-wide state is reset whatever happened."""
+    try:
+        yield
+    except Exception as exc:
+        where = getattr(exc, "library_frame", None) or library_frame(exc)
+        if where is not None:
+            ctx.extra["library_frame"] = where
+        raise
+    finally:
+        reset_accelerate_state()
+
+
 def library_frame(exc: BaseException) -> str | None:
     """`library/path.py:function` of the innermost frame of a Hugging Face library in the
     traceback of `exc` (or of what caused it), or None."""
@@ -245,15 +260,8 @@ class _HfStage(StageRunner):
         loaded_weights(ctx)  # raises when the loaded model cannot be copied
 
     def run(self, ctx: StageContext) -> None:
-        try:
+        with library_failure(ctx):
             self.train(ctx)
-        except Exception as exc:
-            where = getattr(exc, "library_frame", None) or library_frame(exc)
-            if where is not None:
-                ctx.extra["library_frame"] = where
-            raise
-        finally:
-            reset_accelerate_state()
 
     def train(self, ctx: StageContext) -> None:
         raise NotImplementedError

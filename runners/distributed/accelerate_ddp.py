@@ -31,7 +31,7 @@ from runners.hf_training import (
     TrainedElsewhere,
     _need,
     _settings,
-    library_frame,
+    library_failure,
     placement,
     reset_accelerate_state,
 )
@@ -97,15 +97,8 @@ class AccelerateDdpStage(GroupStage):
         super().prepare(ctx)
 
     def body(self, ctx: StageContext) -> None:
-        try:
+        with library_failure(ctx):
             self.steps(ctx)
-        except Exception as exc:
-            where = getattr(exc, "library_frame", None) or library_frame(exc)
-            if where is not None:
-                ctx.extra["library_frame"] = where
-            raise
-        finally:
-            reset_accelerate_state()
 
     def steps(self, ctx: StageContext) -> None:
         from accelerate import Accelerator
