@@ -163,14 +163,22 @@ def describe(pid: int) -> str:
     return f"{pid} (parent {stat[1]}): {cmd.strip()[:160]}"
 
 
-def left_behind(mark: str, grace_s: float = 10.0) -> list[int]:
+def left_behind(mark: str, grace_s: float = 10.0, driver: int | None = None) -> list[int]:
     """Processes of a trial still alive `grace_s` after its driver ended (then killed; what
-    they were goes to stderr)."""
+    they were goes to stderr): those with its mark and, given the `driver`'s pid, those in a Ray
+    session it created (Ray's agents, whose titles overwrite the mark)."""
+
+    def find() -> list[int]:
+        found = set(containment.processes_with_env(MARK, mark))
+        if driver is not None:
+            found |= set(containment.processes_in_ray_session(driver))
+        return sorted(found)
+
     deadline = time.monotonic() + grace_s
-    left = containment.processes_with_env(MARK, mark)
+    left = find()
     while left and time.monotonic() < deadline:
         time.sleep(0.25)
-        left = containment.processes_with_env(MARK, mark)
+        left = find()
     for pid in left:
         print(f"left behind {grace_s:g} s after its driver: {describe(pid)}", file=sys.stderr)
     for pid in left:
@@ -679,7 +687,7 @@ def kill_and_resume(
         except subprocess.TimeoutExpired:
             driver.send_signal(signal.SIGKILL)
         _, err = driver.communicate()
-        orphans = left_behind(mark, 10.0)
+        orphans = left_behind(mark, 10.0, driver.pid)
         now = counts()
         lost = sum(1 for key, n in seen.items() if n and now[key] == 0)
         dup = sum(n - 1 for n in now.values() if n > 1)
@@ -767,7 +775,7 @@ def term_and_resume(
     except subprocess.TimeoutExpired:
         driver.kill()
         _, err = driver.communicate()
-    line.orphans = len(left_behind(mark, 10.0))
+    line.orphans = len(left_behind(mark, 10.0, driver.pid))
     after = counts()
     line.lost = sum(1 for key, n in before.items() if n and after[key] == 0)
     line.duplicated = sum(n - 1 for n in after.values() if n > 1)

@@ -229,6 +229,28 @@ def processes_with_env(name: str, value: str) -> list[int]:
     return out
 
 
+def processes_in_ray_session(creator_pid: int) -> list[int]:
+    """Live processes holding a file or socket open in a Ray session that process `creator_pid`
+    created (Ray ends the session folder's name with its creator's pid): the raylet's agents,
+    whose process titles overwrite the environment a marker would be read from."""
+    tail = f"_{creator_pid}"
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(
+            part.startswith("session_") and part.endswith(tail)
+            for link in links
+            for part in link.split("/")
+        ) and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` is a live process: it exists and is not a zombie (dead, not yet reaped)."""
     try:
@@ -262,7 +284,10 @@ def kill_marked(name: str, value: str, *, spare: Collection[int] = ()) -> list[i
 # but the agents, reparented to init, may linger trying to report the raylet's death to the GCS
 # that is gone (found by the fault matrix's kill trials). So after `ray.init` the driver sends
 # the watchdog every process under a marked one (pid and start time); once the driver is gone
-# the watchdog kills those and every marked process.
+# the watchdog kills those and every marked process. A driver killed inside `ray.init` sends
+# nothing, and its raylet may be gone before the watchdog looks: the agents are then found by
+# what they hold open, a file or socket in the Ray session this driver created (Ray names the
+# session folder `session_<date>_<time>_<microseconds>_<pid of its creator>`).
 EMBEDDED_RAY_ENV = "HFSWEEP_EMBEDDED_RAY"
 _watchdogs: list[object] = []  # each keeps its pipe open for as long as this process lives
 
@@ -270,6 +295,24 @@ _WATCHDOG = """
 import os, signal, sys, time
 sent = sys.stdin.buffer.read()  # 'pid:start' of what ray.init started, then EOF: driver gone
 needle = sys.argv[1].encode()
+session_tail = ("_" + sys.argv[2]).encode()  # the driver's pid ends its Ray session's name
+since = sys.argv[3].encode()  # sessions named before the watchdog started are another's
+
+
+def in_our_session(pid):
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}").encode() for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    for link in links:
+        for part in link.split(b"/"):
+            if part.startswith(b"session_") and part.endswith(session_tail):
+                stamp = part[len(b"session_"):].rsplit(b"_", 1)[0]  # date_time_microseconds
+                if stamp >= since:
+                    return True
+    return False
+
+
 known = dict(item.split(b":", 1) for item in sent.split() if item.count(b":") == 1)
 quiet_since = time.monotonic()
 deadline = time.monotonic() + 30.0
@@ -294,8 +337,11 @@ while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
             with open(f"/proc/{pid}/environ", "rb") as fh:
                 if needle in fh.read().split(b"\\0"):
                     targets.add(pid)
+                    continue
         except OSError:
             pass
+        if in_our_session(pid):
+            targets.add(pid)
     # and everything below them, found before any is killed: what Ray started later without
     # the mark (its agents) is orphaned, not ended, when its parent dies
     grew = True
@@ -350,8 +396,13 @@ def embedded_ray_dies_with_this_process():
 
     token = f"{os.getpid()}-{secrets.token_hex(8)}"
     env = {k: v for k, v in os.environ.items() if k != EMBEDDED_RAY_ENV}
+    import time
+
+    # Ray's session folder stamp (`%Y-%m-%d_%H-%M-%S_%f`, local time), a second early: strings
+    # of this form compare as the times they name
+    since = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(time.time() - 1))
     watchdog = subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, f"{EMBEDDED_RAY_ENV}={token}"],
+        [sys.executable, "-c", _WATCHDOG, f"{EMBEDDED_RAY_ENV}={token}", str(os.getpid()), since],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

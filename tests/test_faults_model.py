@@ -4,6 +4,7 @@ editing a model: each gives the right row, or, when it is not the model's doing,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -307,3 +308,64 @@ def test_what_an_embedded_ray_started_dies_with_its_killed_driver():
         assert wait_dead(agent), "the raylet's agent (no marker) outlived its driver"
     finally:
         driver.kill()
+
+
+DRIVER_KILLED_IN_INIT = textwrap.dedent(
+    """
+    import datetime, os, signal, subprocess, sys
+    from runners import containment
+    # a raylet that dies with the driver (as Ray's, by PR_SET_PDEATHSIG) and starts an agent
+    # with an environment of its own (no marker) that keeps a log open in the Ray session the
+    # driver created, named as Ray names it
+    session = os.path.join(sys.argv[1], "session_"
+        + datetime.datetime.today().strftime("%Y-%m-%d_%H-%M-%S_%f") + f"_{os.getpid()}")
+    os.makedirs(os.path.join(session, "logs"))
+    agent = "import sys, time; log = open(sys.argv[1], 'a'); time.sleep(600)"
+    raylet = (
+        "import ctypes, os, signal, subprocess, sys, time\\n"
+        "ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\\n"
+        "env = {k: v for k, v in os.environ.items() if k != sys.argv[1]}\\n"
+        f"agent = subprocess.Popen([sys.executable, '-c', {agent!r}, "
+        "os.path.join(sys.argv[2], 'logs', 'agent.log')], env=env)\\n"
+        "print(agent.pid, flush=True)\\n"
+        "time.sleep(600)\\n"
+    )
+    with containment.embedded_ray_dies_with_this_process():  # killed inside ray.init
+        proc = subprocess.Popen([sys.executable, "-c", raylet, containment.EMBEDDED_RAY_ENV,
+                                 session], stdout=subprocess.PIPE, text=True)
+        agent = int(proc.stdout.readline())
+        def holds_log():
+            try:
+                return any("agent.log" in os.readlink(f"/proc/{agent}/fd/{fd}")
+                           for fd in os.listdir(f"/proc/{agent}/fd"))
+            except OSError:
+                return False
+        while not holds_log():
+            pass
+        print(proc.pid, agent, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_an_agent_of_a_driver_killed_inside_ray_init_dies_too(tmp_path):
+    """A driver killed inside `ray.init` has sent its watchdog no processes, and its raylet
+    dies with it: the raylet's agent, reparented to init and without the marker, is found by the
+    Ray session it holds open (named with the driver's pid)."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER_KILLED_IN_INIT, str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    raylet, agent = map(int, driver.stdout.readline().split())
+    driver.wait(10)
+    try:
+        assert driver.returncode == -signal.SIGKILL
+        assert wait_dead(raylet), "the raylet outlived its driver"
+        assert wait_dead(agent), "the agent of a driver killed inside ray.init outlived it"
+    finally:
+        for pid in (raylet, agent):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
