@@ -248,70 +248,93 @@ def run_stages(q: StoreQuery, run_id: str) -> list[str]:
     return q.memo("run_stages", run_id, build)
 
 
+def stage_counts(
+    q: StoreQuery, run_id: str, stages: tuple[str, ...] | list[str], dtype: str | None = None
+) -> dict[str, Any]:
+    """Per stage of `stages`, the run's models (and downloads) by that stage's status, in one
+    query: the base of every stage group's section (the funnel, fine-tuning, sharding, the
+    Hugging Face training stack). `models` / `downloads`: the run's (at `dtype`).
+
+    Each stage's counts: `rows` (models with a row for it), `applies` (not a `not_applicable`
+    skip), `attempted` (passed or failed), `passed`, `no_fallback` (passed with no op falling
+    back to the CPU in it), `failed`, `not_run`, and `skipped`: the stage skipped for a model
+    the run swept (not applicable, or the device's reason). A model the run skipped whole is
+    counted once, in `denominators`' skipped, not again under each of its stages. The model
+    counts come with their downloads (`<count>_downloads`)."""
+
+    def build() -> dict[str, Any]:
+        q.ensure_summaries([run_id])
+        failed = f"s_{{s}} IN ({_in(FAILED_STATUSES)})"
+        conditions = {
+            "rows": "s_{s} IS NOT NULL",
+            "applies": "NOT n_{s}",
+            "attempted": f"s_{{s}} = 'pass' OR {failed}",
+            "passed": "s_{s} = 'pass'",
+            "no_fallback": "s_{s} = 'pass' AND coalesce(f_{s}, 0) = 0",
+            "failed": failed,
+            "not_run": "s_{s} = 'not_run'",
+            "skipped": f"s_{{s}} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}'",
+        }
+        columns = [
+            f'count(*) FILTER (WHERE {where.format(s=s)}) AS "{s}.{name}", '
+            f"coalesce(sum(downloads) FILTER (WHERE {where.format(s=s)}), 0) "
+            f'AS "{s}.{name}_downloads"'
+            for s in stages
+            for name, where in conditions.items()
+        ]
+        row = q.fetch(
+            "SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads"
+            + "".join(f", {c}" for c in columns)
+            + f" FROM model_runs WHERE run_id = $run AND {IN_DTYPE}",
+            {"run": run_id, "dtype": dtype},
+        )[0]
+        return {
+            "models": row["models"],
+            "downloads": row["downloads"],
+            "stages": {
+                s: {
+                    key: row[f"{s}.{key}"]
+                    for name in conditions
+                    for key in (name, f"{name}_downloads")
+                }
+                for s in stages
+            },
+        }
+
+    return q.memo("stage_counts", run_id, build, tuple(stages), dtype)
+
+
+def stage_line(
+    stage: str, counts: dict[str, Any], models: int, downloads: int, **more: Any
+) -> dict[str, Any]:
+    """One stage's line of a section: its `stage_counts`, with the passed and no-fallback
+    shares of `models` / `downloads` (the section's base), then `more`."""
+    return {
+        **more,
+        "stage": stage,
+        **counts,
+        "passed_share": share(counts["passed"], models),
+        "passed_downloads_share": share(counts["passed_downloads"], downloads),
+        "no_fallback_share": share(counts["no_fallback"], models),
+        "no_fallback_downloads_share": share(counts["no_fallback_downloads"], downloads),
+    }
+
+
 def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
     """One line per stage of the run (models that passed it; and of those, with no CPU fallback
     in it), then "every stage" and "every stage, no CPU fallback". Shares are of the run's
     models (`dtype`: of that dtype's rows of a run of several)."""
 
     def build() -> list[dict[str, Any]]:
-        q.ensure_summaries([run_id])
         stages = run_stages(q, run_id)
-        parts = []
-        for stage in stages:
-            parts.append(
-                f"""
-                count(*) FILTER (WHERE s_{stage} = 'pass') AS "{stage}.passed",
-                coalesce(sum(downloads) FILTER (WHERE s_{stage} = 'pass'), 0)
-                  AS "{stage}.passed_downloads",
-                count(*) FILTER (WHERE s_{stage} = 'pass' AND coalesce(f_{stage}, 0) = 0)
-                  AS "{stage}.no_fallback",
-                coalesce(sum(downloads) FILTER (WHERE s_{stage} = 'pass'
-                  AND coalesce(f_{stage}, 0) = 0), 0) AS "{stage}.no_fallback_downloads",
-                count(*) FILTER (WHERE s_{stage} IN ({_in(FAILED_STATUSES)}))
-                  AS "{stage}.failed",
-                count(*) FILTER (WHERE s_{stage} = 'not_run') AS "{stage}.not_run",
-                count(*) FILTER (WHERE s_{stage} = 'skip' AND outcome <> '{OUTCOME_SKIPPED}')
-                  AS "{stage}.skipped",
-                count(*) FILTER (WHERE s_{stage} = 'pass'
-                  OR s_{stage} IN ({_in(FAILED_STATUSES)})) AS "{stage}.attempted",
-                count(*) FILTER (WHERE NOT n_{stage}) AS "{stage}.applies",
-                coalesce(sum(downloads) FILTER (WHERE NOT n_{stage}), 0)
-                  AS "{stage}.applies_downloads"
-                """
-            )
-        row = q.fetch(
-            f"SELECT {', '.join(parts)} FROM model_runs WHERE run_id = $run AND {IN_DTYPE}",
-            {"run": run_id, "dtype": dtype},
-        )[0]
+        counts = stage_counts(q, run_id, stages, dtype)["stages"]
         d = denominators(q, run_id, dtype)
         models, downloads = d["models"], d["downloads"]
-        lines = []
-        for stage in stages:
-            passed = row[f"{stage}.passed"]
-            # a stage's shares are of the models it applies to (generate: not the encoders)
-            base, base_dl = row[f"{stage}.applies"], row[f"{stage}.applies_downloads"]
-            lines.append(
-                {
-                    "line": stage,
-                    "stage": stage,
-                    "applies": base,
-                    "applies_downloads": base_dl,
-                    "attempted": row[f"{stage}.attempted"],
-                    "passed": passed,
-                    "passed_downloads": row[f"{stage}.passed_downloads"],
-                    "passed_share": share(passed, base),
-                    "passed_downloads_share": share(row[f"{stage}.passed_downloads"], base_dl),
-                    "no_fallback": row[f"{stage}.no_fallback"],
-                    "no_fallback_downloads": row[f"{stage}.no_fallback_downloads"],
-                    "no_fallback_share": share(row[f"{stage}.no_fallback"], base),
-                    "no_fallback_downloads_share": share(
-                        row[f"{stage}.no_fallback_downloads"], base_dl
-                    ),
-                    "failed": row[f"{stage}.failed"],
-                    "not_run": row[f"{stage}.not_run"],
-                    "skipped": row[f"{stage}.skipped"],
-                }
-            )
+        # a stage's shares are of the models it applies to (generate: not the encoders)
+        lines = [
+            stage_line(stage, c, c["applies"], c["applies_downloads"], line=stage)
+            for stage, c in counts.items()
+        ]
         for line, count, dl in (
             ("every stage", d["passed"], d["passed_downloads"]),
             (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.coverage import share
+from reports.coverage import share, stage_counts, stage_line
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery, in_dtype, same_dtype
 from reports.schema import TRAINING_STAGES, FallbackSource, Stage
 
@@ -34,67 +34,21 @@ def fine_tune(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str,
     dtype's rows of a run of several)."""
 
     def build() -> dict[str, Any]:
-        q.ensure_summaries([run_id])
-        parts = []
-        for s in TRAINING:
-            parts.append(
-                f"""
-                count(s_{s}) AS "{s}.rows",
-                count(*) FILTER (WHERE s_{s} = 'pass') AS "{s}.passed",
-                coalesce(sum(downloads) FILTER (WHERE s_{s} = 'pass'), 0) AS "{s}.passed_dl",
-                count(*) FILTER (WHERE s_{s} = 'pass' AND coalesce(f_{s}, 0) = 0)
-                  AS "{s}.no_fallback",
-                coalesce(sum(downloads) FILTER (WHERE s_{s} = 'pass'
-                  AND coalesce(f_{s}, 0) = 0), 0) AS "{s}.no_fallback_dl",
-                count(*) FILTER (WHERE s_{s} IN ({_FAILED_SQL})) AS "{s}.failed",
-                count(*) FILTER (WHERE s_{s} = 'not_run') AS "{s}.not_run",
-                count(*) FILTER (WHERE s_{s} = 'skip' AND outcome <> 'skipped')
-                  AS "{s}.skipped",
-                count(*) FILTER (WHERE s_{s} = 'pass' OR s_{s} IN ({_FAILED_SQL}))
-                  AS "{s}.attempted",
-                coalesce(sum(downloads) FILTER (WHERE s_{s} = 'pass'
-                  OR s_{s} IN ({_FAILED_SQL})), 0) AS "{s}.attempted_dl"
-                """
-            )
-        row = q.fetch(
-            f"""
-            SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
-              count(*) FILTER (WHERE s_backward = 'pass') AS backward_passed,
-              coalesce(sum(downloads) FILTER (WHERE s_backward = 'pass'), 0) AS backward_dl,
-              {", ".join(parts)}
-            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
-            """,
-            {"run": run_id, "dtype": dtype},
-        )[0]
-        models, downloads = row["models"], row["downloads"]
-        stages = {}
-        for s in TRAINING:
-            stages[s] = {
-                "stage": s,
-                "label": LABELS[s],
-                "rows": row[f"{s}.rows"],
-                "attempted": row[f"{s}.attempted"],
-                "attempted_downloads": row[f"{s}.attempted_dl"],
-                "passed": row[f"{s}.passed"],
-                "passed_downloads": row[f"{s}.passed_dl"],
-                "passed_share": share(row[f"{s}.passed"], models),
-                "passed_downloads_share": share(row[f"{s}.passed_dl"], downloads),
-                "no_fallback": row[f"{s}.no_fallback"],
-                "no_fallback_downloads": row[f"{s}.no_fallback_dl"],
-                "no_fallback_share": share(row[f"{s}.no_fallback"], models),
-                "no_fallback_downloads_share": share(row[f"{s}.no_fallback_dl"], downloads),
-                "failed": row[f"{s}.failed"],
-                "not_run": row[f"{s}.not_run"],
-                "skipped": row[f"{s}.skipped"],
-            }
+        counts = stage_counts(q, run_id, (Stage.BACKWARD.value, *TRAINING), dtype)
+        models, downloads = counts["models"], counts["downloads"]
+        backward = counts["stages"][Stage.BACKWARD.value]
+        stages = {
+            s: stage_line(s, counts["stages"][s], models, downloads, label=LABELS[s])
+            for s in TRAINING
+        }
         ran = any(v["rows"] for v in stages.values())
         default, fused = stages[Stage.OPTIMIZER.value], stages[Stage.OPTIMIZER_FUSED.value]
         return {
             "ran": ran,
             "models": models,
             "downloads": downloads,
-            "backward_passed": row["backward_passed"],
-            "backward_passed_downloads": row["backward_dl"],
+            "backward_passed": backward["passed"],
+            "backward_passed_downloads": backward["passed_downloads"],
             "stages": list(stages.values()),
             "default_no_fallback_downloads_share": default["no_fallback_downloads_share"],
             "fused_no_fallback_downloads_share": fused["no_fallback_downloads_share"],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.coverage import share
+from reports.coverage import share, stage_counts, stage_line
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
 from reports.schema import DISTRIBUTED_STAGES, SkipReason, Stage
 
@@ -36,45 +36,11 @@ def sharding(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, 
     that dtype's rows of a run of several)."""
 
     def build() -> dict[str, Any]:
-        q.ensure_summaries([run_id])
-        parts = []
-        for s in SHARDING:
-            parts.append(
-                f"""
-                count(s_{s}) AS "{s}.rows",
-                count(*) FILTER (WHERE s_{s} = 'pass') AS "{s}.passed",
-                coalesce(sum(downloads) FILTER (WHERE s_{s} = 'pass'), 0) AS "{s}.passed_dl",
-                count(*) FILTER (WHERE s_{s} IN ({_FAILED_SQL})) AS "{s}.failed",
-                coalesce(sum(downloads) FILTER (WHERE s_{s} IN ({_FAILED_SQL})), 0)
-                  AS "{s}.failed_dl",
-                count(*) FILTER (WHERE s_{s} = 'not_run') AS "{s}.not_run",
-                count(*) FILTER (WHERE s_{s} = 'skip') AS "{s}.skipped"
-                """
-            )
-        row = q.fetch(
-            f"""
-            SELECT count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
-              {", ".join(parts)}
-            FROM model_runs WHERE run_id = $run AND {IN_DTYPE}
-            """,
-            {"run": run_id, "dtype": dtype},
-        )[0]
-        models, downloads = row["models"], row["downloads"]
+        counts = stage_counts(q, run_id, SHARDING, dtype)
+        models, downloads = counts["models"], counts["downloads"]
         stages = [
-            {
-                "stage": s,
-                "label": LABELS[s],
-                "rows": row[f"{s}.rows"],
-                "passed": row[f"{s}.passed"],
-                "passed_downloads": row[f"{s}.passed_dl"],
-                "passed_share": share(row[f"{s}.passed"], models),
-                "passed_downloads_share": share(row[f"{s}.passed_dl"], downloads),
-                "failed": row[f"{s}.failed"],
-                "failed_downloads": row[f"{s}.failed_dl"],
-                "not_run": row[f"{s}.not_run"],
-                "skipped": row[f"{s}.skipped"],
-            }
-            for s in SHARDING
+            stage_line(s, c, models, downloads, label=LABELS[s])
+            for s, c in counts["stages"].items()
         ]
         ran = any(line["rows"] for line in stages)
         facts = _row_facts(q, run_id, dtype) if ran else {}

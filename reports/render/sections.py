@@ -420,7 +420,8 @@ def sharding_section(report: dict[str, Any]) -> Section:
         "one process per rank, and compared it with one process taking the same steps.",
         f"Base: the {fmt.count(sh['models'])} models of the run ({fmt.downloads(sh['downloads'])} "
         "downloads), skips included; a stage builds on load, forward and backward ('not run' "
-        "when one of them did not pass).",
+        "when one of them did not pass); 'skipped' counts the stage skipped for a model the run "
+        "swept (a model skipped whole is counted once, in the run's skipped).",
         "'no tensor-parallel plan': models whose library has no plan for them (transformers' "
         "base_model_tp_plan): the tp stage skipped them"
         + (f" (most downloaded: {', '.join(no_plan['top_models'])})" if no_plan["models"] else "")
