@@ -52,17 +52,12 @@ from reports.schema import TABLES, statistics_columns, to_table
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).
 COMMITTED_BY_RESULTS = ("fallbacks", "alternatives", "configs", "plans", "sizing")
+# What each sweep's writer fills from its tasks' rows, the committing table last.
+MODEL_ROW_TABLES = (*COMMITTED_BY_RESULTS, "results")
+OP_ROW_TABLES = ("ops",)
 # What each sweep writes into a run (what a resume checks for damaged parts).
-MODEL_SWEEP_TABLES = (
-    "results",
-    "fallbacks",
-    "alternatives",
-    "configs",
-    "plans",
-    "sizing",
-    "runs",
-)
-OP_SWEEP_TABLES = ("ops", "op_summary", "op_runs")
+MODEL_SWEEP_TABLES = ("results", *COMMITTED_BY_RESULTS, "runs")
+OP_SWEEP_TABLES = (*OP_ROW_TABLES, "op_summary", "op_runs")
 # A table's part of no rows that a run starts with (`Store.create_tables`): no data, so left
 # out of `part_infos`; outside readers see a Parquet file of the table's schema.
 EMPTY_PREFIX = "empty-"

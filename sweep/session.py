@@ -42,7 +42,9 @@ from reports.locks import RunLock
 from reports.schema import TABLES
 from reports.store import (
     EMPTY_PREFIX,
+    MODEL_ROW_TABLES,
     MODEL_SWEEP_TABLES,
+    OP_ROW_TABLES,
     OP_SWEEP_TABLES,
     Store,
     check_run_id,
@@ -56,7 +58,7 @@ from sweep.executors.protocol import OomFn, Planner, RunFn
 from sweep.progress import SweepProgress
 from sweep.settings import JobSettings, check_same_settings, software_versions
 from sweep.stop_signals import resume_hint
-from sweep.writer import MODEL_TABLES, OP_TABLES, RowWriter
+from sweep.writer import RowWriter
 
 Warn = Callable[[str], None]
 
@@ -73,8 +75,8 @@ class Sweep:
     noun: str
 
 
-MODEL_SWEEP = Sweep(MODEL_SWEEP_TABLES, "runs", MODEL_TABLES, "run")
-OP_SWEEP = Sweep(OP_SWEEP_TABLES, "op_runs", OP_TABLES, "ops")
+MODEL_SWEEP = Sweep(MODEL_SWEEP_TABLES, "runs", MODEL_ROW_TABLES, "run")
+OP_SWEEP = Sweep(OP_SWEEP_TABLES, "op_runs", OP_ROW_TABLES, "ops")
 
 
 @dataclass

@@ -17,16 +17,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from reports.store import Store
+from reports.store import MODEL_ROW_TABLES, Store
 
 MAX_BUFFERED_ROWS = 2000  # rows of the committing table: past them, a flush at once
-MODEL_TABLES = ("fallbacks", "alternatives", "configs", "plans", "sizing", "results")
-OP_TABLES = ("ops",)
 
 
 class RowWriter:
     def __init__(
-        self, store: Store, run_id: str, flush_s: float, tables: tuple[str, ...] = MODEL_TABLES
+        self, store: Store, run_id: str, flush_s: float, tables: tuple[str, ...] = MODEL_ROW_TABLES
     ):
         self.store, self.run_id, self.flush_s = store, run_id, flush_s
         self.tables = tables
