@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reports.schema import FAILED_STATUSES, SkipReason, Status
+from reports.schema import EXPERTS_PER_TOKEN_KEYS, FAILED_STATUSES, SkipReason, Status
 
 TABLE = Path(__file__).resolve().parent / "data" / "next_steps.json"
 _FAILED = {s.value for s in FAILED_STATUSES}
@@ -37,15 +37,6 @@ NOT_A_STOP = frozenset({_NA, SkipReason.NO_TP_PLAN.value})
 # a pip install (`pip install 'hfsweep[EXTRA]'` in rows written before the locked route)
 _INSTALL = re.compile(r"bash scripts/install\.sh \S+|pip install (?:'[^']+'|\"[^\"]+\"|\S+)")
 _EXTRA = re.compile(r"""pip install ['"]?hfsweep\[([\w,-]+)\]['"]?$""")
-# the config keys that say how many experts each token is routed to (full size: the original)
-TOP_K_KEYS = (
-    "num_experts_per_tok",
-    "num_experts_per_token",
-    "experts_per_token",
-    "moe_topk",
-    "top_k",
-    "num_selected_experts",
-)
 
 
 @dataclass(frozen=True)
@@ -481,7 +472,7 @@ def routed_rows_note(
     top_k = next(
         (
             v
-            for v in (full_size_value(k, config, changes) for k in TOP_K_KEYS)
+            for v in (full_size_value(k, config, changes) for k in EXPERTS_PER_TOKEN_KEYS)
             if isinstance(v, int) and v > 0
         ),
         None,

@@ -168,6 +168,20 @@ class ConfigSource(str, enum.Enum):
         return self.value
 
 
+# The config keys that say how many experts a mixture of experts routes each token to: what the
+# shrink caps (model_configs' transformers rules) and what a next step reads the full-size value
+# from (reports.next_steps). `top_k` last: the generic name is also a sampling setting.
+EXPERTS_PER_TOKEN_KEYS = (
+    "num_experts_per_tok",
+    "num_experts_per_token",
+    "experts_per_token",
+    "moe_topk",
+    "moe_top_k",
+    "num_selected_experts",
+    "top_k",
+)
+
+
 class FallbackSource(str, enum.Enum):
     """Where a CPU fallback was seen: eager dispatch, a compiled graph's unlowerable op, or
     eager dispatch inside the optimizer's part of a training step only (`clip_grad_norm_`,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from model_configs.tiny_inputs import GRID  # patches per image side
+from reports.schema import EXPERTS_PER_TOKEN_KEYS
 
 # Target sizes.
 HEADS = 4
@@ -85,7 +86,7 @@ EXPERT_KEYS = (
     "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_moe_experts",
     "n_experts",
 )  # fmt: skip
-TOPK_KEYS = ("num_experts_per_tok", "top_k", "moe_top_k", "num_experts_per_token", "moe_topk")
+TOPK_KEYS = EXPERTS_PER_TOKEN_KEYS
 POSITION_KEYS = (
     "max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
     "max_text_positions", "max_seq_len", "max_sequence_length", "seq_length",
