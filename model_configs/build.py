@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from model_configs.adapters import get_adapter
+from model_configs.libraries import get_adapter
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import TinySpec
 from reports.errors import ShrinkError

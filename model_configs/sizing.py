@@ -34,8 +34,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from model_configs.adapters import get_adapter
 from model_configs.build import build_on_meta, largest_dimension
+from model_configs.libraries import get_adapter
 from model_configs.libraries.base import NotSizable
 from model_configs.spec import ResolvedConfig, TinySpec
 from reports.errors import safe_text

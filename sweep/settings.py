@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from reports import settings as env
 from reports.errors import UsageError
-from reports.schema import run_dtypes
+from reports.schema import LIBRARY_VERSION_FIELDS, run_dtypes
 from runners.settings import (
     ModelSettings,
     OpSettings,
@@ -176,9 +176,8 @@ def software_versions(device: Any = None) -> dict[str, str | None]:
     """The versions of what a run ran on (its row records them)."""
     version = package_version
     versions = {
-        "torch_version": version("torch"),
-        "transformers_version": version("transformers"),
-        "diffusers_version": version("diffusers"),
+        # the runs table's library columns (`<package>_version`), declared by the schema
+        **{f: version(f.removesuffix("_version")) for f in LIBRARY_VERSION_FIELDS},
         "ray_version": version("ray"),
         "expecttest_version": version("expecttest"),
         "project_version": version("hfsweep"),

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import torch
 
 from model_configs import build
-from model_configs.adapters import get_adapter
+from model_configs.libraries import get_adapter
 from reports.schema import SkipReason, Stage
 from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
