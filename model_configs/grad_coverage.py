@@ -24,9 +24,6 @@ class GradWatch:
     ran: set[str] = field(default_factory=set)
     ran_with_grad: set[str] = field(default_factory=set)
 
-    def frozen_modules(self) -> set[str]:
-        return self.ran - self.ran_with_grad
-
 
 @contextmanager
 def watch_grad_mode(model: Any) -> Iterator[GradWatch]:

@@ -316,23 +316,6 @@ class OpSweepQuery:
 
         return self.memo("denominators", run_id, build)  # type: ignore[no-any-return]
 
-    def opinfo_table(self, run_id: str) -> list[dict[str, Any]]:
-        """One row per OpInfo x dtype: how its samples ended (worst first)."""
-        sql = f"""
-        SELECT opinfo, dtype, count(*) AS results,
-          count(*) FILTER (WHERE status = 'pass') AS passed,
-          count(*) FILTER (WHERE status IN ({_FAILED})) AS failed,
-          count(*) FILTER (WHERE status = 'wrong') AS wrong,
-          count(*) FILTER (WHERE status = 'skip') AS skipped,
-          count(*) FILTER (WHERE status IN ('timeout', 'crash', 'oom')) AS lost,
-          arg_min(error_signature, sample_index) FILTER (WHERE status IN ({_FAILED}))
-            AS first_error,
-          max(max_abs_error) FILTER (WHERE status = 'wrong') AS max_abs_error
-        FROM ops WHERE run_id = $run GROUP BY opinfo, dtype
-        ORDER BY failed + wrong DESC, opinfo, dtype
-        """
-        return self.memo("opinfos", run_id, lambda: self.fetch(run_id, sql))  # type: ignore[no-any-return]
-
     def op_samples(self, run_id: str, op: str, *, limit: int = 200) -> dict[str, Any]:
         """One ATen op (any overload name: its base is used): counts by dtype and status, and
         its samples, problems first."""

@@ -203,19 +203,6 @@ class Store:
             for i in infos
         )
 
-    def write_model_rows(
-        self,
-        run_id: str,
-        results: list[dict[str, Any]],
-        fallbacks: list[dict[str, Any]],
-        configs: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """Write one batch of finished models: fallbacks and configs parts, then the results
-        part of the same name that makes them count."""
-        self.write_parts(
-            run_id, {"fallbacks": fallbacks, "configs": configs or [], "results": results}
-        )
-
     # ---- reading -------------------------------------------------------------------------
 
     def part_files(self, table: str, run_id: str | None = None) -> list[str]:
@@ -415,12 +402,6 @@ class Store:
             return str(runs[0]["run_id"])
         ids = {p.rsplit("/", 2)[-2].removeprefix("run_id=") for p in self.part_files("results")}
         return max(ids) if ids else None
-
-    def completed_models(self, run_id: str) -> set[str]:
-        """Models that already have their rows in this run (the driver writes all stages of a
-        model in the same part file, so presence of any row means the model is complete)."""
-        table = self.read("results", run_id, columns=["model_id"])
-        return set(table.column("model_id").to_pylist())
 
     def write_run(self, run: dict[str, Any], table: str = "runs") -> None:
         run = dict(run)

@@ -120,11 +120,6 @@ def hardware_for(device: str) -> list[Hardware]:
     return [_hardware(n, n == entry["primary"]) for n in names]
 
 
-def all_hardware() -> list[Hardware]:
-    """Every hardware type of the data file."""
-    return [_hardware(n, False) for n in _data()["hardware"]]
-
-
 @dataclass(frozen=True)
 class CoresNeeded:
     """Memory and the smallest tensor-parallel degree for serving, fine-tuning and LoRA on one
@@ -140,9 +135,6 @@ class CoresNeeded:
     finetune_cores: int | None
     lora_cores: int | None
     note: str | None = None
-
-    def fits_chip(self, cores: int | None) -> bool:
-        return cores is not None and cores <= self.hardware.cores_per_chip
 
     def fits_instance(self, cores: int | None) -> bool:
         return cores is not None and cores <= self.hardware.cores_per_instance

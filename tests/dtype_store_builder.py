@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from reports.schema import to_table
 from reports.store import Store
+from tests.store_writes import write_model_rows
 
 RUN = "d1"
 OLD_RUN = "s0"
@@ -197,8 +198,8 @@ def _rows(dtype: str) -> list[tuple[list, list]]:
 
 
 def _write(store: Store, run_id: str, batch: list[tuple[list, list]]) -> None:
-    store.write_model_rows(
-        run_id, [r for res, _ in batch for r in res], [f for _, fb in batch for f in fb]
+    write_model_rows(
+        store, run_id, [r for res, _ in batch for r in res], [f for _, fb in batch for f in fb]
     )
 
 
@@ -213,7 +214,7 @@ def build_dtype_store(root: str | Path) -> Store:
         fallbacks={"forward": {"aten::histc": 1}},
         fallback_dtype=False,
     )
-    store.write_model_rows(OLD_RUN, results, [])
+    write_model_rows(store, OLD_RUN, results, [])
     part = store.part_files("results", OLD_RUN)[0].rsplit("/", 1)[-1]
     folder = Path(store.root) / "fallbacks" / f"run_id={OLD_RUN}"
     folder.mkdir(parents=True)

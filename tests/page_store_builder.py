@@ -20,6 +20,7 @@ from pathlib import Path
 from reports.store import Store
 from tests import report_store_builder as b
 from tests.op_store_builder import build_op_run
+from tests.store_writes import write_model_rows
 
 NO_EVIDENCE_ID = "org/h-no-evidence"
 NO_EVIDENCE_OPS = [
@@ -83,7 +84,7 @@ def build_pages_store(root: str | Path) -> Store:
             r.update(model_id=model_id, downloads=downloads, rank=30, **meta)
         batch.append((res, fbs))
     results = [r for res, _ in batch for r in res]
-    store.write_model_rows("r2", results, [], b.configs_for(results))
+    write_model_rows(store, "r2", results, [], b.configs_for(results))
     started = b.T0 + dt.timedelta(days=1)  # r2's, updated after its last row
     run = b._run(
         "r2",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.store import Store
+from tests.store_writes import write_model_rows
 
 STAGES = ["load", "forward", "backward", "compile", "generate"]
 EVIL_ID = "evil/<script>alert(1)</script>"
@@ -321,7 +322,7 @@ def configs_for(results: list[dict]) -> list[dict]:
 def _write(store: Store, run_id: str, batch: list[tuple[list, list]]) -> None:
     results = [r for res, _ in batch for r in res]
     fallbacks = [f for _, fb in batch for f in fb]
-    store.write_model_rows(run_id, results, fallbacks, configs_for(results))
+    write_model_rows(store, run_id, results, fallbacks, configs_for(results))
 
 
 def _run(

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from dashboard.app import create_app, model_url
 from tests.report_store_builder import EVIL_ID, EVIL_MESSAGE, build_hand_store
+from tests.store_writes import write_model_rows
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +311,7 @@ def test_model_page_says_a_default_config_is_not_the_repos(tmp_path) -> None:
     res, fb = rows_for("r1", "org/a-pass-clean", ["pass"] * 5)
     for r in res:
         r.update(config_source="transformers_default", wall_s=7.25, peak_host_memory_bytes=3 << 29)
-    store.write_model_rows("r1", res, fb, [])
+    write_model_rows(store, "r1", res, fb, [])
     c = TestClient(create_app(str(tmp_path / "s"), refresh_s=0, warm=False))
     html = c.get("/models/org/a-pass-clean").text
     assert "transformers_default (a library's default config for the architecture, not the " in html

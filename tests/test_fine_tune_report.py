@@ -25,6 +25,7 @@ from reports.query import StoreQuery
 from reports.render import text
 from reports.store import Store
 from reports.summary import run_report
+from tests.store_writes import write_model_rows
 
 STAGES = ["load", "forward", "backward", "optimizer", "optimizer_fused", "amp", "lora"]
 T0 = dt.datetime(2026, 11, 2, 2, 0, tzinfo=dt.UTC)
@@ -119,7 +120,7 @@ def store_root(tmp_path_factory: pytest.TempPathFactory) -> str:
     fbs = [f for _, fb in batch for f in fb]
     for r in results + fbs:
         r["run_id"] = "t1"
-    store.write_model_rows("t1", results, fbs, [])
+    write_model_rows(store, "t1", results, fbs, [])
     store.write(
         "runs",
         "t1",

@@ -14,6 +14,7 @@ import pytest
 
 from tests.browser_support import TABLE_LAYOUT_JS, browser_marks, served_dashboard
 from tests.report_store_builder import build_hand_store, rows_for
+from tests.store_writes import write_model_rows
 
 pytestmark = browser_marks
 
@@ -77,7 +78,7 @@ def build_long_error_store(root: Path) -> None:
                 model_type="mixtral",
                 architecture="MixtralForCausalLM",
             )
-        store.write_model_rows("r2", res, [], b.configs_for(res))
+        write_model_rows(store, "r2", res, [], b.configs_for(res))
 
 
 @pytest.fixture(scope="module")

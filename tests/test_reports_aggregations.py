@@ -12,6 +12,7 @@ from reports.models import ModelFilter, QueryError, model_detail, model_table
 from reports.query import StoreQuery
 from reports.store import Store
 from tests.report_store_builder import EVIL_ID, build_hand_store, rows_for
+from tests.store_writes import write_model_rows
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_diff_flaky_when_nothing_changed(tmp_path) -> None:
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     for i, (run, status) in enumerate((("n1", "pass"), ("n2", "fail"))):
         res, fb = rows_for(run, "org/a-pass-clean", ["pass", status, "pass", "pass", "pass"])
-        store.write_model_rows(run, res, fb)
+        write_model_rows(store, run, res, fb)
         store.write(
             "runs",
             run,
@@ -262,7 +263,7 @@ def test_cache_follows_new_part_files(tmp_path) -> None:
     q = StoreQuery(store)
     assert coverage.denominators(q, "r2")["models"] == 8
     res, fb = rows_for("r2", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")
-    store.write_model_rows("r2", res, fb)
+    write_model_rows(store, "r2", res, fb)
     d = coverage.denominators(q, "r2")
     assert d["models"] == 9 and d["passed"] == 4
     assert coverage.denominators(q, "r1")["models"] == 8  # other run untouched
@@ -291,7 +292,7 @@ def test_appended_parts_update_only_their_models(tmp_path) -> None:
         attempt=3,
         fallbacks={"forward": {"aten::histc": 1}},
     )
-    store.write_model_rows("r2", res, fb)
+    write_model_rows(store, "r2", res, fb)
     d = coverage.denominators(q, "r2")
     assert (d["models"], d["failed"], d["passed"]) == (8, 2, 4)
     c = model_detail(q, "org/c-fail-compile")
@@ -393,7 +394,7 @@ def test_wall_time_and_peak_memory_in_the_summary_and_model_page(tmp_path) -> No
     res, fb = rows_for("r1", "org/a-pass-clean", ["pass"] * 5)
     for i, r in enumerate(res):
         r.update(wall_s=12.5, peak_host_memory_bytes=700 << 20, peak_memory_bytes=(i + 1) << 20)
-    store.write_model_rows("r1", res, fb)
+    write_model_rows(store, "r1", res, fb)
     q = StoreQuery(store)
     row = model_table(q, "r1", ModelFilter())["rows"][0]
     assert (row["wall_s"], row["peak_host_memory_bytes"]) == (12.5, 700 << 20)

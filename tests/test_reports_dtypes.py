@@ -14,6 +14,7 @@ from reports.render import html_site, jsondoc, markdown, text
 from reports.schema import run_dtypes
 from reports.summary import run_report
 from tests.dtype_store_builder import ACCURACY_SIGNATURE, OP_RUN, build_dtype_store, model_rows
+from tests.store_writes import write_model_rows
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +273,7 @@ def test_new_dtype_part_keeps_the_other_dtypes_summary(tmp_path: Path) -> None:
         ["pass"] * 5,
         attempt=3,
     )
-    store.write_model_rows("d1", res, fb)
+    write_model_rows(store, "d1", res, fb)
     assert coverage.denominators(q, "d1", "bf16")["passed"] == 4
     assert coverage.denominators(q, "d1", "fp32")["passed"] == 4
     assert models.model_detail(q, "org/mixtral-fail", "d1")["summary"]["outcome"] == "failed"

@@ -13,6 +13,7 @@ from reports.query import StoreQuery
 from reports.render import charts, fmt, html_site, markdown, text
 from reports.summary import run_report
 from tests.report_store_builder import build_hand_store
+from tests.store_writes import write_model_rows
 
 
 def test_formats() -> None:
@@ -58,7 +59,7 @@ def test_static_site_csv_formulas_inert(tmp_path: Path) -> None:
     res, fb = rows_for("r1", "org/a-pass-clean", ["pass"] * 5)
     for r in res:
         r["model_id"] = '=HYPERLINK("http://x")'
-    store.write_model_rows("r1", res, fb)
+    write_model_rows(store, "r1", res, fb)
     q = StoreQuery(store)
     files = html_site.write_site(q, run_report(q), tmp_path / "site")
     names = [f.relative_to(tmp_path / "site").as_posix() for f in files]

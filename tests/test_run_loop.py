@@ -20,6 +20,7 @@ from sweep.loop import RunLoop
 from sweep.plan import Planned, Task
 from sweep.rows import RunContext
 from sweep.writer import RowWriter
+from tests.store_writes import completed_models
 
 STAGES = ["load", "forward"]
 RUN = RunContext("r", "cpu", False, None, None, "fp32")
@@ -187,7 +188,7 @@ def test_a_resumed_run_does_not_run_a_group_again(tmp_path) -> None:
         loop = RunLoop(first, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
         loop.run_entries(iter(entry(i) for i in range(1, 61)))
     loop.writer.flush()
-    done = store.completed_models("r")
+    done = completed_models(store, "r")
     again = ScrambledExecutor(groups=10)
     with Ledger() as ledger:
         assert ledger.resume(store, "r") == 10

@@ -28,6 +28,7 @@ from reports.store import Store
 from runners.settings import ModelSettings
 from sweep.plan import plan_entry
 from tests.conftest import ROOT, write_catalog
+from tests.store_writes import write_model_rows
 
 PACKAGES = ("sweep", "model_configs", "runners", "reports", "dashboard", "bench")
 STAGES = ["load", "forward"]
@@ -317,7 +318,7 @@ def build_hostile_store(root: Path) -> None:
                 fallbacks.append(
                     _row(FALLBACKS_SCHEMA, run_id, model_id=model_id, stage=stage, source="eager")
                 )
-        store.write_model_rows(run_id, results, fallbacks)
+        write_model_rows(store, run_id, results, fallbacks)
         store.write("runs", run_id, [_row(RUNS_SCHEMA, run_id, status="finished")])
 
 

@@ -11,6 +11,7 @@ import pytest
 from reports.errors import StoreError
 from reports.schema import RESULTS_SCHEMA, TABLES, to_table
 from reports.store import Store, utcnow
+from tests.store_writes import completed_models, write_model_rows
 
 
 def result(model: str, stage: str = "load", status: str = "pass") -> dict:
@@ -27,7 +28,8 @@ def result(model: str, stage: str = "load", status: str = "pass") -> dict:
 
 def test_write_and_read_back(store_dir):
     store = Store(store_dir)
-    store.write_model_rows(
+    write_model_rows(
+        store,
         "r1",
         [result("a/b"), result("a/b", "forward")],
         [
@@ -45,7 +47,7 @@ def test_write_and_read_back(store_dir):
     assert table.schema == RESULTS_SCHEMA
     assert table.num_rows == 2 and set(table.column("run_id").to_pylist()) == {"r1"}
     assert store.read("fallbacks", "r1").column("count").to_pylist() == [3]
-    assert store.completed_models("r1") == {"a/b"}
+    assert completed_models(store, "r1") == {"a/b"}
     # what other tools see: a plain hive-partitioned Parquet dataset
     files = list((store_dir / "results" / "run_id=r1").glob("*.parquet"))
     assert len(files) == 1 and pq.read_table(files[0]).num_rows == 2
@@ -72,7 +74,7 @@ def test_orphan_fallbacks_and_temporaries_are_invisible(store_dir):
     (store_dir / "results" / "run_id=r1" / ".part-123.parquet.tmp").write_bytes(b"partial")
     assert store.read("fallbacks", "r1").num_rows == 0
     assert store.read("results", "r1").num_rows == 0
-    assert store.completed_models("r1") == set()
+    assert completed_models(store, "r1") == set()
 
 
 def test_unknown_columns_and_bad_run_ids_are_refused(store_dir):
@@ -98,7 +100,7 @@ def test_a_run_gives_every_table_a_part_the_store_reads_past(store_dir):
     """Each table the run has no part of yet gets one of no rows (`empty-*`, the table's
     schema): a folder for outside readers, no data for the store's own."""
     store = Store(store_dir)
-    store.write_model_rows("r1", [result("a/b")], [])
+    write_model_rows(store, "r1", [result("a/b")], [])
     created = store.create_tables("r1", ("results", "fallbacks", "ops"))
     assert created == ["fallbacks", "ops"]  # results had a part already
     empty = sorted((store_dir / "fallbacks" / "run_id=r1").glob("*.parquet"))

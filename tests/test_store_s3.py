@@ -27,6 +27,7 @@ from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.report_store_builder import build_hand_store
 from tests.s3_support import BUCKET, local_s3, s3_objects
 from tests.store_readers import rows_per_table
+from tests.store_writes import completed_models, write_model_rows
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +67,14 @@ def test_parts_are_written_and_read_through_s3(s3_env) -> None:
         "count": 2,
         "source": "eager",
     }
-    store.write_model_rows("r1", [result], [fallback], [{"shrunk_config_hash": "s1"}])
+    write_model_rows(store, "r1", [result], [fallback], [{"shrunk_config_hash": "s1"}])
     # a driver killed between the writes: the orphans never count
     store.write("fallbacks", "r1", [{**fallback, "model_id": "x/y"}])
     store.write("configs", "r1", [{"shrunk_config_hash": "s2"}])
     assert store.read("results", "r1").column("model_id").to_pylist() == ["a/b"]
     assert store.read("fallbacks", "r1").column("model_id").to_pylist() == ["a/b"]
     assert store.read("configs", "r1").column("shrunk_config_hash").to_pylist() == ["s1"]
-    assert store.completed_models("r1") == {"a/b"}
+    assert completed_models(store, "r1") == {"a/b"}
     # what other tools see: plain objects in a hive-partitioned layout
     keys = [k for k in s3_objects("plain/results/") if k.endswith(".parquet")]
     assert len(keys) == 1 and keys[0].startswith("plain/results/run_id=r1/part-")

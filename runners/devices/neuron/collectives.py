@@ -162,10 +162,3 @@ def evidence(op: str) -> str | None:
     if op in sharding_ops():
         return CompileEvidence.REGISTERED.value
     return None
-
-
-def suite_evidence(api: str) -> dict[str, Any]:
-    """What the snapshot's own tests say of a distributed API (`ddp`, `fsdp`, `tp`): its test
-    files and counts, and the upstream suites it runs with their skips and xfails."""
-    found: dict[str, Any] = facts()["suites"].get(api, {"tests": [], "specs": []})
-    return found
