@@ -1,7 +1,9 @@
-"""The house's shape at one or more git revisions, side by side: lines in the five folders,
-import circles, the largest file and function, how many places declare each shared CLI option
-and the tiny-input constants, where each library's code lives, and the `duplicates` pairs of
-each folder (where that tool is on the machine).
+"""The house's shape at one or more git revisions, side by side: lines in the five folders and
+per folder, import circles between modules and between the parts of a folder (its sub-folders
+and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
+files and the ten longest functions, how many places declare each shared CLI option and the
+tiny-input constants, where each library's code lives, and the `duplicates` pairs of each folder
+(where that command is on the PATH).
 
 Where a library's code lives: the modules its registry entry's adapter reaches through imports
 (module level or inside a function), less those the rest of the house reaches without going
@@ -36,7 +38,6 @@ FOLDERS = arch.FOLDERS
 # CLI options every sweep command shares, and tiny-input constants: how many places declare each
 OPTIONS = ("--store", "--address", "--num-cpus", "--local", "--run-id", "--retries", "--no-report")
 CONSTANTS = ("BATCH",)
-DUPLICATES = REPO.parent / ".library" / "duplicates"
 
 
 def export(rev: str, into: Path) -> Path:
@@ -77,10 +78,10 @@ def declarations(root: Path) -> dict[str, int]:
 
 
 def duplicate_pairs(root: Path) -> str:
-    """The `duplicates` tool's first line for the five folders (pairs and files read)."""
-    if not (DUPLICATES / "duplicates").exists() and shutil.which("duplicates") is None:
+    """The `duplicates` command's first line for the five folders (pairs and files read)."""
+    tool = shutil.which("duplicates")
+    if tool is None:
         return "n/a (duplicates not on this machine)"
-    tool = shutil.which("duplicates") or str(DUPLICATES / "duplicates")
     lines = []
     for folder in FOLDERS:
         out = subprocess.run(
@@ -90,6 +91,38 @@ def duplicate_pairs(root: Path) -> str:
         ).stdout
         lines.append(f"{folder}: {out.splitlines()[0] if out else '?'}")
     return "; ".join(lines)
+
+
+def part_circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Import circles between the parts of each folder: a module stands for its part (the
+    folder's sub-folder it is in, else itself), so `reports.render.text` importing
+    `reports.coverage` and `reports.coverage` importing `reports.render.fmt` is a circle
+    `reports.coverage <-> reports.render`."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = part(module)
+        parts.setdefault(here, set()).update(
+            part(t) for t in targets if part(t) != here and t.split(".")[0] == here.split(".")[0]
+        )
+    return arch.circles(parts)
+
+
+def reports_imports(graph: dict[str, frozenset[str]]) -> dict[str, int]:
+    """How many imports of a `reports` module each of `model_configs` and `runners` makes."""
+    return {
+        folder: sum(
+            1
+            for module, targets in graph.items()
+            if module.split(".")[0] == folder
+            for t in targets
+            if t.split(".")[0] == "reports"
+        )
+        for folder in ("model_configs", "runners")
+    }
 
 
 def _adapter_targets(root: Path) -> dict[str, str]:
@@ -190,12 +223,18 @@ def measure(root: Path) -> dict[str, Any]:
         ((n, f"{p.relative_to(root)}:{name}") for p in files for n, name in functions(p)),
         reverse=True,
     )
+    graph = arch.import_graph()
     return {
         "lines": sum(n for n, _ in sizes),
+        "lines_per_folder": {
+            folder: sum(n for n, p in sizes if p.parts[0] == folder) for folder in FOLDERS
+        },
+        "part_circles": part_circles(graph),
+        "reports_imports": reports_imports(graph),
         "files": len(files),
-        "circles": arch.circles(arch.import_graph()),
+        "circles": arch.circles(graph),
         "largest_files": sizes[:3],
-        "largest_functions": funcs[:3],
+        "largest_functions": funcs[:10],
         "declarations": declarations(root),
         "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
@@ -216,11 +255,24 @@ def main() -> None:
     for name, r in results:
         print(f"== {name}")
         print(f"  python in the five folders: {r['lines']:,} lines in {r['files']} files")
-        print(f"  import circles: {len(r['circles'])}")
+        print(
+            "  lines per folder: "
+            + ", ".join(f"{f} {n:,}" for f, n in r["lines_per_folder"].items())
+        )
+        print(f"  import circles between modules: {len(r['circles'])}")
         for c in r["circles"]:
             print(f"    {' <-> '.join(c)}")
+        print(f"  import circles between a folder's parts: {len(r['part_circles'])}")
+        for c in r["part_circles"]:
+            print(f"    {' <-> '.join(c)}")
+        print(
+            "  imports of reports: "
+            + ", ".join(f"from {f} {n}" for f, n in r["reports_imports"].items())
+        )
         print("  largest files: " + ", ".join(f"{p} {n}" for n, p in r["largest_files"]))
-        print("  largest functions: " + ", ".join(f"{q} {n}" for n, q in r["largest_functions"]))
+        print("  the ten longest functions (lines):")
+        for n, q in r["largest_functions"]:
+            print(f"    {q} {n}")
         print("  places declaring: " + ", ".join(f"{k} {v}" for k, v in r["declarations"].items()))
         print("  where each library's code lives (modules, lines: folders):")
         for library, (n, lines, folders) in r["libraries"].items():
