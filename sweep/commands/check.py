@@ -17,7 +17,6 @@ from typing import Any
 
 from reports import settings
 from reports.render import fmt
-from reports.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
 
@@ -496,47 +495,15 @@ def _print_text(planned: Any, rows: list[dict], fallbacks: list[dict], device: A
     )
     print(f"device:  {label}, dtype {first['dtype']}", file=out)
     print(file=out)
-    print(f"{'stage':<17} {'status':<14} {'seconds':>8} {'fallback ops':>13}  detail", file=out)
-    clipped = False
-    same = len({(r["status"], r["reason"], r["error_message"]) for r in rows}) == 1
-    if len(rows) > 1 and same and rows[0]["status"] == "skip":  # skipped whole: one line
-        rows = [{**rows[0], "stage": "every stage"}]
-    for r in rows:
-        secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
-        detail = r["reason"] or ""
-        if r["status"] == "skip" and r["reason"] == "not_applicable":
-            r = {**r, "status": "n/a", "error_message": "does not apply to this model"}
-        if r["error_message"] and r["status"] not in ("pass",):
-            message = fmt.clip(fmt.first_line(r["error_message"]), 120)
-            clipped = clipped or message.endswith("…")
-            detail = (detail + ": " if detail else "") + message
-        if r["failing_op"]:
-            detail += f" [op {r['failing_op']}]"
-        if r.get("compile_evidence"):  # what the compiler's verdicts rest on
-            detail += f" [evidence {r['compile_evidence']}]"
-        if r.get("unverified_ops"):
-            detail += f" unverified (no evidence either way): {', '.join(r['unverified_ops'][:4])}"
-        if shape_detail(r):
-            detail += f" [{shape_detail(r)}]"
-        print(
-            f"{r['stage']:<17} {r['status']:<14} {secs:>8} {r['fallback_op_count'] or 0:>13}  "
-            f"{detail}",
-            file=out,
-        )
+    from reports.render.stage_text import model_stage_lines
+
+    lines, clipped = model_stage_lines(rows)
+    for line in lines:
+        print(line, file=out)
     if clipped:
         print(
             "(… cut: the error's whole first line is below, every line in --format json)", file=out
         )
-    from reports.render.sharding_text import sharding_lines
-    from reports.sharding import model_sharding
-
-    for line in sharding_lines(model_sharding(rows)):
-        print(line, file=out)
-    from reports.hf_stack import model_hf_stack
-    from reports.render.hf_stack_text import hf_stack_lines
-
-    for line in hf_stack_lines(model_hf_stack(rows)):
-        print(line, file=out)
     if fallbacks:
         print(file=out)
         print("CPU fallbacks (op, calls, stage):", file=out)

@@ -94,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(d: dict[str, Any]) -> str:
-    from reports.hf_stack import model_hf_stack
     from reports.render import fmt
-    from reports.render.hf_stack_text import hf_stack_lines
-    from reports.render.sharding_text import sharding_lines
-    from reports.sharding import model_sharding
+    from reports.render.stage_text import model_stage_lines
 
     s, m = d["summary"], d["model"]
     outcomes = [
@@ -157,10 +154,12 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append("")
         if d.get("by_dtype"):
             lines.append(f"at {dtype}:")
-        stage_lines, cut = _stage_lines(v["stages"], v["fallbacks"])
+        stage_lines, cut = model_stage_lines(v["stages"])
         lines += stage_lines
-        lines += sharding_lines(model_sharding(v["stages"]))
-        lines += hf_stack_lines(model_hf_stack(v["stages"]))
+        if v["fallbacks"]:
+            lines += ["", "CPU fallbacks:"]
+            for f in v["fallbacks"]:
+                lines.append(f"  {f['stage']:<18}{f['op']:<48}{f['count']:>8}  {f['source']}")
         clipped = clipped or cut
     if clipped:
         lines.append(
@@ -212,49 +211,3 @@ def render_text(d: dict[str, Any]) -> str:
     if d.get("hub_url"):
         lines.append(f"on the Hub: {d['hub_url']}")
     return "\n".join(lines) + "\n"
-
-
-def _stage_lines(
-    stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]]
-) -> tuple[list[str], bool]:
-    """The stage table and whether an error was cut. A model skipped at every stage for one
-    reason is one line; a stage that did not apply reads `n/a`; a stage not run says which
-    stage it needed, on its own line."""
-    from reports.render import fmt
-
-    lines = [f"{'stage':<18}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
-    skips = {(r["status"], r["reason"], r["error_message"]) for r in stages}
-    if len(stages) > 1 and len(skips) == 1 and stages[0]["status"] == "skip":
-        r = stages[0]
-        message = fmt.clip(fmt.first_line(r["error_message"]), 200)
-        lines.append(f"{'every stage':<18}{'skip':<15}{'-':>9}{'0':>14}  {r['reason']}")
-        if message:
-            lines.append(f"{'':<10}{message}")
-        return lines, message.endswith("…")
-    clipped = False
-    for r in stages:
-        na = r["status"] == "skip" and r["reason"] == "not_applicable"
-        status = "n/a" if na else r["status"]
-        if r["status"] == "not_run":
-            detail = fmt.first_line(r["error_message"])
-        else:
-            detail = r["reason"] or (f"op {r['failing_op']}" if r["failing_op"] else "")
-            if na:
-                detail = "does not apply to this model"
-        secs = "-" if r["duration_s"] is None else f"{r['duration_s']:.2f}"
-        lines.append(
-            f"{r['stage']:<18}{status:<15}{secs:>9}{fmt.count(r['fallback_op_count']):>14}"
-            f"  {detail}".rstrip()
-        )
-        if r.get("shape_detail"):
-            lines.append(f"{'':<10}{r['shape_detail']}")
-        if r["error_message"] and r["status"] not in ("not_run",) and not na:
-            kind = f"{r['error_type']}: " if r["error_type"] else ""
-            message = fmt.clip(kind + fmt.first_line(r["error_message"]), 200)
-            clipped = clipped or message.endswith("…")
-            lines.append(f"{'':<10}{message}")
-    if fallbacks:
-        lines += ["", "CPU fallbacks:"]
-        for f in fallbacks:
-            lines.append(f"  {f['stage']:<18}{f['op']:<48}{f['count']:>8}  {f['source']}")
-    return lines, clipped
