@@ -279,53 +279,7 @@ def model_detail(
     if not chosen or (dtype is not None and dtype not in {h["dtype"] for h in chosen}):
         return None
     assert run_id is not None
-    primary = next((h for h in chosen if h["dtype"] == dtype), chosen[0])
-    parts = {h["dtype"]: q.summary_part(run_id, h.get("part_no")) for h in chosen}
-    for h in history:
-        h.pop("part_no", None)
-    files = q.files(run_id)
-    result_files = (
-        sorted({p for p in parts.values() if p})
-        if all(p in files.results for p in parts.values())
-        else list(files.results)
-    )
-    stages_of = _stages_by_dtype(q, model_id, result_files)
-    fallbacks_of = _fallbacks_by_dtype(q, model_id, files, result_files, parts, primary["dtype"])
-    by_dtype: dict[str, dict[str, Any]] = {
-        h["dtype"]: {
-            "summary": h,
-            "stages": stages_of.get(h["dtype"], []),
-            "fallbacks": fallbacks_of.get(h["dtype"], []),
-        }
-        for h in chosen
-    }
-    for d, alts in _alternatives_of(q, files, [model_id]).get(model_id, {}).items():
-        if d in by_dtype:
-            by_dtype[d]["alternatives"] = alts
-    stages = by_dtype[primary["dtype"]]["stages"]
-    fallbacks = by_dtype[primary["dtype"]]["fallbacks"]
-    # parts written before the configs table carried the shrink on every row: still shown
-    legacy = [
-        {k: r.pop(k, None) for k in _LEGACY_SHRINK} for d in by_dtype.values() for r in d["stages"]
-    ]
-    shrink = _shrink_of(q, run_id, files, stages[0] if stages else {}) or (
-        legacy[0] if legacy else {}
-    )
-    detail = _detail(
-        model_id,
-        run_id,
-        primary,
-        history,
-        stages,
-        fallbacks,
-        shrink,
-        q.run_info(run_id),
-        by_dtype,
-        alternatives=by_dtype[primary["dtype"]].get("alternatives", []),
-        store=q.store.uri,
-    )
-    detail["full_size"] = model_sizing(q, run_id, detail["model"]["config_hash"])
-    return detail
+    return _pages(q, run_id, {model_id: history}, {model_id: dtype})[model_id]
 
 
 def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -334,106 +288,90 @@ def model_details(q: StoreQuery, run_id: str, model_ids: list[str]) -> dict[str,
     q.ensure_summaries([run_id])
     if not model_ids:
         return {}
-    if len(q.run_dtypes(run_id)) > 1:  # a run of several dtypes: each page shows them all
-        found = {m: model_detail(q, m, run_id) for m in dict.fromkeys(model_ids)}
-        return {m: d for m, d in found.items() if d is not None}
-    files = q.files(run_id)
-    summaries = {
-        r["model_id"]: r
-        for r in q.fetch(
-            f"""
-            SELECT run_id, model_id, dtype, outcome, skip_reason, failed_stage, failed_status,
-              error_signature, error_type, error_message, failing_op, skip_message,
-              stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
-              {", ".join(f"s_{s}" for s in STAGES)}
-            FROM model_runs WHERE run_id = $run AND list_contains($models, model_id)
-            """,
-            {"run": run_id, "models": model_ids},
-        )
-    }
     histories: dict[str, list[dict[str, Any]]] = {}
-    for h in model_histories(q, list(summaries)):
-        histories.setdefault(h["model_id"], []).append(h)
-    rows = q.fetch(
-        """
-        SELECT * FROM results_parts WHERE list_contains($models, model_id)
-        QUALIFY row_number() OVER (PARTITION BY model_id, stage
-          ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
-        """,
-        {"models": list(summaries)},
-        scans={"results_parts": Scan("results", files.results)},
-    )
-    stages_of: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        for name in RESULTS_SCHEMA.names:
-            row.setdefault(name, None)
-        row.pop("run_id", None)
-        stages_of.setdefault(row["model_id"], []).append(row)
-    part_of = {m: q.summary_part(run_id, s["part_no"]) for m, s in summaries.items()}
-    fallbacks_of: dict[str, list[dict[str, Any]]] = {}
-    if files.fallbacks:
-        for fb in q.fetch(
-            """
-            SELECT model_id, stage, op, count, source, bytes_h2d, bytes_d2h, filename
-            FROM fallback_parts WHERE list_contains($models, model_id)
-            ORDER BY model_id, list_position($stages, stage), count DESC, op
-            """,
-            {"models": list(summaries), "stages": list(STAGES)},
-            scans={
-                "fallback_parts": Scan(
-                    "fallbacks",
-                    files.fallbacks,
-                    ("model_id", "stage", "op", "count", "source", "bytes_h2d", "bytes_d2h"),
-                    filename=True,
-                )
-            },
-        ):
-            part = part_of.get(fb["model_id"])
-            # the fallbacks written with the model's (latest) results part
-            if part is None or fb.pop("filename").rsplit("/", 1)[-1] == part.rsplit("/", 1)[-1]:
-                fallbacks_of.setdefault(fb.pop("model_id"), []).append(fb)
-    shrinks: dict[tuple[Any, Any], dict[str, Any]] = {}
-    if files.configs:
-        for c in q.fetch(
-            "SELECT config_hash, shrunk_config_hash, shrink_changes, shrunk_config "
-            "FROM config_parts",
-            scans={"config_parts": Scan("configs", files.configs)},
-        ):
-            shrinks.setdefault((c["config_hash"], c["shrunk_config_hash"]), c)
-    run = q.run_info(run_id)
-    alternatives = _alternatives_of(q, files, list(summaries))
-    out = {}
-    for model_id, summary in summaries.items():
-        stages = sorted(
-            stages_of.get(model_id, []),
-            key=lambda r: STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
-        )
-        legacy = [{k: r.pop(k, None) for k in _LEGACY_SHRINK} for r in stages]
-        first = stages[0] if stages else {}
-        shrink = shrinks.get((first.get("config_hash"), first.get("shrunk_config_hash"))) or (
-            legacy[0] if legacy else {}
-        )
-        history = histories.get(model_id, [])
-        for h in history:
+    for h in model_histories(q, list(dict.fromkeys(model_ids))):
+        histories.setdefault(h.pop("model_id"), []).append(h)
+    found = {m: h for m, h in histories.items() if any(x["run_id"] == run_id for x in h)}
+    return _pages(q, run_id, found, {})
+
+
+def _pages(
+    q: StoreQuery,
+    run_id: str,
+    histories: dict[str, list[dict[str, Any]]],
+    dtypes: dict[str, str | None],
+) -> dict[str, dict[str, Any]]:
+    """The page of each model of `histories` (model -> its history, which has `run_id`) in
+    `run_id`, at `dtypes[model]` (default: the run's first dtype it has), from one scan of
+    the run's results, fallbacks, configs and alternatives for them all: what `model_detail`
+    and `model_details` both build."""
+    files = q.files(run_id)
+    chosen = {m: [h for h in hs if h["run_id"] == run_id] for m, hs in histories.items()}
+    primary = {
+        m: next((h for h in rows if h["dtype"] == dtypes.get(m)), rows[0])
+        for m, rows in chosen.items()
+    }
+    parts = {
+        m: {h["dtype"]: q.summary_part(run_id, h.get("part_no")) for h in rows}
+        for m, rows in chosen.items()
+    }
+    for hs in histories.values():
+        for h in hs:
             h.pop("part_no", None)
-            h.pop("model_id", None)
-        # the page's summary is the run's history row, as `model_detail` gives it
-        summary = next((h for h in history if h["run_id"] == run_id), summary)
-        summary.pop("part_no", None)
-        out[model_id] = _detail(
-            model_id,
+    # a model's rows are in the results parts its summary names (all parts where one is not
+    # known: a summary written before parts were numbered)
+    known = {m: all(p in files.results for p in ps.values()) for m, ps in parts.items()}
+    result_files = (
+        sorted({p for ps in parts.values() for p in ps.values() if p})
+        if all(known.values())
+        else list(files.results)
+    )
+    models = list(chosen)
+    stages_of = _stages_by_dtype(q, models, result_files)
+    fallbacks_of = _fallbacks_by_dtype(
+        q, files, result_files, {m: ps for m, ps in parts.items() if known[m]}, primary
+    )
+    alternatives_of = _alternatives_of(q, files, models)
+    firsts = {m: (stages_of.get(m, {}).get(primary[m]["dtype"]) or [{}])[0] for m in models}
+    shrinks = _shrinks_of(q, run_id, files, firsts)
+    run = q.run_info(run_id)
+    pages: dict[str, dict[str, Any]] = {}
+    for m in models:
+        by_dtype: dict[str, dict[str, Any]] = {
+            h["dtype"]: {
+                "summary": h,
+                "stages": stages_of.get(m, {}).get(h["dtype"], []),
+                "fallbacks": fallbacks_of.get(m, {}).get(h["dtype"], []),
+            }
+            for h in chosen[m]
+        }
+        for d, alts in alternatives_of.get(m, {}).items():
+            if d in by_dtype:
+                by_dtype[d]["alternatives"] = alts
+        top = by_dtype[primary[m]["dtype"]]
+        # parts written before the configs table carried the shrink on every row: still shown
+        legacy = [
+            {k: r.pop(k, None) for k in _LEGACY_SHRINK}
+            for d in by_dtype.values()
+            for r in d["stages"]
+        ]
+        shrink = shrinks.get(m) or (legacy[0] if legacy else {})
+        page = _detail(
+            m,
             run_id,
-            summary,
-            history,
-            stages,
-            fallbacks_of.get(model_id, []),
+            primary[m],
+            histories[m],
+            top["stages"],
+            top["fallbacks"],
             shrink,
             run,
-            alternatives=alternatives.get(model_id, {}).get(str(summary.get("dtype")), []),
+            by_dtype,
+            alternatives=top.get("alternatives", []),
             store=q.store.uri,
         )
-        out[model_id]["full_size"] = model_sizing(q, run_id, first.get("config_hash"))
-    return out
+        page["full_size"] = model_sizing(q, run_id, page["model"]["config_hash"])
+        pages[m] = page
+    return pages
 
 
 def model_histories(q: StoreQuery, model_ids: list[str]) -> list[dict[str, Any]]:
@@ -623,58 +561,52 @@ def _alternatives_of(
 
 
 def _stages_by_dtype(
-    q: StoreQuery, model_id: str, result_files: list[str]
-) -> dict[str, list[dict[str, Any]]]:
-    """The model's stage rows per dtype, in stage order, the latest attempt of each."""
+    q: StoreQuery, model_ids: list[str], result_files: list[str]
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """model -> dtype -> its stage rows in stage order, the latest attempt of each."""
     rows = q.fetch(
         # part files written before a column was added to the schema read it as null
-        "SELECT * FROM results_parts WHERE model_id = $model",
-        {"model": model_id},
+        """
+        SELECT * FROM results_parts WHERE list_contains($models, model_id)
+        QUALIFY row_number() OVER (PARTITION BY model_id, dtype, stage
+          ORDER BY attempt DESC NULLS LAST, finished_at DESC NULLS LAST) = 1
+        """,
+        {"models": model_ids},
         scans={"results_parts": Scan("results", result_files)},
     )
     for row in rows:
         for name in RESULTS_SCHEMA.names:
             row.setdefault(name, None)
         row.pop("run_id", None)
-    rows.sort(
-        key=lambda r: (
-            STAGES.index(r["stage"]) if r["stage"] in STAGES else 99,
-            -(r["attempt"] or 0),
-        )
-    )
-    out: dict[str, list[dict[str, Any]]] = {}
-    seen: set[tuple[str, str]] = set()
+    rows.sort(key=lambda r: STAGES.index(r["stage"]) if r["stage"] in STAGES else 99)
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
-        key = (r["dtype"], r["stage"])
-        if key not in seen:
-            seen.add(key)
-            out.setdefault(r["dtype"], []).append(r)
+        out.setdefault(r["model_id"], {}).setdefault(r["dtype"], []).append(r)
     return out
 
 
 def _fallbacks_by_dtype(
     q: StoreQuery,
-    model_id: str,
     files: RunFiles,
     result_files: list[str],
-    parts: dict[str, str | None],
-    default: str,
-) -> dict[str, list[dict[str, Any]]]:
-    """The model's CPU fallbacks per dtype, from the fallbacks parts of its results parts (a
-    row without a dtype, from a run of one dtype, is its part's dtype)."""
+    parts: dict[str, dict[str, str | None]],
+    primary: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """model -> dtype -> its CPU fallbacks, from the fallbacks parts of its results parts
+    (`parts`: model -> dtype -> its results part, where known; a row without a dtype, from a
+    run of one dtype, is its part's dtype, else the model's `primary` one)."""
     names = {p.rsplit("/", 1)[-1] for p in result_files}
     fb_files = [p for p in files.fallbacks if p.rsplit("/", 1)[-1] in names]
     if not fb_files:
         return {}
-    part_dtype = {p.rsplit("/", 1)[-1]: d for d, p in parts.items() if p}
     rows = q.fetch(
         """
-        SELECT dtype, stage, op, count, source, bytes_h2d, bytes_d2h,
+        SELECT model_id, dtype, stage, op, count, source, bytes_h2d, bytes_d2h,
           parse_filename(filename) AS part
-        FROM fallback_parts WHERE model_id = $model
-        ORDER BY list_position($stages, stage), count DESC, op
+        FROM fallback_parts WHERE list_contains($models, model_id)
+        ORDER BY model_id, list_position($stages, stage), count DESC, op
         """,
-        {"model": model_id, "stages": list(STAGES)},
+        {"models": list(primary), "stages": list(STAGES)},
         scans={
             "fallback_parts": Scan(
                 "fallbacks",
@@ -684,11 +616,17 @@ def _fallbacks_by_dtype(
             )
         },
     )
-    out: dict[str, list[dict[str, Any]]] = {}
+    part_dtype = {
+        m: {p.rsplit("/", 1)[-1]: d for d, p in ps.items() if p} for m, ps in parts.items()
+    }
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
-        part = r.pop("part")
-        dtype = r.pop("dtype") or part_dtype.get(part) or default
-        out.setdefault(dtype, []).append(r)
+        model, part, dtype = r.pop("model_id"), r.pop("part"), r.pop("dtype")
+        own = part_dtype.get(model)
+        if own is not None and part not in own:
+            continue  # another part's (an earlier attempt of the model)
+        dtype = dtype or (own or {}).get(part) or primary[model]["dtype"]
+        out.setdefault(model, {}).setdefault(dtype, []).append(r)
     return out
 
 
@@ -742,26 +680,31 @@ def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]])
 _LEGACY_SHRINK = ("shrink_changes", "shrunk_config")
 
 
-def _shrink_of(q: StoreQuery, run_id: str, files: RunFiles, row: dict[str, Any]) -> dict[str, Any]:
-    """What the shrink made of this model: stored once per run and (original, shrunk) config
-    pair in the configs table, in the part of the model that first met the pair."""
-    shrunk = row.get("shrunk_config_hash")
-    if not shrunk or not files.configs:
+def _shrinks_of(
+    q: StoreQuery, run_id: str, files: RunFiles, rows: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """model -> what the shrink made of it (`rows`: model -> a stage row of it), stored once
+    per run and (original, shrunk) config pair in the configs table, in the part of the model
+    that first met the pair: one read of the parts that hold the pairs asked for."""
+    pairs = {
+        m: (r.get("config_hash"), r["shrunk_config_hash"])
+        for m, r in rows.items()
+        if r.get("shrunk_config_hash")
+    }
+    if not pairs or not files.configs:
         return {}
     index = q.memo("config_index", run_id, lambda: _config_index(q, files))
-    part = index.get((row.get("config_hash"), shrunk))
-    if part is None:
+    wanted = sorted({index[pair] for pair in pairs.values() if pair in index})
+    if not wanted:
         return {}
-    found = q.fetch(
-        """
-        SELECT shrink_changes, shrunk_config FROM config_parts
-        WHERE shrunk_config_hash = $shrunk AND config_hash IS NOT DISTINCT FROM $original
-        LIMIT 1
-        """,
-        {"shrunk": shrunk, "original": row.get("config_hash")},
-        scans={"config_parts": Scan("configs", [part])},
-    )
-    return found[0] if found else {}
+    found: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for c in q.fetch(
+        "SELECT config_hash, shrunk_config_hash, shrink_changes, shrunk_config FROM config_parts",
+        scans={"config_parts": Scan("configs", wanted)},
+    ):
+        pair = (c.pop("config_hash"), c.pop("shrunk_config_hash"))
+        found.setdefault(pair, c)
+    return {m: found[pair] for m, pair in pairs.items() if pair in found}
 
 
 def _config_index(q: StoreQuery, files: RunFiles) -> dict[tuple[str | None, str], str]:
