@@ -320,6 +320,29 @@ def stage_line(
     }
 
 
+def stage_group(
+    q: StoreQuery,
+    run_id: str,
+    stages: tuple[str, ...],
+    labels: dict[str, str],
+    dtype: str | None = None,
+) -> dict[str, Any]:
+    """A stage group's section head: whether the run asked for any of its `stages` (`ran`),
+    the run's models and downloads (every share's base), and a `stage_line` per stage, with
+    its label."""
+    counts = stage_counts(q, run_id, stages, dtype)
+    models, downloads = counts["models"], counts["downloads"]
+    lines = [
+        stage_line(s, c, models, downloads, label=labels[s]) for s, c in counts["stages"].items()
+    ]
+    return {
+        "ran": any(line["rows"] for line in lines),
+        "models": models,
+        "downloads": downloads,
+        "stages": lines,
+    }
+
+
 def funnel(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[str, Any]]:
     """One line per stage of the run (models that passed it; and of those, with no CPU fallback
     in it), then "every stage" and "every stage, no CPU fallback". Shares are of the run's

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.coverage import share, stage_counts, stage_line
+from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
 from reports.schema import HF_TRAINING_STAGES, Stage
 
@@ -35,20 +35,8 @@ def hf_stack(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, 
     dtype's rows of a run of several)."""
 
     def build() -> dict[str, Any]:
-        counts = stage_counts(q, run_id, HF_STAGES, dtype)
-        models, downloads = counts["models"], counts["downloads"]
-        stages = [
-            stage_line(s, c, models, downloads, label=LABELS[s])
-            for s, c in counts["stages"].items()
-        ]
-        ran = any(line["rows"] for line in stages)
-        return {
-            "ran": ran,
-            "models": models,
-            "downloads": downloads,
-            "stages": stages,
-            "blockers": blockers(q, run_id, dtype) if ran else [],
-        }
+        group = stage_group(q, run_id, HF_STAGES, LABELS, dtype)
+        return {**group, "blockers": blockers(q, run_id, dtype) if group["ran"] else []}
 
     return q.memo("hf_stack", run_id, build, dtype)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.coverage import share, stage_counts, stage_line
+from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
 from reports.schema import DISTRIBUTED_STAGES, SkipReason, Stage
 
@@ -36,25 +36,16 @@ def sharding(q: StoreQuery, run_id: str, dtype: str | None = None) -> dict[str, 
     that dtype's rows of a run of several)."""
 
     def build() -> dict[str, Any]:
-        counts = stage_counts(q, run_id, SHARDING, dtype)
-        models, downloads = counts["models"], counts["downloads"]
-        stages = [
-            stage_line(s, c, models, downloads, label=LABELS[s])
-            for s, c in counts["stages"].items()
-        ]
-        ran = any(line["rows"] for line in stages)
-        facts = _row_facts(q, run_id, dtype) if ran else {}
+        group = stage_group(q, run_id, SHARDING, LABELS, dtype)
+        facts = _row_facts(q, run_id, dtype) if group["ran"] else {}
         return {
-            "ran": ran,
-            "models": models,
-            "downloads": downloads,
-            "stages": stages,
+            **group,
             "world_sizes": facts.get("world_sizes", []),
             "no_plan": facts.get("no_plan", {"models": 0, "downloads": 0}),
             "no_plan_downloads_share": share(
-                facts.get("no_plan", {}).get("downloads", 0), downloads
+                facts.get("no_plan", {}).get("downloads", 0), group["downloads"]
             ),
-            "blockers": blockers(q, run_id, dtype) if ran else [],
+            "blockers": blockers(q, run_id, dtype) if group["ran"] else [],
         }
 
     return q.memo("sharding", run_id, build, dtype)
