@@ -365,7 +365,7 @@ def _pages(
             top["fallbacks"],
             shrink,
             run,
-            by_dtype,
+            by_dtype if len(by_dtype) > 1 else None,  # one dtype: the page's own next step only
             alternatives=top.get("alternatives", []),
             store=q.store.uri,
         )
