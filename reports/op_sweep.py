@@ -21,7 +21,7 @@ import duckdb
 from reports.coverage import device_label, share
 from reports.models import reproduce_command
 from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
-from reports.query import Scan, StoreQuery, same_dtype
+from reports.query import RunsQuery, Scan, StoreQuery, same_dtype
 from reports.schema import (
     OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
@@ -112,16 +112,15 @@ GROUP BY GROUPING SETS ((reason, dtype), (reason)) ORDER BY reason
 """
 
 
-class OpSweepQuery:
+class OpSweepQuery(RunsQuery):
     """Cached, thread-safe reads of a store's op-sweep runs."""
 
     def __init__(self, store: Store):
+        super().__init__()
         self.store = store
         self._con = duckdb.connect(":memory:")
         self._con.execute(_MACROS)
-        self._lock = threading.RLock()
         self._loaded: dict[str, tuple[Any, ...]] = {}
-        self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._tables = False
         self._runs_cache: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
 
@@ -145,9 +144,6 @@ class OpSweepQuery:
         )
         self._runs_cache = (fp, ordered)
         return [dict(r) for r in ordered]
-
-    def run_info(self, run_id: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs() if r["run_id"] == run_id), None)
 
     def resolve(
         self,
@@ -214,16 +210,9 @@ class OpSweepQuery:
         finally:
             cur.close()
 
-    def memo(self, name: str, run_id: str, build: Any, *extra: Any) -> Any:
-        fp = self._ensure(run_id)
-        key = (name, run_id, *extra)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] == fp:
-            return hit[1]
-        value = build()
-        with self._lock:
-            self._memo[key] = (fp, value)
-        return value
+    def memo_fingerprint(self, run_id: str | None) -> Any:
+        assert run_id is not None  # every op-sweep answer is of one run
+        return self._ensure(run_id)
 
     # ---- aggregations --------------------------------------------------------------------
 

@@ -250,7 +250,41 @@ class RunFiles:
     alternatives: tuple[str, ...] = ()  # a failing model run again with its own switches
 
 
-class StoreQuery:
+class RunsQuery:
+    """What the model store's query and the op store's share: a run's row from `runs()`, and a
+    memo of built answers that holds while the run's files are the same (`memo_fingerprint`:
+    what says so, and reads the run in where the query keeps it loaded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+    def runs(self) -> list[dict[str, Any]]:
+        """One dict per run, newest first."""
+        raise NotImplementedError
+
+    def memo_fingerprint(self, run_id: str | None) -> Any:
+        """What changes when the run's files do (`None`: any run's)."""
+        raise NotImplementedError
+
+    def run_info(self, run_id: str) -> dict[str, Any] | None:
+        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+
+    def memo(self, name: str, run_id: str | None, build: Callable[[], T], *extra: Any) -> T:
+        """Cache `build()` under (name, run, extra) until that run's files (or, for run None,
+        any run's files) change."""
+        fp = self.memo_fingerprint(run_id)
+        key = (name, run_id, *extra)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == fp:
+            return hit[1]  # type: ignore[no-any-return]
+        value = build()
+        with self._lock:
+            self._memo[key] = (fp, value)
+        return value
+
+
+class StoreQuery(RunsQuery):
     """Cached, thread-safe read access to one store.
 
     `refresh_s` is how long a listing of the part files is trusted before the store is listed
@@ -259,6 +293,7 @@ class StoreQuery:
     """
 
     def __init__(self, store: Store | str, *, refresh_s: float = 0.0, threads: int | None = None):
+        super().__init__()  # its lock guards listing, memo and bookkeeping
         self.store = store if isinstance(store, Store) else Store(store)
         self.refresh_s = refresh_s
         self._con = duckdb.connect(":memory:")
@@ -266,7 +301,6 @@ class StoreQuery:
             self._con.execute(f"SET threads = {int(threads)}")
         self._con.execute("SET enable_object_cache = true")
         self._con.execute(_MODEL_RUNS_DDL)
-        self._lock = threading.RLock()  # listing, memo and bookkeeping
         self._run_locks: dict[str, threading.Lock] = {}  # one per run: summaries run in parallel
         self._listed_at = -1.0
         self._files: dict[str, RunFiles] = {}
@@ -274,7 +308,6 @@ class StoreQuery:
         self._runs: list[dict[str, Any]] = []
         self._summarised: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._summary_parts: dict[str, tuple[str, ...]] = {}
-        self._memo: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.warming = False  # True while `warm` summarises every run
 
     # ---- listing -------------------------------------------------------------------------
@@ -328,12 +361,6 @@ class StoreQuery:
             if run not in known
         ]
         return [*self._runs, *extra]
-
-    def run_info(self, run_id: str) -> dict[str, Any] | None:
-        for row in self.runs():
-            if row["run_id"] == run_id:
-                return row
-        return None
 
     def run_ids(self) -> list[str]:
         """Runs that have results, newest first."""
@@ -567,18 +594,8 @@ class StoreQuery:
 
         return list(self.memo("run_dtypes", run_id, build))
 
-    def memo(self, name: str, run_id: str | None, build: Callable[[], T], *extra: Any) -> T:
-        """Cache `build()` under (name, run, extra) until that run's files (or, for run None,
-        any run's files) change."""
-        fp: Any = self.fingerprint(run_id) if run_id else self._all_fingerprint()
-        key = (name, run_id, *extra)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] == fp:
-            return hit[1]  # type: ignore[no-any-return]
-        value = build()
-        with self._lock:
-            self._memo[key] = (fp, value)
-        return value
+    def memo_fingerprint(self, run_id: str | None) -> Any:
+        return self.fingerprint(run_id) if run_id else self._all_fingerprint()
 
     def _all_fingerprint(self) -> tuple[Any, ...]:
         self.refresh()
