@@ -216,6 +216,14 @@ def facets(q: StoreQuery, run_id: str) -> dict[str, list[str]]:
     return q.memo("facets", run_id, build)
 
 
+# A history row: a model's summary in one run at one dtype, with each stage's status.
+_HISTORY_COLUMNS = (
+    "run_id, dtype, outcome, skip_reason, failed_stage, failed_status, error_signature, "
+    "error_type, error_message, failing_op, skip_message, stages_passed, fallback_ops, "
+    "fallback_calls, device, device_emulated, part_no, " + ", ".join(f"s_{s}" for s in STAGES)
+)
+
+
 def model_history(
     q: StoreQuery, model_id: str, *, include: str | None = None
 ) -> list[dict[str, Any]]:
@@ -228,10 +236,7 @@ def model_history(
         ids = [r for r in q.run_ids() if r in ids or r == include]
     rows = q.fetch(
         f"""
-        SELECT run_id, dtype, outcome, skip_reason, failed_stage, failed_status, error_signature,
-          error_type, error_message, failing_op, skip_message,
-          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
-          {", ".join(f"s_{s}" for s in STAGES)}
+        SELECT {_HISTORY_COLUMNS}
         FROM model_runs WHERE model_id = $model AND list_contains($ids, run_id)
         """,
         {"model": model_id, "ids": ids},
@@ -379,10 +384,7 @@ def model_histories(q: StoreQuery, model_ids: list[str]) -> list[dict[str, Any]]
     ids, _ = q.available_runs()
     rows = q.fetch(
         f"""
-        SELECT model_id, run_id, dtype, outcome, skip_reason, failed_stage, failed_status,
-          error_signature, error_type, error_message, failing_op, skip_message,
-          stages_passed, fallback_ops, fallback_calls, device, device_emulated, part_no,
-          {", ".join(f"s_{s}" for s in STAGES)}
+        SELECT model_id, {_HISTORY_COLUMNS}
         FROM model_runs WHERE list_contains($models, model_id) AND list_contains($ids, run_id)
         """,
         {"models": model_ids, "ids": ids},
