@@ -1,10 +1,14 @@
 """A failing model run again with the documented switches of its own code, so that a next step
 can say "passes with experts_implementation='batched_mm'" because it was run.
 
-The switches are data (`runners/data/implementation_switches.json`, a reason each): which ones
-a model takes, and its default value, is its library adapter's answer
-(`model_configs.build.implementation_switches`: transformers' `experts_implementation` and
-`attn_implementation`). Which failures make a switch worth a run is the next-step table's
+The switches are data (`runners/data/implementation_switches.json`, a reason each). A switch of
+the model's own code: which ones a model takes, and its default value, is its library adapter's
+answer (`model_configs.build.implementation_switches`: transformers' `experts_implementation`
+and `attn_implementation`). A switch of `TrainingArguments` (`torch_compile_backend`): a field
+of the arguments the hf_training stages give the Trainer, taken where one of the stages it
+changes failed, its default the value that stage's row recorded (`hf_settings`); the stage
+passes it to `TrainingArguments` on the device's side (`trainer_arguments`), the model's code
+is left as it is. Which failures make a switch worth a run is the next-step table's
 (`reports/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
 first failure is of a class naming the switch, with `all` any model that fails after loading,
 with `none` never; a failure no switch can change (a collective the device's process group
@@ -37,18 +41,59 @@ SWITCHES_FILE = Path(__file__).resolve().parent / "data" / "implementation_switc
 _RETRIED = {Status.FAIL.value, Status.FAIL_ACCURACY.value}
 
 
+# a switch of the arguments the hf_training stages give transformers' Trainer
+TRAINING_ARGUMENTS = "TrainingArguments"
+
+
 @dataclass(frozen=True)
 class Switch:
     name: str
     values: tuple[str, ...]
     reason: str
+    of: str = "model"  # "model": the model's own code; TRAINING_ARGUMENTS: the Trainer's
+    stages: tuple[str, ...] = ()  # a TrainingArguments switch: the stages it changes
 
 
 @cache
 def switches() -> tuple[Switch, ...]:
     """The switches, in the order tried."""
     data = json.loads(SWITCHES_FILE.read_text(encoding="utf-8"))
-    return tuple(Switch(s["switch"], tuple(s["values"]), s["reason"]) for s in data["switches"])
+    return tuple(
+        Switch(
+            s["switch"],
+            tuple(s["values"]),
+            s["reason"],
+            of=s.get("of", "model"),
+            stages=tuple(s.get("stages", ())),
+        )
+        for s in data["switches"]
+    )
+
+
+def training_switch(implementation: str | None) -> Switch | None:
+    """The TrainingArguments switch `implementation` (`SWITCH=VALUE`) names, or None (none
+    given, or a switch of the model's own code)."""
+    name = (implementation or "").partition("=")[0]
+    return next((s for s in switches() if s.name == name and s.of == TRAINING_ARGUMENTS), None)
+
+
+def trainer_arguments(implementation: str | None) -> dict[str, Any]:
+    """The `TrainingArguments` fields a run's switch sets (`{}` where it sets none)."""
+    if training_switch(implementation) is None:
+        return {}
+    assert implementation is not None
+    name, _, value = implementation.partition("=")
+    return {name: value}
+
+
+def _recorded(rows: Sequence[dict[str, Any]], switch: Switch) -> str | None:
+    """What the failing stage's row says the trainer used for `switch` (its `hf_settings`)."""
+    for row in rows:
+        for entry in (row.get("hf_settings") or "").split("; "):
+            key, _, value = entry.partition("=")
+            if key == switch.name and row.get("stage") in switch.stages:
+                return value
+    return None
 
 
 def worth_trying(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
@@ -71,16 +116,24 @@ def worth_trying(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
 
 def candidates(spec: TinySpec, rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     """`switch=value` runs to try, in order: the switches worth trying that the model's class
-    takes, each with its values other than the class's default."""
+    takes, each with its values other than the class's default, and the TrainingArguments
+    switches of a failed stage, each with its values other than the one the stage used."""
     names = worth_trying(rows, mode)
     if not names:
         return []
     from model_configs import build
 
     supported = build.implementation_switches(spec)
+    failed = {r.get("stage") for r in rows if r.get("status") in _RETRIED}
     out = []
     for switch in switches():
-        if switch.name in names and switch.name in supported:
+        if switch.name not in names:
+            continue
+        if switch.of == TRAINING_ARGUMENTS:  # taken where a stage it changes failed
+            if failed & set(switch.stages):
+                default = _recorded(rows, switch)
+                out += [f"{switch.name}={v}" for v in switch.values if v != default]
+        elif switch.name in supported:
             out += [f"{switch.name}={v}" for v in switch.values if v != supported[switch.name]]
     return out
 

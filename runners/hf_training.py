@@ -236,6 +236,18 @@ def compare_with_cpu(ctx: StageContext, run: _TrainerRun, cpu: _TrainerRun) -> N
     check_close("parameters after the trainer's steps", expected, actual, ctx)
 
 
+def switched_arguments(ctx: StageContext, stage: Stage) -> dict[str, Any]:
+    """The `TrainingArguments` fields the run's switch sets for `stage` (`--implementation
+    torch_compile_backend=aot_eager`, an alternative), recorded in `hf_settings`; `{}` where
+    it sets none or changes another stage."""
+    from runners.alternatives import trainer_arguments, training_switch
+
+    switch = training_switch(ctx.settings.implementation)
+    if switch is None or stage.value not in switch.stages:
+        return {}
+    return trainer_arguments(ctx.settings.implementation)
+
+
 def _settings(ctx: StageContext, **more: Any) -> None:
     """Add `key=value` entries to the row's `hf_settings` (each once)."""
     have = [e for e in (ctx.extra.get("hf_settings") or "").split("; ") if e]
@@ -305,6 +317,8 @@ class TrainerStage(_HfStage):
         dataset, collate = step_batches(ctx, self.steps)
         # the CPU reference is the eager trainer: a compiled step must compute what it computes
         more = {"torch_compile": True} if self.compiled and not cpu else {}
+        if not cpu:  # a TrainingArguments switch run as an alternative: the device's side
+            more.update(switched_arguments(ctx, self.name))
         reset_accelerate_state()
         args = self.arguments(ctx, out, cpu=cpu, **more)
         trainer = Trainer(

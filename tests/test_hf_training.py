@@ -139,3 +139,89 @@ def test_what_moving_to_a_device_undoes_is_named_as_the_librarys():
     (problem,) = prepared_problems(after, after, optimizer)
     assert problem[1] == "accelerate/accelerator.py:_get_parameters_to_remap"
     assert prepared_problems(before, before, optimizer) == []
+
+
+COMPILED_FAILED = [
+    *({"stage": s, "status": "pass"} for s in ("load", "forward", "backward")),
+    {
+        "stage": "trainer_compiled",
+        "status": "fail",
+        "error_type": "BackendCompilerFailed",
+        "error_message": "backend='neuron' raised: RuntimeError: injected",
+        "hf_settings": "dataloader_pin_memory=False; torch_compile_backend=neuron",
+    },
+]
+
+
+def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
+    """The next step of a trainer_compiled failure names torch_compile_backend, and
+    `--alternatives auto` runs its values other than the one the stage used; a failure of a
+    stage the switch does not change runs none of it (cheap: no model runs)."""
+    from reports.next_steps import next_step
+    from runners.alternatives import candidates, trainer_arguments, worth_trying
+
+    assert worth_trying(COMPILED_FAILED, "auto") == ["torch_compile_backend"]
+    assert candidates(qwen2, COMPILED_FAILED, "auto") == [
+        "torch_compile_backend=eager",
+        "torch_compile_backend=aot_eager",
+    ]
+    trainer = [*COMPILED_FAILED[:3], {**COMPILED_FAILED[3], "stage": "trainer"}]
+    assert not any(c.startswith("torch_compile_backend") for c in candidates(qwen2, trainer, "all"))
+    step = next_step(COMPILED_FAILED, model="org/m", device="neuron")
+    assert step.failure == "trainer_compile_backend" and "torch_compile_backend" in step.text
+    assert step.command is not None
+    assert step.command.endswith("--implementation torch_compile_backend=eager")
+    assert trainer_arguments("torch_compile_backend=aot_eager") == {
+        "torch_compile_backend": "aot_eager"
+    }
+    assert trainer_arguments("attn_implementation=eager") == {}  # the model's own code's
+
+
+@forked
+def test_the_compiled_trainer_passes_with_the_eager_backend_where_its_own_fails(
+    qwen2, monkeypatch, tmp_path
+) -> None:
+    """The emulated device's backend made to fail each graph (a test fault at
+    `backend:neuron`): trainer_compiled fails with the backend transformers picked, and the
+    alternative run with torch_compile_backend=eager (the same process here, to keep it cheap)
+    trains the captured step on the device and passes, so aot_eager (the switch's next value)
+    is not run; the next step says it is proven."""
+    from reports.next_steps import alternatives_of, next_step
+    from runners.alternatives import try_alternatives
+
+    monkeypatch.setenv(
+        faults.ENV, json.dumps([{"at": "backend:neuron", "match": "*", "fault": "raise"}])
+    )
+    monkeypatch.setenv(faults.STATE_ENV, str(tmp_path))
+    device = NeuronEmulatedDevice()
+    device.setup()
+    settings = ModelSettings(
+        device="neuron", stages=("load", "forward", "backward", "trainer_compiled")
+    )
+    default = run_model(qwen2, settings, device=device)
+    row = by_stage(default)["trainer_compiled"]
+    assert row.status == "fail" and "injected" in (row.error_message or ""), row.error_message
+    assert "torch_compile_backend=neuron" in (row.hf_settings or "")
+    ran: list[str] = []
+    tried = try_alternatives(
+        qwen2,
+        settings,
+        default,
+        run=lambda spec, s: run_model(spec, s, device=device),
+        on_try=ran.append,
+    )
+    assert ran == ["torch_compile_backend=eager"]
+    assert tried[0].passed, [(s.stage, s.status, s.error_message) for s in tried[0].stages]
+    compiled = by_stage(tried[0])["trainer_compiled"]
+    assert "torch_compile_backend=eager" in (compiled.hf_settings or "")
+    assert (compiled.trained_on or "").startswith("neuron: ")
+    assert compiled.max_abs_error is not None  # against the eager CPU trainer
+    rows = [{**s.row(), "implementation": a.implementation} for a in tried for s in a.stages]
+    step = next_step(
+        [s.row() for s in default.stages],
+        model="org/m",
+        device="neuron",
+        alternatives=alternatives_of(rows),
+    )
+    assert step.proven == "torch_compile_backend=eager"
+    assert step.text.startswith("passes with torch_compile_backend='eager'")

@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--implementation",
         metavar="SWITCH=VALUE",
         help="run with a switch of the model's own code, e.g. experts_implementation=batched_mm "
-        "or attn_implementation=eager (transformers' own; no alternatives are tried then)",
+        "or attn_implementation=eager (transformers' own), or of the hf_training stages' "
+        "TrainingArguments, e.g. torch_compile_backend=aot_eager (no alternatives are tried then)",
     )
     options.add_sizing_arguments(p)
 
@@ -287,18 +288,21 @@ def _check(
 
 
 def _known_switch(spec: Any, implementation: str) -> None:
-    """`--implementation SWITCH=VALUE` names a switch the model's class takes (exit 2 else)."""
+    """`--implementation SWITCH=VALUE` names a switch the model's class takes, or a
+    TrainingArguments switch of the hf_training stages (exit 2 else)."""
     from model_configs import build
     from reports.errors import UsageError
+    from runners.alternatives import training_switch
 
     takes = build.implementation_switches(spec)
     switch = implementation.partition("=")[0]
-    if switch not in takes:
+    if switch not in takes and training_switch(implementation) is None:
         raise UsageError(
             f"--implementation {implementation}: {spec.architecture} takes "
             + (", ".join(f"{k} (default {v})" for k, v in takes.items()) or "no such switch"),
             hint="experts_implementation: grouped_mm, batched_mm, eager; "
-            "attn_implementation: sdpa, eager",
+            "attn_implementation: sdpa, eager; torch_compile_backend (trainer_compiled): "
+            "a torch.compile backend, e.g. aot_eager",
         )
 
 
