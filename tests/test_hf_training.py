@@ -94,21 +94,44 @@ def test_a_trainer_that_trained_on_the_cpu_fails_with_its_own_signature(qwen2, m
     assert row.trained_on is not None and row.trained_on.startswith("cpu: ")
 
 
-def test_a_crash_inside_a_trainer_stage_is_that_stages_crash(qwen2, monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("fault", "status", "after", "limits"),
+    [
+        ("segfault", "crash", "not_run", {"timeout_s": 120}),
+        # a hang that started a process of its own first (the fault's `sleep` helper): the
+        # deadline kills both; 12 s leaves the stages before it three times what they need
+        ("spawn", "timeout", "not_run", {"timeout_s": 12}),
+        # the allocation refused at the budget is the stage's; the process lives on (the next
+        # stage, which does not build on trainer, would run: left out, it costs seconds)
+        ("alloc", "oom", None, {"timeout_s": 120, "memory_limit": 2 << 30}),
+    ],
+)
+def test_a_fault_inside_a_trainer_stage_is_that_stages_row(
+    qwen2, monkeypatch, tmp_path, fault, status, after, limits
+):
+    """A trainer stage that crashes, hangs or runs past its memory budget is one row with
+    that status, and nothing it started outlives the model's process."""
+    from tests.kill_support import wait_dead
+
+    state = tmp_path / "faults"
     monkeypatch.setenv(
-        faults.ENV, json.dumps([{"at": "stage:trainer", "match": "*", "fault": "segfault"}])
+        faults.ENV, json.dumps([{"at": "stage:trainer", "match": "*", "fault": fault}])
     )
-    monkeypatch.setenv(faults.STATE_ENV, str(tmp_path / "faults"))
-    stages = ("load", "forward", "backward", "trainer", "sft")
-    outcome = run_isolated(qwen2, ModelSettings(device="cpu", stages=stages, timeout_s=120))
-    status = {r.stage: r.status for r in outcome.stages}
-    assert status == {
+    monkeypatch.setenv(faults.STATE_ENV, str(state))
+    stages = ("load", "forward", "backward", "trainer", *(("sft",) if after else ()))
+    outcome = run_isolated(qwen2, ModelSettings(device="cpu", stages=stages, **limits))
+    got = {r.stage: r.status for r in outcome.stages}
+    assert got == {
         "load": "pass",
         "forward": "pass",
         "backward": "pass",
-        "trainer": "crash",
-        "sft": "not_run",
-    }
+        "trainer": status,
+        **({"sft": after} if after else {}),
+    }, [(r.stage, r.status, r.error_message) for r in outcome.stages]
+    fired = faults.fired(str(state))
+    helpers = [int(p.name.split("-")[1]) for p in state.glob("spawned-*")]
+    assert fired and (helpers or fault != "spawn")
+    assert all(wait_dead(pid) for pid in [*fired, *helpers])
 
 
 def test_what_moving_to_a_device_undoes_is_named_as_the_librarys():
