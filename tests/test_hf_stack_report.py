@@ -151,9 +151,13 @@ def test_the_dashboard_card_and_the_model_page_table(root):
     assert "(trainer / sft / accelerate_ddp)" in card and "83.3% / 55.6% / 16.7%" in card
     assert "neuron (emulated)" in card and "on the emulated device" in card
     # the blockers by downloads, each placed: a library's file and function, an op (linked)
-    assert card.index(FRAME) < card.index("aten::foo") < card.index("(TrainedElsewhere)")
-    assert "in accelerate&#39;s device path: accelerate/accelerator.py, prepare_model()" in card
-    assert '<a href="/ops/aten%3A%3Afoo?run=rh">aten::foo</a>: in the device: the op' in card
+    assert card.index("prepare_model") < card.index("aten::foo") < card.index("TrainedElsewhere")
+    assert (
+        "in accelerate's device path: <code>accelerate/accelerator.py</code>, "
+        "<code>prepare_model()</code> (accelerate_ddp; 83.3% of downloads)" in card
+    )
+    assert 'in the device: the op <a href="/ops/aten%3A%3Afoo?run=rh">aten::foo</a> (sft;' in card
+    assert "(TrainedElsewhere) (neither the device nor a library frame) (trainer;" in card
     page = client.get(model_url("org/b", "rh")).text
     table = page.split('<table id="hf-training">')[1].split("</table>")[0]
     assert "neuron: 27 parameters, 54 optimizer state tensors" in table
