@@ -190,6 +190,9 @@ def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
     ]
     trainer = [*COMPILED_FAILED[:3], {**COMPILED_FAILED[3], "stage": "trainer"}]
     assert not any(c.startswith("torch_compile_backend") for c in candidates(qwen2, trainer, "all"))
+    # a compiled step whose losses differ from the eager CPU trainer's asks the same question
+    accuracy = [*COMPILED_FAILED[:3], {**COMPILED_FAILED[3], "status": "fail_accuracy"}]
+    assert worth_trying(accuracy, "auto") == ["torch_compile_backend"]
     step = next_step(COMPILED_FAILED, model="org/m", device="neuron")
     assert step.failure == "trainer_compile_backend" and "torch_compile_backend" in step.text
     assert step.command is not None
