@@ -173,11 +173,15 @@ class RunSession:
         self._on_written: Callable[[], None] | None = None
 
     def __enter__(self) -> RunSession:
+        self.run_id = check_run_id(self.job.run_id) if self.job.run_id else new_run_id()
         if self.check_device:
             from runners.devices.preflight import check_device
             from runners.supervisor import fresh_interpreter
 
             name, options = self.device.name, self.device.options()
+            # the first line a run prints, before the check's seconds of imports in a fresh
+            # interpreter (a minute on a loaded machine)
+            _stderr(f"[{self.sweep.noun} {self.run_id}] checking the device {name} ...")
             if (
                 self.warm is not None
                 and self.job.executor == "local"
@@ -186,7 +190,6 @@ class RunSession:
                 self.warm()  # as the first task would: the check then forks from it
             check_device(name, options)  # DeviceCheckError
         self.store = Store(self.job.store)
-        self.run_id = check_run_id(self.job.run_id) if self.job.run_id else new_run_id()
         self.opened = self._stack.enter_context(
             locked_run(
                 self.store,
