@@ -1,19 +1,20 @@
 """A failing model run again with the documented switches of its own code, so that a next step
 can say "passes with experts_implementation='batched_mm'" because it was run.
 
-The switches are data (`runners/data/implementation_switches.json`, a reason each). A switch of
-the model's own code: which ones a model takes, and its default value, is its library adapter's
-answer (`model_configs.build.implementation_switches`: transformers' `experts_implementation`
-and `attn_implementation`). A switch of `TrainingArguments` (`torch_compile_backend`): a field
-of the arguments the hf_training stages give the Trainer, taken where one of the stages it
-changes failed, its default the value that stage's row recorded (`hf_settings`); the stage
-passes it to `TrainingArguments` on the device's side (`trainer_arguments`), the model's code
-is left as it is. Which failures make a switch worth a run is the next-step table's
-(`reports/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
-first failure is of a class naming the switch, with `all` any model that fails after loading,
-with `none` never; a failure no switch can change (a collective the device's process group
-refuses: the class says `switches_change_nothing`) is never run again. Each value is its own run, in its own process with the task's limits, of
-every stage the task asked for; a switch's later values are not tried once one passes.
+The switches are data (`runners/data/implementation_switches.json`, a reason each, read by
+`runners/switches.py`). A switch of the model's own code: which ones a model takes, and its
+default value, is its library adapter's answer (`model_configs.build.implementation_switches`:
+transformers' `experts_implementation` and `attn_implementation`). A switch of
+`TrainingArguments` (`torch_compile_backend`): a field of the arguments the hf_training stages
+give the Trainer, taken where one of the stages it changes failed, its default the value that
+stage's row recorded (`hf_settings`); the stage passes it to `TrainingArguments` on the device's
+side (`runners.switches.trainer_arguments`), the model's code is left as it is. Which failures
+make a switch worth a run is the next-step table's (`reports/next_steps.py`, its `try`): with
+`--alternatives auto` (the default) a model whose first failure is of a class naming the switch,
+with `all` any model that fails after loading, with `none` never; a failure no switch can change
+(a collective the device's process group refuses: the class says `switches_change_nothing`) is
+never run again. Each value is its own run, in its own process with the task's limits, of every
+stage the task asked for; a switch's later values are not tried once one passes.
 
 A model that passes, is skipped, or fails to load costs nothing more; the default run's rows are
 unchanged (the headline and the funnel count those), each alternative's are its own
@@ -22,11 +23,8 @@ unchanged (the headline and the funnel count those), each alternative's are its 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import cache
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from model_configs.spec import TinySpec
@@ -34,56 +32,11 @@ from reports.next_steps import classify, deciding_row
 from reports.schema import Stage, Status
 from runners.outcome import AlternativeRun, ModelOutcome
 from runners.settings import ModelSettings
+from runners.switches import TRAINING_ARGUMENTS, Switch, switches
 
-SWITCHES_FILE = Path(__file__).resolve().parent / "data" / "implementation_switches.json"
 # a failure another implementation may change: not a timeout, a crash or an oom (each costs a
 # whole limit again, and says nothing of which code ran), and not a failure to load
 _RETRIED = {Status.FAIL.value, Status.FAIL_ACCURACY.value}
-
-
-# a switch of the arguments the hf_training stages give transformers' Trainer
-TRAINING_ARGUMENTS = "TrainingArguments"
-
-
-@dataclass(frozen=True)
-class Switch:
-    name: str
-    values: tuple[str, ...]
-    reason: str
-    of: str = "model"  # "model": the model's own code; TRAINING_ARGUMENTS: the Trainer's
-    stages: tuple[str, ...] = ()  # a TrainingArguments switch: the stages it changes
-
-
-@cache
-def switches() -> tuple[Switch, ...]:
-    """The switches, in the order tried."""
-    data = json.loads(SWITCHES_FILE.read_text(encoding="utf-8"))
-    return tuple(
-        Switch(
-            s["switch"],
-            tuple(s["values"]),
-            s["reason"],
-            of=s.get("of", "model"),
-            stages=tuple(s.get("stages", ())),
-        )
-        for s in data["switches"]
-    )
-
-
-def training_switch(implementation: str | None) -> Switch | None:
-    """The TrainingArguments switch `implementation` (`SWITCH=VALUE`) names, or None (none
-    given, or a switch of the model's own code)."""
-    name = (implementation or "").partition("=")[0]
-    return next((s for s in switches() if s.name == name and s.of == TRAINING_ARGUMENTS), None)
-
-
-def trainer_arguments(implementation: str | None) -> dict[str, Any]:
-    """The `TrainingArguments` fields a run's switch sets (`{}` where it sets none)."""
-    if training_switch(implementation) is None:
-        return {}
-    assert implementation is not None
-    name, _, value = implementation.partition("=")
-    return {name: value}
 
 
 def _recorded(rows: Sequence[dict[str, Any]], switch: Switch) -> str | None:

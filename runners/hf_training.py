@@ -240,7 +240,7 @@ def switched_arguments(ctx: StageContext, stage: Stage) -> dict[str, Any]:
     """The `TrainingArguments` fields the run's switch sets for `stage` (`--implementation
     torch_compile_backend=aot_eager`, an alternative), recorded in `hf_settings`; `{}` where
     it sets none or changes another stage."""
-    from runners.alternatives import trainer_arguments, training_switch
+    from runners.switches import trainer_arguments, training_switch
 
     switch = training_switch(ctx.settings.implementation)
     if switch is None or stage.value not in switch.stages:

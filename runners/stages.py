@@ -158,7 +158,7 @@ def load_on_host(ctx: StageContext) -> Any:
         loaded = build.save_and_load(ctx.spec, built, Path(tmp))
     del built
     if ctx.settings.implementation:  # a switch run as an alternative
-        from runners.alternatives import training_switch
+        from runners.switches import training_switch
 
         if training_switch(ctx.settings.implementation) is None:  # the model's own code's
             build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)

@@ -181,7 +181,8 @@ def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
     `--alternatives auto` runs its values other than the one the stage used; a failure of a
     stage the switch does not change runs none of it (cheap: no model runs)."""
     from reports.next_steps import next_step
-    from runners.alternatives import candidates, trainer_arguments, worth_trying
+    from runners.alternatives import candidates, worth_trying
+    from runners.switches import trainer_arguments
 
     assert worth_trying(COMPILED_FAILED, "auto") == ["torch_compile_backend"]
     assert candidates(qwen2, COMPILED_FAILED, "auto") == [

@@ -292,7 +292,7 @@ def _known_switch(spec: Any, implementation: str) -> None:
     TrainingArguments switch of the hf_training stages (exit 2 else)."""
     from model_configs import build
     from reports.errors import UsageError
-    from runners.alternatives import training_switch
+    from runners.switches import training_switch
 
     takes = build.implementation_switches(spec)
     switch = implementation.partition("=")[0]
