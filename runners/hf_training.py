@@ -248,6 +248,15 @@ def switched_arguments(ctx: StageContext, stage: Stage) -> dict[str, Any]:
     return trainer_arguments(ctx.settings.implementation)
 
 
+def quiet(trainer: Any) -> None:
+    """The trainer without its `PrinterCallback`: with `disable_tqdm` transformers prints each
+    log (the loss of every step) to stdout, which is the command's (`check --format json`
+    writes its answer there). The logs stay in `trainer.state.log_history`."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+
 def _settings(ctx: StageContext, **more: Any) -> None:
     """Add `key=value` entries to the row's `hf_settings` (each once)."""
     have = [e for e in (ctx.extra.get("hf_settings") or "").split("; ") if e]
@@ -329,6 +338,7 @@ class TrainerStage(_HfStage):
             compute_loss_func=self.loss_function(ctx, model),
             callbacks=[self.callback(ctx)] if not cpu and self.compiled else None,
         )
+        quiet(trainer)
         if not cpu and self.compiled:
             _settings(ctx, torch_compile_backend=args.torch_compile_backend)
         watch = self.watch(ctx) if not cpu else contextlib.nullcontext()
@@ -515,6 +525,7 @@ class SftStage(_HfStage):
             processing_class=tokenizer,
             peft_config=LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0),
         )
+        quiet(trainer)
         trainer.train()
         if not cpu:
             ctx.device.synchronize()

@@ -5,7 +5,9 @@ that trained on the CPU is a fail of its own; a crash inside one is that stage's
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import sys
 
@@ -56,11 +58,16 @@ def test_trainer_and_sft_train_on_the_emulated_device_as_on_the_cpu(qwen2) -> No
     assert PACKAGE not in sys.modules  # the default path never shows the stand-in
     device = NeuronEmulatedDevice()
     device.setup()
-    outcome = run_model(
-        qwen2,
-        ModelSettings(device="neuron", stages=("load", "forward", "backward", "trainer", "sft")),
-        device=device,
-    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        outcome = run_model(
+            qwen2,
+            ModelSettings(
+                device="neuron", stages=("load", "forward", "backward", "trainer", "sft")
+            ),
+            device=device,
+        )
+    assert "'loss'" not in printed.getvalue()  # stdout is the command's answer's
     rows = by_stage(outcome)
     for stage in ("trainer", "sft"):
         row = rows[stage]
