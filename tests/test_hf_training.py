@@ -209,6 +209,13 @@ def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
         "torch_compile_backend": "aot_eager"
     }
     assert trainer_arguments("attn_implementation=eager") == {}  # the model's own code's
+    # check refuses the switch where no stage it changes runs (exit 2, a usage error)
+    from reports.errors import UsageError
+    from sweep.commands.check import _known_switch
+
+    _known_switch(qwen2, "torch_compile_backend=eager", ["load", "trainer_compiled"])
+    with pytest.raises(UsageError, match="changes trainer_compiled only"):
+        _known_switch(qwen2, "torch_compile_backend=eager", ["load", "trainer"])
 
 
 @forked
