@@ -33,6 +33,11 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
          a warm group (the second of two models waits in its load stage, after the first
          model's ddp passed on a group whose ranks the bench sees alive), resumed to the end
          (not in `--fast`: tests/test_distributed_stages.py holds each)
+  trainer  one sweep (embedded Ray, 2 CPUs) of load, forward, backward and `trainer`
+         (transformers' Trainer, on the CPU): `--trials` models per fault inside the trainer
+         stage (a segfault: `crash`; a hang after starting a process: `timeout`, both gone;
+         past its memory budget: `oom`), beside as many healthy models (not in `--fast`:
+         tests/test_hf_training.py holds each)
 Per fault type it prints: trials, faults survived (the right rows, or a retry that leaves no
 row and then the right rows), rows lost, rows duplicated, processes left behind (model
 children, what they started, Ray processes of a killed driver), and environment errors
@@ -1128,10 +1133,95 @@ def _driver_killed_while_warm(line: Line, work: Path, extra: list[str]) -> None:
         print(final.stderr[-2000:], file=sys.stderr)
 
 
+# ---- the hf_training stages ----------------------------------------------------------------
+
+TRAINER_STAGES = ["load", "forward", "backward", "trainer"]
+# label, rule, the status of the trainer row (its stages before it pass, each once)
+TRAINER_FAULTS: list[tuple[str, dict[str, Any], str]] = [
+    ("trainer: segfault inside the stage", {"at": "stage:trainer", "fault": "segfault"}, "crash"),
+    # a hang after starting a process of its own: both gone at the deadline
+    ("trainer: hang, a process started", {"at": "stage:trainer", "fault": "spawn"}, "timeout"),
+    ("trainer: past its memory budget", {"at": "stage:trainer", "fault": "alloc"}, "oom"),
+]
+
+
+def section_trainer(trials: int, work: Path) -> list[Line]:
+    """One sweep (embedded Ray, 2 CPUs) of load, forward, backward and transformers' Trainer
+    (`trainer`, on the CPU: the containment does not depend on the device), `trials` models per
+    fault inside the trainer stage, beside as many healthy models: one row per (model, stage),
+    the trainer's with the fault's status, and nothing a model's process started left."""
+    n_faulty = trials * len(TRAINER_FAULTS)
+    catalog, ids = write_trial_catalog(work / "trainer", n_faulty + trials, "tt")
+    hashes = shrunk_hashes(catalog)
+    order = list(range(len(ids)))
+    random.Random(2).shuffle(order)
+    plan: dict[str, int] = {}
+    rules: list[dict[str, Any]] = []
+    for slot, i in enumerate(order[:n_faulty]):
+        kind = slot % len(TRAINER_FAULTS)
+        plan[ids[i]] = kind
+        rules.append({**TRAINER_FAULTS[kind][1], "match": hashes[ids[i]]})
+    state, store, mark = work / "trainer-state", work / "trainer-store", uuid.uuid4().hex
+    env = bench_env(mark, rules, state)
+    extra = ["--stages", ",".join(TRAINER_STAGES), "--num-cpus", "2", "--timeout", TIMEOUT]
+    extra += ["--memory-limit", "2", "--retries", "2"]  # the Trainer's libraries need > 1 GiB
+    start = time.monotonic()
+    proc = hfsweep_run(catalog, store, "trainer", *extra, env=env, timeout=3600)
+    seconds = time.monotonic() - start
+    orphans_after = left_behind(mark)
+    rows = read_rows(store, "trainer")
+    counts = pair_counts(rows)
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_model.setdefault(r["model_id"], {})[r["stage"]] = r
+    spawned = [int(p.name.split("-")[1]) for p in state.glob("spawned-*")]
+    fired = faults.fired(str(state)) if state.is_dir() else []
+    lines = [Line(label) for label, *_ in TRAINER_FAULTS]
+    healthy = Line("trainer: (healthy models beside them)")
+    for model in ids:
+        kind = plan.get(model)
+        line = healthy if kind is None else lines[kind]
+        last = "pass" if kind is None else TRAINER_FAULTS[kind][2]
+        expected = {**{s: ("pass", 1) for s in TRAINER_STAGES[:-1]}, "trainer": (last, 1)}
+        line.trials += 1
+        got = by_model.get(model, {})
+        lost = sum(1 for s in TRAINER_STAGES if counts[(model, s)] == 0)
+        dup = sum(counts[(model, s)] - 1 for s in TRAINER_STAGES if counts[(model, s)] > 1)
+        ok_rows = all(
+            s in got and (got[s]["status"], got[s]["attempt"]) == expected[s]
+            for s in TRAINER_STAGES
+        )
+        mislabelled = sum(
+            1
+            for s in TRAINER_STAGES
+            if s in got and got[s]["status"] != "pass" and got[s]["status"] != expected[s][0]
+        )
+        line.lost += lost
+        line.duplicated += dup
+        line.mislabelled += mislabelled
+        survived = ok_rows and not lost and not dup
+        line.survived += int(survived)
+        if not survived:
+            seen = {
+                s: (r["status"], r["attempt"], r["error_type"], (r["error_message"] or "")[:300])
+                for s, r in got.items()
+            }
+            print(f"{line.fault}: {model} expected {expected}, got {seen}", file=sys.stderr)
+    whole = Line("trainer: (the sweep: driver exit, processes left)")
+    whole.trials = 1
+    # the models' processes and what the hang started, besides what carries the bench's mark
+    whole.orphans = len(orphans_after) + len(wait_all_dead([*fired, *spawned], 2.0))
+    whole.survived = int(proc.returncode == 0 and not whole.orphans and bool(spawned))
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    print(f"trainer section: {len(ids)} models in {seconds:.0f} s", file=sys.stderr)
+    return [*lines, healthy, whole]
+
+
 # ---- main --------------------------------------------------------------------------------
 
 
-ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill,group"
+ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill,group,trainer"
 FAST_SECTIONS = "model,node,env,kill,ops"
 # `--fast`'s kill section: its 2 kills need a run that is under way, not a long one (the last
 # model holds it open); each model more is a second of CPU in CI
@@ -1162,6 +1252,8 @@ def run(
             lines += section_ops_kill(kills, work, seed)
         elif name == "group":
             lines += section_group(trials, work)
+        elif name == "trainer":
+            lines += section_trainer(trials, work)
         else:
             raise SystemExit(f"unknown section {name!r}")
         print(f"[{name}: {time.monotonic() - start:.0f} s]", file=sys.stderr)

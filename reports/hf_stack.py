@@ -86,8 +86,28 @@ def blockers(q: StoreQuery, run_id: str, dtype: str | None = None) -> list[dict[
         r["downloads"] = sum(downloads.get(m, 0) for m in blocked)
         r["downloads_share"] = share(r["downloads"], total)
         r["top_models"] = sorted(blocked, key=lambda m: (-downloads.get(m, 0), m))[:3]
+        r.update(placed(r["blocker"], r["kind"]))
     rows.sort(key=lambda r: (-r["downloads"], -r["models"], r["blocker"]))
     return rows
+
+
+def placed(blocker: str, kind: str) -> dict[str, Any]:
+    """Where a blocker is, in words and parts: in the device, an op or a collective (`c10d::`:
+    the process group's); in a library's device path, the library, its file and function (a
+    library frame is `library/path.py:function`); else neither."""
+    if kind == "device":
+        what = "collective" if blocker.startswith("c10d::") else "op"
+        return {"where": f"in the device: the {what} {blocker}", "op": blocker,
+                "library": None, "file": None, "function": None}  # fmt: skip
+    if kind == "library":
+        file, _, function = blocker.rpartition(":")
+        library = file.split("/", 1)[0]
+        return {
+            "where": f"in {library}'s device path: {file}, {function}()",
+            "op": None, "library": library, "file": file, "function": function,
+        }  # fmt: skip
+    return {"where": f"neither the device nor a library frame: {blocker.strip('()')}",
+            "op": None, "library": None, "file": None, "function": None}  # fmt: skip
 
 
 def model_hf_stack(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,15 +1,20 @@
 """A failing model run again with the documented switches of its own code, so that a next step
 can say "passes with experts_implementation='batched_mm'" because it was run.
 
-The switches are data (`runners/data/implementation_switches.json`, a reason each): which ones
-a model takes, and its default value, is its library adapter's answer
-(`model_configs.build.implementation_switches`: transformers' `experts_implementation` and
-`attn_implementation`). Which failures make a switch worth a run is the next-step table's
-(`reports/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
-first failure is of a class naming the switch, with `all` any model that fails after loading,
-with `none` never; a failure no switch can change (a collective the device's process group
-refuses: the class says `switches_change_nothing`) is never run again. Each value is its own run, in its own process with the task's limits, of
-every stage the task asked for; a switch's later values are not tried once one passes.
+The switches are data (`runners/data/implementation_switches.json`, a reason each, read by
+`runners/switches.py`). A switch of the model's own code: which ones a model takes, and its
+default value, is its library adapter's answer (`model_configs.build.implementation_switches`:
+transformers' `experts_implementation` and `attn_implementation`). A switch of
+`TrainingArguments` (`torch_compile_backend`): a field of the arguments the hf_training stages
+give the Trainer, taken where one of the stages it changes failed, its default the value that
+stage's row recorded (`hf_settings`); the stage passes it to `TrainingArguments` on the device's
+side (`runners.switches.trainer_arguments`), the model's code is left as it is. Which failures
+make a switch worth a run is the next-step table's (`reports/next_steps.py`, its `try`): with
+`--alternatives auto` (the default) a model whose first failure is of a class naming the switch,
+with `all` any model that fails after loading, with `none` never; a failure no switch can change
+(a collective the device's process group refuses: the class says `switches_change_nothing`) is
+never run again. Each value is its own run, in its own process with the task's limits, of every
+stage the task asked for; a switch's later values are not tried once one passes.
 
 A model that passes, is skipped, or fails to load costs nothing more; the default run's rows are
 unchanged (the headline and the funnel count those), each alternative's are its own
@@ -18,11 +23,8 @@ unchanged (the headline and the funnel count those), each alternative's are its 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import cache
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from model_configs.spec import TinySpec
@@ -30,25 +32,21 @@ from reports.next_steps import classify, deciding_row
 from reports.schema import Stage, Status
 from runners.outcome import AlternativeRun, ModelOutcome
 from runners.settings import ModelSettings
+from runners.switches import TRAINING_ARGUMENTS, Switch, switches
 
-SWITCHES_FILE = Path(__file__).resolve().parent / "data" / "implementation_switches.json"
 # a failure another implementation may change: not a timeout, a crash or an oom (each costs a
 # whole limit again, and says nothing of which code ran), and not a failure to load
 _RETRIED = {Status.FAIL.value, Status.FAIL_ACCURACY.value}
 
 
-@dataclass(frozen=True)
-class Switch:
-    name: str
-    values: tuple[str, ...]
-    reason: str
-
-
-@cache
-def switches() -> tuple[Switch, ...]:
-    """The switches, in the order tried."""
-    data = json.loads(SWITCHES_FILE.read_text(encoding="utf-8"))
-    return tuple(Switch(s["switch"], tuple(s["values"]), s["reason"]) for s in data["switches"])
+def _recorded(rows: Sequence[dict[str, Any]], switch: Switch) -> str | None:
+    """What the failing stage's row says the trainer used for `switch` (its `hf_settings`)."""
+    for row in rows:
+        for entry in (row.get("hf_settings") or "").split("; "):
+            key, _, value = entry.partition("=")
+            if key == switch.name and row.get("stage") in switch.stages:
+                return value
+    return None
 
 
 def worth_trying(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
@@ -71,16 +69,24 @@ def worth_trying(rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
 
 def candidates(spec: TinySpec, rows: Sequence[dict[str, Any]], mode: str) -> list[str]:
     """`switch=value` runs to try, in order: the switches worth trying that the model's class
-    takes, each with its values other than the class's default."""
+    takes, each with its values other than the class's default, and the TrainingArguments
+    switches of a failed stage, each with its values other than the one the stage used."""
     names = worth_trying(rows, mode)
     if not names:
         return []
     from model_configs import build
 
     supported = build.implementation_switches(spec)
+    failed = {r.get("stage") for r in rows if r.get("status") in _RETRIED}
     out = []
     for switch in switches():
-        if switch.name in names and switch.name in supported:
+        if switch.name not in names:
+            continue
+        if switch.of == TRAINING_ARGUMENTS:  # taken where a stage it changes failed
+            if failed & set(switch.stages):
+                default = _recorded(rows, switch)
+                out += [f"{switch.name}={v}" for v in switch.values if v != default]
+        elif switch.name in supported:
             out += [f"{switch.name}={v}" for v in switch.values if v != supported[switch.name]]
     return out
 

@@ -12,8 +12,10 @@ Set `HFSWEEP_TEST_FAULTS` to a JSON list of rules; unset (always, outside tests 
   emulated device's process group starts collective `<name>`, e.g. `allreduce`, once its
   rank says it waits in it), `deadline` (a group's launcher, as it gives its ranks the stage's
   deadline: fault `after:<rule>` holds every rank's deadline back until rule `<rule>` has
-  fired, so that a test orders "rank 0 waits in its collective" before any deadline), `sample`
-  (an op-sweep child, as a sample's op runs on the device), or in the driver's Ray executor `submit` (fault
+  fired, so that a test orders "rank 0 waits in its collective" before any deadline),
+  `backend:neuron` (the emulated neuron device's Dynamo backend, as it is handed a graph to
+  compile: a backend that fails where another would not), `sample` (an op-sweep child, as a
+  sample's op runs on the device), or in the driver's Ray executor `submit` (fault
   `runtime_env`: the task is submitted with a runtime env that cannot be set up) and `get`
   (fault `lose_object`: fetching the task's result raises Ray's ObjectLostError, as when the
   node holding it is gone; Ray has no call that frees one object to do it for real).

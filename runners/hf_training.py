@@ -236,6 +236,27 @@ def compare_with_cpu(ctx: StageContext, run: _TrainerRun, cpu: _TrainerRun) -> N
     check_close("parameters after the trainer's steps", expected, actual, ctx)
 
 
+def switched_arguments(ctx: StageContext, stage: Stage) -> dict[str, Any]:
+    """The `TrainingArguments` fields the run's switch sets for `stage` (`--implementation
+    torch_compile_backend=aot_eager`, an alternative), recorded in `hf_settings`; `{}` where
+    it sets none or changes another stage."""
+    from runners.switches import trainer_arguments, training_switch
+
+    switch = training_switch(ctx.settings.implementation)
+    if switch is None or stage.value not in switch.stages:
+        return {}
+    return trainer_arguments(ctx.settings.implementation)
+
+
+def quiet(trainer: Any) -> None:
+    """The trainer without its `PrinterCallback`: with `disable_tqdm` transformers prints each
+    log (the loss of every step) to stdout, which is the command's (`check --format json`
+    writes its answer there). The logs stay in `trainer.state.log_history`."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+
 def _settings(ctx: StageContext, **more: Any) -> None:
     """Add `key=value` entries to the row's `hf_settings` (each once)."""
     have = [e for e in (ctx.extra.get("hf_settings") or "").split("; ") if e]
@@ -305,6 +326,8 @@ class TrainerStage(_HfStage):
         dataset, collate = step_batches(ctx, self.steps)
         # the CPU reference is the eager trainer: a compiled step must compute what it computes
         more = {"torch_compile": True} if self.compiled and not cpu else {}
+        if not cpu:  # a TrainingArguments switch run as an alternative: the device's side
+            more.update(switched_arguments(ctx, self.name))
         reset_accelerate_state()
         args = self.arguments(ctx, out, cpu=cpu, **more)
         trainer = Trainer(
@@ -315,6 +338,7 @@ class TrainerStage(_HfStage):
             compute_loss_func=self.loss_function(ctx, model),
             callbacks=[self.callback(ctx)] if not cpu and self.compiled else None,
         )
+        quiet(trainer)
         if not cpu and self.compiled:
             _settings(ctx, torch_compile_backend=args.torch_compile_backend)
         watch = self.watch(ctx) if not cpu else contextlib.nullcontext()
@@ -501,6 +525,7 @@ class SftStage(_HfStage):
             processing_class=tokenizer,
             peft_config=LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0),
         )
+        quiet(trainer)
         trainer.train()
         if not cpu:
             ctx.device.synchronize()

@@ -157,8 +157,11 @@ def load_on_host(ctx: StageContext) -> Any:
     with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
         loaded = build.save_and_load(ctx.spec, built, Path(tmp))
     del built
-    if ctx.settings.implementation:  # a switch of the model's own code (an alternative)
-        build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)
+    if ctx.settings.implementation:  # a switch run as an alternative
+        from runners.switches import training_switch
+
+        if training_switch(ctx.settings.implementation) is None:  # the model's own code's
+            build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)
     return build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
 
 

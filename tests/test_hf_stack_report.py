@@ -37,7 +37,14 @@ def _row(model: str, downloads: int, stage: str, status: str, **extra: Any) -> d
 
 
 ACC_FAIL = ("fail", {"library_frame": FRAME, "error_type": "DeviceMismatch", "error_message": "x"})
-OP_FAIL = ("fail", {"failing_op": "aten::foo", "error_type": "RuntimeError", "error_message": "y"})
+OP_FAIL = (
+    "fail",
+    {
+        "failing_op": "aten::foo",
+        "error_type": "RuntimeError",
+        "error_message": "<script>y</script>",
+    },
+)
 CPU = (
     "fail",
     {
@@ -46,7 +53,14 @@ CPU = (
         "trained_on": "cpu: 27 parameters, 54 optimizer state tensors",
     },
 )
-PASS = ("pass", {"trained_on": "neuron: 27 parameters, 54 optimizer state tensors"})
+PASS = (
+    "pass",
+    {
+        "trained_on": "neuron: 27 parameters, 54 optimizer state tensors",
+        "hf_settings": "dataloader_pin_memory=False (the device cannot pin host memory)",
+        "max_abs_error": 3.2e-7,
+    },
+)
 NA = ("skip", {"reason": "not_applicable", "error_message": "not a causal LM"})
 
 
@@ -123,3 +137,32 @@ def test_the_report_text_and_lookup_show_it(report, root):
     assert "Hugging Face training stack:" in page
     assert f"stopped in {FRAME} (a library's device path)" in page
     assert "trained on neuron: 27 parameters, 54 optimizer state tensors" in page
+
+
+def test_the_dashboard_card_and_the_model_page_table(root):
+    from fastapi.testclient import TestClient
+
+    from dashboard.app import create_app, model_url
+
+    client = TestClient(create_app(str(root), refresh_s=0, warm=False))
+    overview = client.get("/", params={"run": "rh"}).text
+    card = overview.split('id="hf-stack-card"')[1].split("</ol>")[0]
+    # the share of downloads passing each stage that ran (1500, 1000 and 300 of 1800)
+    assert "(trainer / sft / accelerate_ddp)" in card and "83.3% / 55.6% / 16.7%" in card
+    assert "neuron (emulated)" in card and "on the emulated device" in card
+    # the blockers by downloads, each placed: a library's file and function, an op (linked)
+    assert card.index("prepare_model") < card.index("aten::foo") < card.index("TrainedElsewhere")
+    assert (
+        "in accelerate's device path: <code>accelerate/accelerator.py</code>, "
+        "<code>prepare_model()</code> (accelerate_ddp; 83.3% of downloads)" in card
+    )
+    assert 'in the device: the op <a href="/ops/aten%3A%3Afoo?run=rh">aten::foo</a> (sft;' in card
+    assert "(TrainedElsewhere) (neither the device nor a library frame) (trainer;" in card
+    page = client.get(model_url("org/b", "rh")).text
+    table = page.split('<table id="hf-training">')[1].split("</table>")[0]
+    assert "neuron: 27 parameters, 54 optimizer state tensors" in table
+    assert "dataloader_pin_memory=False (the device cannot pin host memory)" in table
+    assert "max abs error 3.2e-07 (both sides in fp32)" in table
+    assert 'the device: <a href="/ops/aten%3A%3Afoo?run=rh">aten::foo</a>' in table
+    assert "accelerate's device path: <code>accelerate/accelerator.py</code>" in table
+    assert "&lt;script&gt;y&lt;/script&gt;" in table and "<script>y" not in page

@@ -9,6 +9,7 @@ import pytest
 from reports import next_steps
 from reports.next_steps import Alternative, classes, classify, next_step, routed_rows_note
 from reports.schema import SkipReason, Status
+from runners.alternatives import switches
 
 STAGES = ["load", "forward", "backward", "compile", "generate"]
 
@@ -51,7 +52,7 @@ def test_the_table_has_one_line_a_reason_and_a_unique_key_per_class() -> None:
     for c in table:
         assert c.step and "\n" not in c.step and len(c.step) <= 220, c.failure
         assert c.reason and c.title, c.failure
-        assert set(c.try_switches) <= {"experts_implementation", "attn_implementation"}
+        assert set(c.try_switches) <= {s.name for s in switches()}
     # every skip reason that stops a model (not not_applicable, not a tp stage's missing plan:
     # `NOT_A_STOP`), and every failed status, has a class of its own
     matched = {r for c in table for r in c.match.get("reason", [])}

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--implementation",
         metavar="SWITCH=VALUE",
         help="run with a switch of the model's own code, e.g. experts_implementation=batched_mm "
-        "or attn_implementation=eager (transformers' own; no alternatives are tried then)",
+        "or attn_implementation=eager (transformers' own), or of the hf_training stages' "
+        "TrainingArguments, e.g. torch_compile_backend=aot_eager (no alternatives are tried then)",
     )
     options.add_sizing_arguments(p)
 
@@ -255,7 +256,7 @@ def _check(
     progress.phase(f"loading the model libraries, resolving and shrinking {args.model}")
     planned = _plan(args, stages)
     if task.implementation and planned.spec is not None:
-        _known_switch(planned.spec, task.implementation)
+        _known_switch(planned.spec, task.implementation, [s.value for s in stages])
     out: dict[str, tuple[list, list, Any]] = {}
     for dtype in dtypes:
         at = replace(task, dtype=dtype)
@@ -285,19 +286,29 @@ def _check(
     return planned, device, out
 
 
-def _known_switch(spec: Any, implementation: str) -> None:
-    """`--implementation SWITCH=VALUE` names a switch the model's class takes (exit 2 else)."""
+def _known_switch(spec: Any, implementation: str, stages: list[str]) -> None:
+    """`--implementation SWITCH=VALUE` names a switch the model's class takes, or a
+    TrainingArguments switch of an hf_training stage among `stages` (exit 2 else)."""
     from model_configs import build
     from reports.errors import UsageError
+    from runners.switches import training_switch
 
     takes = build.implementation_switches(spec)
     switch = implementation.partition("=")[0]
-    if switch not in takes:
+    trainer = training_switch(implementation)
+    if trainer is not None and not set(trainer.stages) & set(stages):
+        raise UsageError(
+            f"--implementation {implementation}: {switch} changes "
+            f"{', '.join(trainer.stages)} only, which --stages does not ask for",
+            hint=f"add it: --stages load,forward,backward,{trainer.stages[0]}",
+        )
+    if switch not in takes and trainer is None:
         raise UsageError(
             f"--implementation {implementation}: {spec.architecture} takes "
             + (", ".join(f"{k} (default {v})" for k, v in takes.items()) or "no such switch"),
             hint="experts_implementation: grouped_mm, batched_mm, eager; "
-            "attn_implementation: sdpa, eager",
+            "attn_implementation: sdpa, eager; torch_compile_backend (trainer_compiled): "
+            "a torch.compile backend, e.g. eager",
         )
 
 

@@ -201,7 +201,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         choices=ALTERNATIVES_MODES,
         default="auto",
         help="a model that fails is run again with switches of its own code (transformers' "
-        "experts_implementation, attn_implementation), each as rows of its own: auto (the "
+        "experts_implementation, attn_implementation) or of its Trainer's arguments "
+        "(torch_compile_backend, for trainer_compiled), each as rows of its own: auto (the "
         "default) those its failure's class names (docs/next-steps.md), all, none",
     )
 
