@@ -18,11 +18,7 @@ from typing import Any
 
 import duckdb
 
-from reports.coverage import device_label, share
-from reports.models import reproduce_command
-from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
-from reports.query import Scan, StoreQuery, same_dtype
-from reports.schema import (
+from ground.schema import (
     OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
     OP_SKIP_PYTORCH,
@@ -30,6 +26,10 @@ from reports.schema import (
     OpSkipReason,
     OpStatus,
 )
+from reports.coverage import device_label, share
+from reports.models import reproduce_command
+from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
+from reports.query import Scan, StoreQuery, same_dtype
 from reports.store import Store
 
 _PYTORCH = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_PYTORCH, key=lambda r: r.value))

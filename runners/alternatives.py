@@ -5,7 +5,7 @@ The switches are data (`runners/data/implementation_switches.json`, a reason eac
 a model takes, and its default value, is its library adapter's answer
 (`model_configs.build.implementation_switches`: transformers' `experts_implementation` and
 `attn_implementation`). Which failures make a switch worth a run is the next-step table's
-(`reports/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
+(`ground/next_steps.py`, its `try`): with `--alternatives auto` (the default) a model whose
 first failure is of a class naming the switch, with `all` any model that fails after loading,
 with `none` never; a failure no switch can change (a collective the device's process group
 refuses: the class says `switches_change_nothing`) is never run again. Each value is its own run, in its own process with the task's limits, of
@@ -25,9 +25,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ground.next_steps import classify, deciding_row
+from ground.schema import Stage, Status
 from model_configs.spec import TinySpec
-from reports.next_steps import classify, deciding_row
-from reports.schema import Stage, Status
 from runners.outcome import AlternativeRun, ModelOutcome
 from runners.settings import ModelSettings
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from reports.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage
+from ground.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage
 from runners import faults
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.isolation import run_isolated

@@ -43,9 +43,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from ground.schema import SkipReason, Stage
 from model_configs import build
 from model_configs.adapters import get_adapter
-from reports.schema import SkipReason, Stage
 from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
 from runners.distributed.status import phase

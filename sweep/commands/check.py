@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reports import settings
-from reports.render import fmt
+from ground import fmt, settings
 from reports.shapes import shape_detail
 from sweep import verdict
 from sweep.commands import options
@@ -44,10 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace, stages: list) -> Any:
+    from ground.errors import ConfigError, UsageError
     from model_configs.catalog import load_catalog
     from model_configs.resolve import resolve_local
     from model_configs.spec import CatalogEntry
-    from reports.errors import ConfigError, UsageError
     from sweep.plan import plan_entry
 
     target = args.model
@@ -89,9 +88,9 @@ def _with_architecture(entry: Any, args: argparse.Namespace) -> Any:
 
 
 def _entry_from_hub(model_id: str) -> Any:
+    from ground.errors import ConfigError, UsageError
     from model_configs.hub import HubClient
     from model_configs.spec import CatalogEntry
-    from reports.errors import ConfigError, UsageError
 
     try:
         info = HubClient().model_info(
@@ -262,7 +261,7 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from reports.schema import compiles
+            from ground.schema import compiles
             from runners.isolation import CHILD_MODULES, run_isolated
             from runners.warm import warm_parent
 
@@ -288,8 +287,8 @@ def _check(
 
 def _known_switch(spec: Any, implementation: str) -> None:
     """`--implementation SWITCH=VALUE` names a switch the model's class takes (exit 2 else)."""
+    from ground.errors import UsageError
     from model_configs import build
-    from reports.errors import UsageError
 
     takes = build.implementation_switches(spec)
     switch = implementation.partition("=")[0]
@@ -329,7 +328,7 @@ def _facts(
     """The verdict, the next step, the alternatives tried, and what the run took: the stages'
     seconds, the wall time and peak memory of the model's process and of this whole command
     (what `/usr/bin/time -v` sees)."""
-    from reports.next_steps import Alternative
+    from ground.next_steps import Alternative
 
     spec = getattr(planned, "spec", None)
     tried = [

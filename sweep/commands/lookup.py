@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store_to_read(args.store)  # a file or a missing folder: one clear error
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from reports.models import find_stored_model, model_detail, not_found_answer, reproduce_command
     from reports.query import StoreQuery
     from reports.render import jsondoc
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(d: dict[str, Any]) -> str:
+    from ground import fmt
     from reports.hf_stack import model_hf_stack
-    from reports.render import fmt
     from reports.render.hf_stack_text import hf_stack_lines
     from reports.render.sharding_text import sharding_lines
     from reports.sharding import model_sharding
@@ -220,7 +220,7 @@ def _stage_lines(
     """The stage table and whether an error was cut. A model skipped at every stage for one
     reason is one line; a stage that did not apply reads `n/a`; a stage not run says which
     stage it needed, on its own line."""
-    from reports.render import fmt
+    from ground import fmt
 
     lines = [f"{'stage':<18}{'status':<15}{'seconds':>9}{'fallback ops':>14}  detail"]
     skips = {(r["status"], r["reason"], r["error_message"]) for r in stages}
