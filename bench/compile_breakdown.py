@@ -163,8 +163,8 @@ def main() -> int:
 
     import torch
 
+    from ground.schema import Stage
     from model_configs.catalog import load_catalog
-    from reports.schema import Stage
     from runners.devices import get_device
     from runners.run_model import run_model
     from runners.settings import ModelSettings

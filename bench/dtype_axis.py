@@ -60,9 +60,9 @@ def sweep(args: argparse.Namespace, store: Path, run_id: str, dtypes: str) -> fl
 
 
 def main() -> int:
+    from ground import fmt
     from reports import coverage, dtypes, ops
     from reports.query import StoreQuery
-    from reports.render import fmt
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=50)

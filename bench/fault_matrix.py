@@ -135,8 +135,8 @@ def write_trial_catalog(folder: Path, n: int, prefix: str) -> tuple[Path, list[s
 
 def shrunk_hashes(catalog: Path) -> dict[str, str]:
     """Plan the catalog here to learn each model's shrunk config hash (what faults match)."""
+    from ground.schema import Stage
     from model_configs.catalog import open_catalog
-    from reports.schema import Stage
     from sweep.plan import plan_entries
 
     stream = open_catalog(str(catalog))

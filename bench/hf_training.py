@@ -50,7 +50,7 @@ def sweep(args: argparse.Namespace, device: str) -> tuple[str, float]:
 
 
 def hf_stages(args: argparse.Namespace) -> list[str]:
-    from reports.schema import HF_TRAINING_STAGES
+    from ground.schema import HF_TRAINING_STAGES
     from sweep.commands.options import stage_list
 
     wanted = {s.value for s in stage_list(args.stages)}

@@ -41,8 +41,8 @@ def trace(model_id: str) -> list[str]:
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from ground.schema import Stage
     from model_configs.catalog import load_catalog
-    from reports.schema import Stage
     from runners.run_model import run_model
     from runners.settings import DeviceChoice, ModelSettings
     from sweep.plan import plan_entries

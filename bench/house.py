@@ -96,7 +96,7 @@ def duplicate_pairs(root: Path) -> str:
 def part_circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
     """Import circles between the parts of each folder: a module stands for its part (the
     folder's sub-folder it is in, else itself), so `reports.render.text` importing
-    `reports.coverage` and `reports.coverage` importing `reports.render.fmt` is a circle
+    `reports.coverage` and `reports.coverage` importing `ground.fmt` is a circle
     `reports.coverage <-> reports.render`."""
 
     def part(module: str) -> str:

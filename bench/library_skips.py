@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=1000)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ground.schema import Stage
     from model_configs.catalog import load_catalog
-    from reports.schema import Stage
     from sweep.plan import plan_entries
 
     entries = load_catalog("bundled").top(args.top)

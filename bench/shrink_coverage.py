@@ -52,12 +52,12 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    from ground.errors import ConfigError
     from model_configs.build import build_model, compute_loss, make_inputs
     from model_configs.grad_coverage import grad_coverage, watch_grad_mode
     from model_configs.pass_rule import failure
     from model_configs.shrink import shrink
     from model_configs.spec import ResolvedConfig
-    from reports.errors import ConfigError
 
     row: dict[str, Any] = {"key": job["key"], "model_type": job["model_type"], "stage": "shrink"}
     try:
@@ -198,8 +198,8 @@ def catalog_jobs(only: set[str] | None) -> tuple[list[dict[str, Any]], list[dict
     transformers entries without remote code; the entries themselves for the tally."""
     from transformers import CONFIG_MAPPING
 
+    from ground.schema import ConfigSource
     from model_configs.spec import ResolvedConfig
-    from reports.schema import ConfigSource
 
     entries = []
     with CATALOG.open() as fh:

@@ -55,9 +55,9 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def measure_time(args: argparse.Namespace) -> None:
+    from ground.schema import DEFAULT_STAGES
     from model_configs import sizing
     from model_configs.catalog import load_catalog
-    from reports.schema import DEFAULT_STAGES
     from runners import hardware
     from runners.run_model import quiet_libraries
     from sweep import plan
@@ -170,10 +170,10 @@ def measure_time(args: argparse.Namespace) -> None:
 
 
 def measure_ratio(args: argparse.Namespace) -> None:
+    from ground.schema import DEFAULT_STAGES
     from model_configs import build
     from model_configs.catalog import load_catalog
     from model_configs.sizing import _measure
-    from reports.schema import DEFAULT_STAGES
     from reports.store import Store
     from runners import hardware
     from runners.run_model import quiet_libraries

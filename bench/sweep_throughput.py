@@ -50,8 +50,8 @@ def floor(top: int, device: str, stages: list[str]) -> dict[str, Any]:
     """Plan here, then run every unique tiny model back to back in this process."""
     import torch
 
+    from ground.schema import Stage
     from model_configs.catalog import load_catalog
-    from reports.schema import Stage
     from runners.run_model import run_model
     from runners.settings import ModelSettings
     from sweep.plan import group_tasks, plan_entries

@@ -30,7 +30,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    from reports.schema import Stage
+    from ground.schema import Stage
     from reports.store import Store
     from runners.settings import ModelSettings
     from sweep.driver import run_sweep

@@ -203,8 +203,8 @@ def group_sizes(hashes: list[str]) -> dict[int, int]:
 
 def plan_sample(catalog: str, n: int) -> dict[str, Any]:
     """Plan the first `n` entries in this process: what dedup makes of them."""
+    from ground.schema import Stage
     from model_configs.catalog import load_catalog
-    from reports.schema import Stage
     from sweep.plan import plan_entries
 
     cat = load_catalog(catalog)

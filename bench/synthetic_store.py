@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.schema import (  # noqa: E402
+from ground.schema import (  # noqa: E402
     CONFIGS_SCHEMA,
     FALLBACKS_SCHEMA,
     RESULTS_SCHEMA,

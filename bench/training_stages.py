@@ -124,7 +124,7 @@ def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
     """What the device data says of a training stage that did not pass on neuron: the stage
     that stopped it, its status, and the op it names with that op's class under the profile
     (or the error type)."""
-    from reports.schema import STAGE_NEEDS, Stage
+    from ground.schema import STAGE_NEEDS, Stage
 
     row = rows[stage]
     if row["status"] == "not_run":
@@ -142,7 +142,7 @@ def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
 
 
 def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
-    from reports.schema import TRAINING_STAGES
+    from ground.schema import TRAINING_STAGES
     from runners.devices.neuron.profiles import load_profile
 
     profile = load_profile(None)
@@ -165,7 +165,7 @@ def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
 
 
 def print_cost(store: Any, run_id: str) -> None:
-    from reports.schema import DEFAULT_STAGES, TRAINING_STAGES
+    from ground.schema import DEFAULT_STAGES, TRAINING_STAGES
 
     rows = [
         r

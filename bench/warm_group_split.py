@@ -22,9 +22,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> int:
+    from ground.schema import DISTRIBUTED_STAGES
     from model_configs.resolve import ResolvedConfig, transformers_default_config
     from model_configs.shrink import shrink
-    from reports.schema import DISTRIBUTED_STAGES
     from runners.distributed.group import WarmGroup
     from runners.settings import ModelSettings
 

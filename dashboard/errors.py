@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dashboard.site import Dashboard, NotFound
-from reports.errors import StoreError, UsageError
+from ground.errors import StoreError, UsageError
 
 
 def error(

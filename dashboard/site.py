@@ -17,8 +17,8 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from ground.errors import StoreError, UsageError
 from reports import op_sweep
-from reports.errors import StoreError, UsageError
 from reports.model_search import CatalogModel
 from reports.query import StoreQuery
 from reports.store import check_run_id

@@ -35,7 +35,7 @@ from typing import Any
 from model_configs.libraries import get_adapter
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import TinySpec
-from reports.errors import ShrinkError
+from ground.errors import ShrinkError
 
 BUILD_BUDGET = 10 * MAX_PARAMS  # parameters: 10x the pass rule's "tiny" (200 MB in fp32)
 MAX_DIMENSION = 1 << 20  # any integer above this in a shrunk config, when `meta` cannot tell

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ground.errors import UsageError
 from model_configs.spec import CatalogEntry
-from reports.errors import UsageError
 
 BUNDLED_NAME = "hub-top1000-2026-02-09.csv"
 COLUMNS = (

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 from model_configs import guards
 from model_configs.spec import ResolvedConfig
-from reports.errors import ConfigError
-from reports.schema import SkipReason
 
 
 def read_config_file(path: Path, *, model_id: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.errors import ConfigError
-from reports.schema import SkipReason
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 
 MAX_FILE_BYTES = 16 << 20  # a config file (the largest on the Hub are a few hundred kB)
 MAX_DEPTH = 64

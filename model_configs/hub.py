@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reports import settings
-from reports.errors import ConfigError, HubError
-from reports.ids import is_hub_repo_id, unsafe_model_id
-from reports.schema import SkipReason
+from ground import settings
+from ground.errors import ConfigError, HubError
+from ground.ids import is_hub_repo_id, unsafe_model_id
+from ground.schema import SkipReason
 
 T = TypeVar("T")
 

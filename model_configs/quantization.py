@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 from model_configs.spec import CatalogEntry, ResolvedConfig
-from reports.errors import ConfigError
-from reports.schema import SkipReason
 
 TABLE = Path(__file__).resolve().parent / "data" / "quantization_methods.json"
 PATHS = ("dequantize", "emulate", "skip")

@@ -17,14 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ground import settings
+from ground.errors import ConfigError
+from ground.ids import unsafe_model_id
+from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import from_file, read_config_file
 from model_configs.hub import cached_configs
 from model_configs.quantization import with_catalog_tags
 from model_configs.spec import CatalogEntry, ResolvedConfig
-from reports import settings
-from reports.errors import ConfigError
-from reports.ids import unsafe_model_id
-from reports.schema import ConfigSource, SkipReason
 
 
 def library_for(entry: CatalogEntry) -> str | None:

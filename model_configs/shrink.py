@@ -11,9 +11,9 @@ models that run the same ops.
 
 from __future__ import annotations
 
+from ground.errors import ConfigError, UnknownNameError
+from ground.schema import SkipReason
 from model_configs.spec import ResolvedConfig, TinySpec
-from reports.errors import ConfigError, UnknownNameError
-from reports.schema import SkipReason
 
 
 def shrink(

@@ -38,8 +38,8 @@ from model_configs.build import build_on_meta, largest_dimension
 from model_configs.libraries import get_adapter
 from model_configs.libraries.base import NotSizable
 from model_configs.spec import ResolvedConfig, TinySpec
-from reports.errors import safe_text
-from reports.schema import SizingStatus
+from ground.errors import safe_text
+from ground.schema import SizingStatus
 
 # The largest integer a full-size config may hold where it may be a size: above Llama 4's
 # 10,485,760-token context (max_position_embeddings), the largest size in the top 1,000.
@@ -136,7 +136,7 @@ def _size(resolved: ResolvedConfig, spec: TinySpec) -> ModelSize:
 
 
 def _failed(spec: TinySpec, exc: BaseException) -> ModelSize:
-    from reports.errors import is_environment_error
+    from ground.errors import is_environment_error
 
     if is_environment_error(exc):
         raise exc  # the machine's (disk, memory), never the model's result

@@ -1,1 +1,1 @@
-"""The contract and the reading side: row schema, Parquet store, aggregations."""
+"""The reading side: the Parquet store and its lock, queries, aggregations, renderers."""

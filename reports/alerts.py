@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ground.schema import Status
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED
-from reports.schema import Status
 
 BASELINE_STATUSES = ("finished", "incomplete")
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ground import fmt
+from ground.schema import DEFAULT_STAGES, FAILED_STATUSES, SkipReason
+from ground.sizing_columns import DEFAULT_CONFIG_SOURCES
 from reports.query import (
     IN_DTYPE,
     OUTCOME_FAILED,
@@ -21,9 +24,6 @@ from reports.query import (
     Scan,
     StoreQuery,
 )
-from reports.render import fmt
-from reports.schema import DEFAULT_STAGES, FAILED_STATUSES, SkipReason
-from reports.sizing_columns import DEFAULT_CONFIG_SOURCES
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
 _NA = SkipReason.NOT_APPLICABLE.value

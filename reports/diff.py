@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import schema
+from ground import schema
 from reports.coverage import device_label
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, OUTCOME_SKIPPED, StoreQuery
 
-# What two runs are compared on: the versions (reports.schema), then the device's settings.
+# What two runs are compared on: the versions (ground.schema), then the device's settings.
 VERSION_FIELDS = (
     *schema.VERSION_FIELDS,
     "device",

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ground import fmt
 from reports.coverage import share
 from reports.query import OUTCOME_FAILED, OUTCOME_PASSED, Scan, StoreQuery, same_dtype
-from reports.render import fmt
 
 # Models whose rows at the run's dtypes do not all agree: the outcome, running entirely on the
 # device or not, or the first failure (stage, status, error) differs. Needs $run.

@@ -1,12 +1,12 @@
 """Why models did not pass: failure clusters by normalised error signature, skips by reason, and
-the next step of each failure class (`reports.next_steps`), with how many models passed when
+the next step of each failure class (`ground.next_steps`), with how many models passed when
 run again with a switch of their own code."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reports import next_steps
+from ground import next_steps
 from reports.coverage import share
 from reports.query import (
     IN_DTYPE,

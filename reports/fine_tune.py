@@ -17,7 +17,7 @@ from typing import Any
 
 from reports.coverage import share, stage_counts, stage_line
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery, in_dtype, same_dtype
-from reports.schema import TRAINING_STAGES, FallbackSource, Stage
+from ground.schema import TRAINING_STAGES, FallbackSource, Stage
 
 TRAINING = tuple(s.value for s in TRAINING_STAGES)
 LABELS = {

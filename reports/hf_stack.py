@@ -17,7 +17,7 @@ from typing import Any
 
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
-from reports.schema import HF_TRAINING_STAGES, Stage
+from ground.schema import HF_TRAINING_STAGES, Stage
 
 HF_STAGES = tuple(s.value for s in HF_TRAINING_STAGES)
 LABELS = {

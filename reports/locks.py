@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from reports.errors import StoreError, UsageError, first_line
+from ground.errors import StoreError, UsageError, first_line
 
 LEASE_S = 30.0  # a lease not refreshed for this long is stale (its driver is gone)
 HEARTBEAT_S = 5.0

@@ -11,15 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from reports import next_steps
-from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
-from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
-from reports.errors import UsageError
-from reports.hf_stack import model_hf_stack
-from reports.model_search import CatalogModel, Found, find_model
-from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
-from reports.render import fmt
-from reports.schema import (
+from ground import fmt, next_steps
+from ground.errors import UsageError
+from ground.schema import (
     DEFAULT_STAGES,
     DEFAULT_WORLD_SIZE,
     RESULTS_SCHEMA,
@@ -29,6 +23,11 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
+from reports.coverage import DEFAULT_CONFIG_SOURCES, device_label
+from reports.dtypes import DIFFERING_MODELS_SQL, difference_cause, difference_kind
+from reports.hf_stack import model_hf_stack
+from reports.model_search import CatalogModel, Found, find_model
+from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.shapes import shape_detail
 from reports.sharding import model_sharding
 from reports.sizing import FITS, PARAMS, model_sizing

@@ -22,7 +22,7 @@ from reports.coverage import device_label, share
 from reports.models import reproduce_command
 from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
 from reports.query import RunsQuery, Scan, StoreQuery, same_dtype
-from reports.schema import (
+from ground.schema import (
     OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
     OP_SKIP_PYTORCH,

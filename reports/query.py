@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from reports.errors import StoreError
-from reports.schema import (
+from ground.errors import StoreError
+from ground.schema import (
     FAILED_STATUSES,
     STAGE_ORDER,
     UNVERIFIED_EVIDENCE,
@@ -29,7 +29,7 @@ from reports.schema import (
     Status,
     run_dtypes,
 )
-from reports.sizing_columns import SUMMARY_SIZING_COLUMNS, with_sizing
+from ground.sizing_columns import SUMMARY_SIZING_COLUMNS, with_sizing
 from reports.store import Store
 
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.schema import SHAPE_ADVICE, SHAPE_STAGES
+from ground.schema import SHAPE_ADVICE, SHAPE_STAGES
 
 _STAGES = {s.value for s in SHAPE_STAGES}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
-from reports.schema import DISTRIBUTED_STAGES, SkipReason, Stage
+from ground.schema import DISTRIBUTED_STAGES, SkipReason, Stage
 
 SHARDING = tuple(s.value for s in DISTRIBUTED_STAGES)
 LABELS = {

@@ -2,23 +2,23 @@
 
 - each model's summary row (`model_runs`) gets its full-size config's parameters and, on the
   run device's primary hardware type, the cores it needs to serve, fine-tune and train LoRA
-  (`reports.sizing_columns`, joined by `config_hash` when a run is summarised);
+  (`ground.sizing_columns`, joined by `config_hash` when a run is summarised);
 - `model_sizing`: a model's sizing rows, every hardware type (the model page, `lookup`);
 - `cores_needed`: the report's "Cores needed, by downloads": models and downloads per count of
   cores, for serving, a full fine-tune and LoRA, and per hardware type the shares that serve on
   one core, fine-tune on one chip and fit one instance.
 Counts are over the run's models that were sized from a config of their own (`status` ok); the
 others are listed by status, `no_own_config` (a library's default config: offline, every model)
-among them, and every share is of all the run's downloads (`reports.sizing_columns`).
+among them, and every share is of all the run's downloads (`ground.sizing_columns`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ground.schema import SizingStatus
+from ground.sizing_columns import NO_OWN_CONFIG
 from reports.query import IN_DTYPE, Scan, StoreQuery
-from reports.schema import SizingStatus
-from reports.sizing_columns import NO_OWN_CONFIG
 
 WORKLOADS = ("serve", "finetune", "lora")
 LABELS = {"serve": "serve (bf16)", "finetune": "full fine-tune (AdamW)", "lora": "LoRA"}

@@ -1,6 +1,6 @@
 """The Parquet store: one folder (or object-store URI) with one Parquet dataset per table.
 
-Layout (the tables of `reports.schema.TABLES`; docs/store.md says how to read them)::
+Layout (the tables of `ground.schema.TABLES`; docs/store.md says how to read them)::
 
     STORE/results/run_id=<id>/part-<time>-<uuid>.parquet
     STORE/fallbacks/run_id=<id>/part-...
@@ -46,8 +46,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from reports.errors import StoreError, first_line
-from reports.schema import TABLES, statistics_columns, to_table
+from ground.errors import StoreError, first_line
+from ground.schema import TABLES, statistics_columns, to_table
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Tables whose parts are tied to the results part of the same name (written first, visible after).

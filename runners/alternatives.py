@@ -9,7 +9,7 @@ transformers' `experts_implementation` and `attn_implementation`). A switch of
 give the Trainer, taken where one of the stages it changes failed, its default the value that
 stage's row recorded (`hf_settings`); the stage passes it to `TrainingArguments` on the device's
 side (`runners.switches.trainer_arguments`), the model's code is left as it is. Which failures
-make a switch worth a run is the next-step table's (`reports/next_steps.py`, its `try`): with
+make a switch worth a run is the next-step table's (`ground/next_steps.py`, its `try`): with
 `--alternatives auto` (the default) a model whose first failure is of a class naming the switch,
 with `all` any model that fails after loading, with `none` never; a failure no switch can change
 (a collective the device's process group refuses: the class says `switches_change_nothing`) is
@@ -28,8 +28,8 @@ from dataclasses import replace
 from typing import Any
 
 from model_configs.spec import TinySpec
-from reports.next_steps import classify, deciding_row
-from reports.schema import Stage, Status
+from ground.next_steps import classify, deciding_row
+from ground.schema import Stage, Status
 from runners.outcome import AlternativeRun, ModelOutcome
 from runners.settings import ModelSettings
 from runners.switches import TRAINING_ARGUMENTS, Switch, switches

@@ -31,7 +31,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.schema import Status
+from ground.schema import Status
 
 _PR_SET_PDEATHSIG = 1
 GIB = 1 << 30

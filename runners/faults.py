@@ -205,7 +205,7 @@ def _fire(fault: str, index: int = -1) -> None:
         while True:
             time.sleep(3600)
     elif fault == "env":
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
 
         raise DeviceError("injected: the device stopped answering", device="test")
     elif fault == "exit":

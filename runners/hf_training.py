@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from reports.schema import SkipReason, Stage
+from ground.schema import SkipReason, Stage
 from runners.stages import StageContext, StageRunner, StageSkipped, check_close
 from runners.training import loaded_weights, lora_target_modules, peft_model_type
 

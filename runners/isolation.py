@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from ground.schema import RANK_STAGES, Stage, Status, compiles
 from model_configs.spec import TinySpec
-from reports.schema import RANK_STAGES, Stage, Status, compiles
 from runners import containment, faults
 from runners.distributed.group import group_stage_results, warm_group
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.schema import STAGE_ORDER, SkipReason, Stage, Status
+from ground.schema import STAGE_ORDER, SkipReason, Stage, Status
 from runners.signature import error_signature, op_in_message, short_message
 
 
@@ -43,14 +43,14 @@ class StageResult:
     step_s: float | None = None
     step_op_calls: int | None = None  # optimizer stages: native calls of the optimizer's part
     peak_memory_bytes: int | None = None
-    # the distributed stages (`reports.schema.RESULTS_SCHEMA` says what each holds)
+    # the distributed stages (`ground.schema.RESULTS_SCHEMA` says what each holds)
     world_size: int | None = None
     collectives: list[dict[str, Any]] | None = None
     rank_peak_memory_bytes: list[int | None] | None = None
     unsharded_peak_memory_bytes: int | None = None
     failed_rank: int | None = None
     sharding_evidence: str | None = None
-    # the hf_training stages (`reports.schema.RESULTS_SCHEMA` says what each holds)
+    # the hf_training stages (`ground.schema.RESULTS_SCHEMA` says what each holds)
     trained_on: str | None = None
     hf_settings: str | None = None
     library_frame: str | None = None

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ground.errors import is_environment_error, safe_text
+from ground.schema import SkipReason, Status
 from model_configs.spec import TinySpec
-from reports.errors import is_environment_error, safe_text
-from reports.schema import SkipReason, Status
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to, skipped
 from runners.settings import ModelSettings
 

@@ -6,7 +6,7 @@ stage's context (`runners.stages.StageContext.settings`).
 A field whose value changes what a row says carries the `row(...)` mark. That mark is the one
 place such a setting is declared: `row_settings` reads it, the resume check compares what it
 returns, and a task's content key would hash the same. Its columns are the runs table's
-(`reports/schema.py`); a field may stand for several (the device's name: the device, whether it
+(`ground/schema.py`); a field may stand for several (the device's name: the device, whether it
 is emulated, its profile and the profile's hash).
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import UsageError
-from reports.schema import (
+from ground.errors import UsageError
+from ground.schema import (
     DEFAULT_STAGES,
     DEFAULT_WORLD_SIZE,
     RANK_STAGES,

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from ground.schema import ShapeVerdict, SkipReason, Stage
 from model_configs import build
 from model_configs.input_shapes import larger_batch, longer_sequence
-from reports.schema import ShapeVerdict, SkipReason, Stage
 from runners.stages import (
     GENERATE_TOKENS,
     AccuracyError,

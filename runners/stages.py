@@ -23,12 +23,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from model_configs import build
-from model_configs.grad_coverage import grad_coverage, watch_grad_mode
-from model_configs.pass_rule import grad_failure
-from model_configs.spec import TinySpec
-from reports.errors import is_environment_error, safe_text
-from reports.schema import (
+from ground.errors import is_environment_error, safe_text
+from ground.schema import (
     HF_TRAINING_STAGES,
     STAGE_NEEDS,
     TRAINING_STAGES,
@@ -36,6 +32,10 @@ from reports.schema import (
     Stage,
     Status,
 )
+from model_configs import build
+from model_configs.grad_coverage import grad_coverage, watch_grad_mode
+from model_configs.pass_rule import grad_failure
+from model_configs.spec import TinySpec
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import EnvironmentFault, is_environment_error, safe_text
+from ground.errors import EnvironmentFault, is_environment_error, safe_text
 from runners import containment, faults
 from runners.containment import Death
 

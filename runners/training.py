@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from ground.schema import SkipReason, Stage
 from model_configs import build
-from reports.schema import SkipReason, Stage
 from runners import autocast_policy
 from runners.devices.base import FallbackLog, collecting
 from runners.numerics import tolerance

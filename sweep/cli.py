@@ -25,7 +25,7 @@ import threading
 import traceback
 from typing import NoReturn
 
-from reports.errors import SweepError, UsageError, format_error
+from ground.errors import SweepError, UsageError, format_error
 from sweep import stop_signals
 
 # name -> (module, one-line help)

@@ -37,10 +37,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ground.errors import SystemFaultError, UsageError
+from ground.schema import Stage, Status
 from model_configs.catalog import CatalogStream, open_catalog
 from model_configs.spec import CatalogEntry, TinySpec
-from reports.errors import SystemFaultError, UsageError
-from reports.schema import Stage, Status
 from reports.store import Store
 from runners import faults
 from runners.distributed import check_world_size
@@ -331,8 +331,8 @@ def offline_unless_the_hub_answers(warn: Warn) -> None:
     without the Hub waits out every model's timeout and retries in turn."""
     import os
 
+    from ground import settings
     from model_configs.hub import PROBE_S, unreachable
-    from reports import settings
 
     if settings.hub_offline():
         return

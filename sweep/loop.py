@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ground.schema import Status
 from model_configs.spec import CatalogEntry
-from reports.schema import Status
 from runners.outcome import ModelOutcome
 from runners.settings import ModelSettings
 from sweep.executors.fault_policy import GiveUp

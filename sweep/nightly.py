@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reports import alerts, settings
-from reports.errors import UsageError
+from ground import settings
+from ground.errors import UsageError
+from reports import alerts
 from reports.store import Store, new_run_id
 from sweep.driver import RunSummary, run_sweep
 from sweep.settings import ModelRun

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.errors import SystemFaultError, UsageError
+from ground.errors import SystemFaultError, UsageError
 from reports.store import Store, utcnow
 from runners import faults
 from runners.op_sweep.units import Unit

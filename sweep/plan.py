@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ground.errors import ConfigError, is_environment_error, safe_text
+from ground.schema import ConfigSource, Stage, Status
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError, is_environment_error, safe_text
-from reports.schema import ConfigSource, Stage, Status
 from runners.outcome import ModelOutcome, failed_before, skipped
 from runners.settings import ModelSettings
 

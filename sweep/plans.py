@@ -48,7 +48,7 @@ class PlanKeys:
 
     @classmethod
     def of(cls, stages: Iterable[str], config_dir: str | Path | None) -> PlanKeys:
-        from reports import settings
+        from ground import settings
         from runners import faults
         from sweep.reuse import KEY_VERSION, adapter_versions, code_hash
         from sweep.settings import package_version

@@ -33,8 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reports.errors import UsageError
-from reports.schema import Status
+from ground.errors import UsageError
+from ground.schema import Status
 from reports.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +49,8 @@ KEY_VERSION = 2
 CODE = (
     "model_configs",
     "runners",
-    "reports/schema.py",
-    "reports/errors.py",
+    "ground/schema.py",
+    "ground/errors.py",
     "sweep/plan.py",
     "sweep/rows.py",
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reports.schema import ALTERNATIVES_SCHEMA
+from ground.schema import ALTERNATIVES_SCHEMA
 from reports.store import utcnow
 from runners.outcome import ModelOutcome
 from sweep.plan import Planned, changes_json, config_json

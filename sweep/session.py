@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ground.schema import TABLES
 from reports.locks import RunLock
-from reports.schema import TABLES
 from reports.store import (
     EMPTY_PREFIX,
     MODEL_ROW_TABLES,

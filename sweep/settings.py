@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from reports import settings as env
-from reports.errors import UsageError
-from reports.schema import LIBRARY_VERSION_FIELDS, run_dtypes
+from ground import settings as env
+from ground.errors import UsageError
+from ground.schema import LIBRARY_VERSION_FIELDS, run_dtypes
 from runners.settings import (
     ModelSettings,
     OpSettings,

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from reports.render import fmt
+from ground import fmt
 
 
 class StageProgress:

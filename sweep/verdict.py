@@ -1,6 +1,6 @@
 """What one model's stage rows add up to, in words: the verdict line of `hfsweep check`
 ("fails at compile: aten::X", "passes every stage ..."), and the next step to take (the
-next-step table of `reports.next_steps`: `--compile-mode eager`, the `pip install` a missing
+next-step table of `ground.next_steps`: `--compile-mode eager`, the `pip install` a missing
 package needs, a longer timeout, "passes with experts_implementation='batched_mm'").
 
 Pure functions over row dicts (the results schema's columns): no torch, nothing run.
@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from reports import next_steps
-from reports.next_steps import NextStep, check_command
-from reports.render import fmt
-from reports.schema import FAILED_STATUSES, SkipReason, Status
+from ground import fmt, next_steps
+from ground.next_steps import NextStep, check_command
+from ground.schema import FAILED_STATUSES, SkipReason, Status
 
 __all__ = [
     "NextStep",
@@ -96,6 +95,6 @@ def next_step(
     **known: Any,
 ) -> NextStep:
     """What to do next about these rows: the next-step table's step for their failure class
-    (`reports.next_steps`; `known`: what else it may use, such as the fallbacks, the shrunk
+    (`ground.next_steps`; `known`: what else it may use, such as the fallbacks, the shrunk
     config and the alternatives tried)."""
     return next_steps.next_step(rows, model=model, device=device, timeout_s=timeout_s, **known)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from reports.schema import to_table
+from ground.schema import to_table
 from reports.store import Store
 from tests.store_writes import write_model_rows
 

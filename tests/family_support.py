@@ -25,11 +25,11 @@ def run_default(model_type: str, **shrink_kwargs: Any) -> FamilyRun:
     import torch
     import transformers
 
+    from ground.schema import ConfigSource
     from model_configs.build import build_model, compute_loss, make_inputs
     from model_configs.grad_coverage import grad_coverage, watch_grad_mode
     from model_configs.shrink import shrink
     from model_configs.spec import ResolvedConfig
-    from reports.schema import ConfigSource
 
     resolved = ResolvedConfig(
         model_id=f"default/{model_type}",

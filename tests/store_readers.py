@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from reports.schema import TABLES
+from ground.schema import TABLES
 
 
 def rows_per_table(root: str) -> dict[str, int]:

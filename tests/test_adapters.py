@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ground.errors import ConfigError, UnknownNameError
 from model_configs.libraries import ADAPTERS, adapter_names, get_adapter, library_for
 from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
-from reports.errors import ConfigError, UnknownNameError
 from runners.settings import ModelSettings
 from tests.conftest import ROOT
 
@@ -166,7 +166,7 @@ def test_timm_config_json_and_unknown_architectures(tmp_path):
 def test_timm_build_checks_the_spec_it_was_shrunk_to():
     from dataclasses import replace
 
-    from reports.errors import ShrinkError
+    from ground.errors import ShrinkError
 
     adapter = get_adapter("timm")
     spec = adapter.shrink(adapter.default_config(entry("timm/resnet18.a1_in1k", "timm")))

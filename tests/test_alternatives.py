@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
+from ground.schema import DEFAULT_STAGES, Stage
 from model_configs.catalog import load_catalog
-from reports.schema import DEFAULT_STAGES, Stage
 from reports.store import Store
 from runners.alternatives import candidates, switches, try_alternatives, worth_trying
 from runners.outcome import AlternativeRun, ModelOutcome, StageResult

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from ground.schema import ConfigSource  # noqa: E402
 from model_configs.libraries import ADAPTERS, get_adapter  # noqa: E402
 from model_configs.libraries.base import Adapter  # noqa: E402
 from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig, TinySpec  # noqa: E402
-from reports.schema import ConfigSource  # noqa: E402
 
 
 def _config(model_type: str, **fields: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ground.errors import UsageError
 from model_configs.catalog import load_catalog
-from reports.errors import UsageError
 from tests.conftest import SHARED
 
 

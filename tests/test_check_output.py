@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import time
 
-from reports.render import fmt
+from ground import fmt
 from sweep import verdict
 from sweep.stage_progress import StageProgress
 

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
+from ground.errors import ConfigError, UsageError, format_error
+from ground.schema import Status
 from model_configs.spec import CatalogEntry, TinySpec
-from reports.errors import ConfigError, UsageError, format_error
-from reports.schema import Status
 from reports.store import Store
 from runners import faults
 from runners.isolation import run_isolated

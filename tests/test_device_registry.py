@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from reports.errors import DeviceError, UnknownNameError, is_environment_error
+from ground.errors import DeviceError, UnknownNameError, is_environment_error
 from runners.devices import DEVICES, get_device
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from reports.errors import EnvironmentFault, UsageError
-from reports.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_NEEDS, Stage
+from ground.errors import EnvironmentFault, UsageError
+from ground.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_NEEDS, Stage
 from runners import containment, faults
 from runners.settings import ModelSettings
 from sweep.commands.options import stage_list

@@ -228,8 +228,8 @@ def test_every_results_page_says_how_it_was_measured():
 
 
 def test_the_store_page_lists_every_table():
-    """docs/store.md's table of tables names exactly the tables of `reports/schema.py`."""
-    from reports.schema import TABLES
+    """docs/store.md's table of tables names exactly the tables of `ground/schema.py`."""
+    from ground.schema import TABLES
 
     text = (ROOT / "docs" / "store.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M))

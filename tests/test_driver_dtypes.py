@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from reports.errors import UsageError
+from ground.errors import UsageError
 from reports.store import Store
 from runners.outcome import ModelOutcome, StageResult
 from sweep.commands.run import run_line

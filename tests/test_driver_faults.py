@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from reports.errors import StoreError, SystemFaultError, UsageError
+from ground.errors import StoreError, SystemFaultError, UsageError
 from reports.locks import RunLock, RunLocked
 from reports.store import Store
 from runners import faults

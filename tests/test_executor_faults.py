@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from ray import exceptions as rex
 
+from ground.errors import EnvironmentFault
+from ground.schema import Stage
 from model_configs.spec import CatalogEntry, TinySpec
-from reports.errors import EnvironmentFault
-from reports.schema import Stage
 from runners.outcome import ModelOutcome, StageResult
 from runners.settings import ModelSettings
 from sweep.driver import model_oom
@@ -264,7 +264,7 @@ def test_a_slow_task_that_beats_is_not_given_up_and_a_silent_one_is(make, monkey
 
 
 def test_a_cluster_that_stops_answering_is_one_error(make, monkeypatch, clock):
-    from reports.errors import SystemFaultError
+    from ground.errors import SystemFaultError
 
     ex, fake = make({})
     monkeypatch.setattr(ray_cluster, "PING_S", 0.0)

@@ -92,10 +92,10 @@ def _generate(model_type: str, max_new_tokens: int = 3) -> tuple[dict[str, Any],
     import torch
     import transformers
 
+    from ground.schema import ConfigSource
     from model_configs.build import build_model, make_inputs
     from model_configs.shrink import shrink
     from model_configs.spec import ResolvedConfig
-    from reports.schema import ConfigSource
 
     resolved = ResolvedConfig(
         model_id=f"default/{model_type}",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.errors import EnvironmentFault
+from ground.errors import EnvironmentFault
 from runners import containment, faults
 from runners.isolation import CHILD_MODULES, run_isolated
 from runners.settings import ModelSettings
@@ -149,7 +149,7 @@ def test_the_device_failing_inside_a_stage_is_the_environment(llama, inject):
 
 
 def test_strict_mode_refusing_a_fallback_stays_the_models_fail():
-    from reports.errors import is_environment_error
+    from ground.errors import is_environment_error
     from runners.devices.base import FallbackDisallowed
 
     assert not is_environment_error(FallbackDisallowed(op="aten::foo"))
@@ -250,7 +250,7 @@ def test_what_counts_as_the_environment():
     be the model's own (its row says so)."""
     import errno
 
-    from reports.errors import DeviceError, is_environment_error
+    from ground.errors import DeviceError, is_environment_error
 
     assert is_environment_error(ModuleNotFoundError("No module named 'torch'", name="torch"))
     assert is_environment_error(ModuleNotFoundError("x", name="transformers"))

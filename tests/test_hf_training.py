@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from reports.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage
+from ground.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage
 from runners import faults
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.isolation import run_isolated
@@ -187,7 +187,7 @@ def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
     """The next step of a trainer_compiled failure names torch_compile_backend, and
     `--alternatives auto` runs its values other than the one the stage used; a failure of a
     stage the switch does not change runs none of it (cheap: no model runs)."""
-    from reports.next_steps import next_step
+    from ground.next_steps import next_step
     from runners.alternatives import candidates, worth_trying
     from runners.switches import trainer_arguments
 
@@ -210,7 +210,7 @@ def test_a_compiled_trainer_failure_names_the_backend_switch(qwen2) -> None:
     }
     assert trainer_arguments("attn_implementation=eager") == {}  # the model's own code's
     # check refuses the switch where no stage it changes runs (exit 2, a usage error)
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from sweep.commands.check import _known_switch
 
     _known_switch(qwen2, "torch_compile_backend=eager", ["load", "trainer_compiled"])
@@ -227,7 +227,7 @@ def test_the_compiled_trainer_passes_with_the_eager_backend_where_its_own_fails(
     alternative run with torch_compile_backend=eager (the same process here, to keep it cheap)
     trains the captured step on the device and passes, so aot_eager (the switch's next value)
     is not run; the next step says it is proven."""
-    from reports.next_steps import alternatives_of, next_step
+    from ground.next_steps import alternatives_of, next_step
     from runners.alternatives import try_alternatives
 
     monkeypatch.setenv(

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from ground.schema import Stage, Status
 from model_configs import build, guards
 from model_configs.resolve import transformers_default_config
 from model_configs.spec import CatalogEntry
-from reports.schema import Stage, Status
 from reports.store import Store
 from sweep.driver import run_sweep
 from sweep.plan import plan_entry

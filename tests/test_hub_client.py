@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ground.errors import HubError
+from ground.schema import Stage, Status
 from model_configs.catalog import load_catalog, refresh_catalog
 from model_configs.hub import (
     RECORD_NAME,
@@ -25,8 +27,6 @@ from model_configs.hub import (
 )
 from model_configs.resolve import resolve_entry
 from model_configs.spec import CatalogEntry
-from reports.errors import HubError
-from reports.schema import Stage, Status
 from sweep.plan import plan_entry
 from tests.conftest import FIXTURES, HFSWEEP, ROOT
 from tests.fake_hub import FakeHub
@@ -490,7 +490,7 @@ def test_check_looks_models_up_through_the_client(hub, monkeypatch):
     """`hfsweep check ORG/NAME` for a model outside the catalog (HF_ENDPOINT's Hub)."""
     import huggingface_hub
 
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from sweep.commands.check import _entry_from_hub
 
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
@@ -522,7 +522,7 @@ def test_the_probe_says_whether_the_hub_answers(hub):
 
 
 def test_timeout_and_retries_from_the_environment(monkeypatch):
-    from reports.errors import UsageError
+    from ground.errors import UsageError
 
     monkeypatch.delenv("HFSWEEP_HUB_TIMEOUT", raising=False)
     monkeypatch.delenv("HFSWEEP_HUB_RETRIES", raising=False)

@@ -263,7 +263,7 @@ def test_compile_mode_follows_torchneuron_variable(monkeypatch) -> None:
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
     assert resolve_compile_mode() == "raise"
     assert resolve_compile_mode("partition") == "partition"  # asked for: wins
-    from reports.errors import DeviceError
+    from ground.errors import DeviceError
 
     with pytest.raises(DeviceError, match="Unknown compile mode"):
         resolve_compile_mode("lazy")
@@ -322,7 +322,7 @@ def test_emulator_refuses_another_torch() -> None:
         """
         import torch
         torch.__version__ = "2.13.0"
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
         from runners.devices.neuron.emulated import NeuronEmulatedDevice
         try:
             NeuronEmulatedDevice().setup()

@@ -381,7 +381,7 @@ def test_install_is_first_wins_in_a_fresh_process() -> None:
         """
         import torch
         torch.utils.rename_privateuse1_backend("other")
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
         from runners.devices.neuron.emulated import NeuronEmulatedDevice
         assert not NeuronEmulatedDevice.is_available()
         try:
@@ -460,7 +460,7 @@ def test_install_after_a_backward_is_refused_clearly() -> None:
         import torch
         leaf = torch.ones(1, requires_grad=True)
         (leaf * 2).sum().backward()  # sizes autograd's device threads: none yet
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
         from runners.devices.neuron.emulated import NeuronEmulatedDevice
         try:
             NeuronEmulatedDevice().setup()

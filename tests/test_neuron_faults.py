@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from reports.errors import EnvironmentFault, is_environment_error
+from ground.errors import EnvironmentFault, is_environment_error
 from runners import faults
 from runners.isolation import run_isolated
 from runners.settings import DeviceChoice, ModelSettings
@@ -121,7 +121,7 @@ def test_an_unlowerable_graph_op_is_a_compile_fail_row_not_a_retry() -> None:
 
 def test_a_resume_with_another_compile_mode_is_refused(tmp_path):
     """The neuron compile mode (raise / eager) changes every compile row: a resume must match."""
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from sweep.driver import run_sweep
     from tests.conftest import write_catalog
     from tests.test_driver_faults import MODELS, config, passing

@@ -126,7 +126,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     done = run_python(
         """
         import json, os
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
         from runners.devices.neuron.real import RealNeuronDevice
         out = {}
         for mode in ("eager", "raise"):
@@ -175,7 +175,7 @@ def test_legacy_or_foreign_torch_neuronx_is_refused(
     done = run_python(
         """
         import json
-        from reports.errors import DeviceError
+        from ground.errors import DeviceError
         from runners.devices import get_device
         try:
             get_device("neuron").setup()

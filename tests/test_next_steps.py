@@ -1,4 +1,4 @@
-"""The next-step table (reports/data/next_steps.json): every failure class has one line to act
+"""The next-step table (ground/data/next_steps.json): every failure class has one line to act
 on, the right class answers each kind of row, a precondition says what the full-size model
 meets, and a step run with another implementation says "passes with ..." (pure functions)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from reports import next_steps
-from reports.next_steps import Alternative, classes, classify, next_step, routed_rows_note
-from reports.schema import SkipReason, Status
+from ground import next_steps
+from ground.next_steps import Alternative, classes, classify, next_step, routed_rows_note
+from ground.schema import SkipReason, Status
 from runners.alternatives import switches
 
 STAGES = ["load", "forward", "backward", "compile", "generate"]
@@ -167,7 +167,7 @@ def test_passes_say_what_is_left_to_do() -> None:
 def test_a_summary_s_step_counts_its_ops_and_names_the_store_it_knows() -> None:
     """The report's steps come from summaries, which count ops without naming them: the step
     says how many, never "?", and the report's command names the store, or is left out."""
-    from reports.next_steps import step_for_row, summary_row
+    from ground.next_steps import step_for_row, summary_row
 
     fell = summary_row({"dtype": "fp32", "fallback_ops": 2, "unverified": False})
     step = step_for_row(fell, model="m", device="neuron", store="/data/my store")

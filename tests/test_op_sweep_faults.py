@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.errors import SystemFaultError, UsageError
+from ground.errors import SystemFaultError, UsageError
 from reports.locks import RunLock, RunLocked
 from reports.store import Store
 from runners import faults

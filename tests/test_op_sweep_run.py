@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.errors import UnknownNameError, UsageError
-from reports.schema import OP_SKIP_PYTORCH, OpSkipReason
+from ground.errors import UnknownNameError, UsageError
+from ground.schema import OP_SKIP_PYTORCH, OpSkipReason
 from reports.store import Store
 from tests.conftest import HFSWEEP
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
+from ground.schema import Stage
 from model_configs.catalog import load_catalog
 from model_configs.spec import CatalogEntry
-from reports.schema import Stage
 from reports.store import Store
 from sweep import driver
 from sweep.plan import plan_entries

@@ -100,7 +100,7 @@ def test_every_row_of_the_emulated_device_names_both_torches() -> None:
 
 
 def test_a_fallback_or_a_graph_op_newer_than_the_profile_is_unverified() -> None:
-    from reports.schema import CompileEvidence
+    from ground.schema import CompileEvidence
     from runners.devices import get_device
     from runners.devices.neuron import evidence, skew
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from ground.schema import SkipReason, Stage
 from model_configs import quantization
 from model_configs.catalog import load_catalog
 from model_configs.resolve import resolve_local
 from model_configs.spec import CatalogEntry, TinySpec
-from reports.schema import SkipReason, Stage
 from runners.settings import ModelSettings
 from sweep.plan import Planned, plan_entry
 from tests.neuron_support import forked

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reports.errors import SystemFaultError, is_environment_error
+from ground.errors import SystemFaultError, is_environment_error
 from sweep.executors.ray_cluster import start_embedded
 
 TIMED_OUT = (

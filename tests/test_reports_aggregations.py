@@ -310,7 +310,7 @@ def test_parts_written_before_a_column_was_added(tmp_path) -> None:
     """An older writer did not know some columns: its parts still read, the columns are null."""
     import pyarrow.parquet as pq
 
-    from reports.schema import to_table
+    from ground.schema import to_table
 
     store = build_hand_store(tmp_path / "s")
     res, _ = rows_for("r2", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")
@@ -359,7 +359,7 @@ def test_parts_from_before_the_configs_table_keep_their_shrink(tmp_path) -> None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from reports.schema import to_table
+    from ground.schema import to_table
 
     store = build_hand_store(tmp_path / "s")
     res, _ = rows_for("r9", "org/old", ["pass"] * 4 + ["skip"], reason="not_applicable")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from ground.schema import run_dtypes
 from reports import coverage, diff, dtypes, failures, models, op_sweep, ops
 from reports.models import ModelFilter, QueryError, model_detail, model_table
 from reports.query import StoreQuery
 from reports.render import html_site, jsondoc, markdown, text
-from reports.schema import run_dtypes
 from reports.summary import run_report
 from tests.dtype_store_builder import ACCURACY_SIGNATURE, OP_RUN, build_dtype_store, model_rows
 from tests.store_writes import write_model_rows

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ground import fmt
 from reports.query import StoreQuery
-from reports.render import charts, fmt, html_site, markdown, text
+from reports.render import charts, html_site, markdown, text
 from reports.summary import run_report
 from tests.report_store_builder import build_hand_store
 from tests.store_writes import write_model_rows
@@ -157,7 +158,7 @@ def test_chart_labels_are_not_cut_when_they_fit() -> None:
 def test_time_taken_says_which_stages_ran_outside_the_model_process() -> None:
     """A wall shorter than the stages' sum reads as what it is: the distributed stages' ranks
     ran in processes of their own."""
-    from reports.render import fmt
+    from ground import fmt
 
     assert (
         fmt.time_taken(0.4, 2.5)

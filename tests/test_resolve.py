@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from ground.errors import ConfigError
 from model_configs.catalog import load_catalog
 from model_configs.resolve import resolve_entry, resolve_local
 from model_configs.spec import CatalogEntry
-from reports.errors import ConfigError
 
 
 def entry(**kw) -> CatalogEntry:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reports.errors import UsageError
+from ground.errors import UsageError
 from reports.store import Store
 from runners.outcome import ModelOutcome, StageResult
 from sweep import reuse

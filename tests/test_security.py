@@ -19,18 +19,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dashboard.app import create_app
+from ground.errors import ConfigError
+from ground.schema import FALLBACKS_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA
 from model_configs.catalog import load_catalog
 from model_configs.resolve import resolve_local
 from model_configs.spec import CatalogEntry
-from reports.errors import ConfigError
-from reports.schema import FALLBACKS_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA
 from reports.store import Store
 from runners.settings import ModelSettings
 from sweep.plan import plan_entry
 from tests.conftest import ROOT, write_catalog
 from tests.store_writes import write_model_rows
 
-PACKAGES = ("sweep", "model_configs", "runners", "reports", "dashboard", "bench")
+PACKAGES = ("sweep", "model_configs", "runners", "reports", "dashboard", "ground", "bench")
 STAGES = ["load", "forward"]
 
 # ---- remote code -----------------------------------------------------------------------------

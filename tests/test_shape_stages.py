@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ground.schema import SHAPE_STAGES, STAGE_NEEDS, Stage
 from model_configs.input_shapes import larger_batch, longer_sequence, sequence_length
-from reports.schema import SHAPE_STAGES, STAGE_NEEDS, Stage
 from reports.shapes import shape_advice, shape_detail
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.run_model import run_model

@@ -216,7 +216,7 @@ def test_lookup_prints_the_sharding_lines(root):
 def test_check_prints_the_sharding_lines(capsys):
     from types import SimpleNamespace
 
-    from reports.schema import RESULTS_SCHEMA
+    from ground.schema import RESULTS_SCHEMA
     from sweep.commands.check import _print_text
 
     rows = [{name: None for name in RESULTS_SCHEMA.names} for _ in range(4)]

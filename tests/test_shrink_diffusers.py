@@ -9,6 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+from ground.errors import ConfigError  # noqa: E402
+from ground.schema import SkipReason  # noqa: E402
 from model_configs.libraries.diffusers import build as dm  # noqa: E402
 from model_configs.libraries.diffusers.shrink import (  # noqa: E402
     DATA_DIR,
@@ -20,8 +22,6 @@ from model_configs.libraries.diffusers.shrink import (  # noqa: E402
 from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402
 from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig  # noqa: E402
-from reports.errors import ConfigError  # noqa: E402
-from reports.schema import SkipReason  # noqa: E402
 
 CONFIGS = DATA_DIR / "configs"
 

@@ -12,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from ground.schema import ConfigSource  # noqa: E402
 from model_configs.build import build_model, compute_loss, make_inputs  # noqa: E402
 from model_configs.pass_rule import MAX_PARAMS, MIN_GRAD_SHARE  # noqa: E402
 from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig  # noqa: E402
-from reports.schema import ConfigSource  # noqa: E402
 
 CAP = MAX_PARAMS
 

@@ -10,13 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from ground.errors import ConfigError  # noqa: E402
+from ground.schema import ConfigSource, SkipReason  # noqa: E402
 from model_configs.build import build_model, compute_loss, make_inputs  # noqa: E402
 from model_configs.libraries.transformers.shrink import special_token_ids  # noqa: E402
 from model_configs.pass_rule import MIN_GRAD_SHARE  # noqa: E402
 from model_configs.shrink import shrink  # noqa: E402
 from model_configs.spec import ResolvedConfig  # noqa: E402
-from reports.errors import ConfigError  # noqa: E402
-from reports.schema import ConfigSource, SkipReason  # noqa: E402
 
 # One model type per family the sweep must represent faithfully.
 FAMILIES = [

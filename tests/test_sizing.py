@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from ground.schema import DEFAULT_STAGES, SizingStatus
 from model_configs import sizing
 from model_configs.sizing import ModelSize, size_model
 from model_configs.spec import CatalogEntry, ResolvedConfig
-from reports.schema import DEFAULT_STAGES, SizingStatus
 from runners import hardware
 from sweep.plan import plan_entry
 from tests.conftest import HFSWEEP, ROOT

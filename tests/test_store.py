@@ -8,8 +8,8 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from reports.errors import StoreError
-from reports.schema import RESULTS_SCHEMA, TABLES, to_table
+from ground.errors import StoreError
+from ground.schema import RESULTS_SCHEMA, TABLES, to_table
 from reports.store import Store, utcnow
 from tests.store_writes import completed_models, write_model_rows
 

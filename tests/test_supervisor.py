@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from reports.errors import EnvironmentFault
-from reports.schema import Status
+from ground.errors import EnvironmentFault
+from ground.schema import Status
 from runners import supervisor
 from runners.supervisor import Child, Kind, OwnClock
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from ground.errors import UsageError
+from ground.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from model_configs.resolve import transformers_default_config
 from model_configs.shrink import shrink
 from model_configs.spec import ResolvedConfig
-from reports.errors import UsageError
-from reports.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
 from runners import stages as stages_module
 from runners import training
 from runners.devices.neuron.emulated import NeuronEmulatedDevice

@@ -125,7 +125,7 @@ def test_a_parent_whose_children_never_compile_warms_no_compile_stack():
 
 
 def test_which_stage_lists_compile():
-    from reports.schema import DEFAULT_STAGES, SHAPE_STAGES, Stage, compiles
+    from ground.schema import DEFAULT_STAGES, SHAPE_STAGES, Stage, compiles
 
     assert compiles(DEFAULT_STAGES) and compiles(SHAPE_STAGES[1:])
     assert not compiles([Stage.LOAD, Stage.FORWARD, Stage.BACKWARD, Stage.OPTIMIZER, Stage.DDP])

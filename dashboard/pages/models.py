@@ -11,9 +11,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_url, op_url
+from ground.errors import UsageError
+from ground.ids import unsafe_model_id
+from ground.schema import Status
 from reports.coverage import run_stages
-from reports.errors import UsageError
-from reports.ids import unsafe_model_id
 from reports.models import (
     OUTCOME_FILTERS,
     SORT_COLUMNS,
@@ -24,7 +25,6 @@ from reports.models import (
     not_found_answer,
 )
 from reports.models import model_table as model_table_query
-from reports.schema import Status
 from reports.sizing import FITS, PARAMS
 
 router = APIRouter()

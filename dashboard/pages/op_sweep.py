@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dashboard.site import Dashboard, NotFound, dashboard, json_answer, model_url, op_url
+from ground.errors import UsageError
 from reports import op_sweep
-from reports.errors import UsageError
 from reports.render.op_sections import op_sweep_sections
 
 router = APIRouter()

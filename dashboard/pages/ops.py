@@ -9,10 +9,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dashboard.site import Dashboard, dashboard, json_answer
+from ground.errors import UsageError
 from reports import dtypes as dtypes_mod
 from reports import op_sweep
 from reports import ops as ops_mod
-from reports.errors import UsageError
 
 router = APIRouter()
 API = {

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dashboard.site import Dashboard, NotFound, dashboard, json_answer
+from ground.errors import StoreError, UsageError
 from reports import diff as diff_mod
 from reports.coverage import device_label
-from reports.errors import StoreError, UsageError
 from reports.render import charts
 from reports.store import check_run_id
 

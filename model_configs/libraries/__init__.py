@@ -17,7 +17,7 @@ import functools
 import importlib
 from typing import TYPE_CHECKING
 
-from reports.errors import UnknownNameError
+from ground.errors import UnknownNameError
 
 if TYPE_CHECKING:
     from model_configs.libraries.base import Adapter

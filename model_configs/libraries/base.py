@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ground.errors import ConfigError
+from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import read_config_file
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
 
 TABLES = Path("data") / "tables.json"  # a library's tables, inside its package
 

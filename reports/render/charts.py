@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from reports.render import fmt
+from ground import fmt
 
 COLORS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#7c3aed", "#0891b2")
 CHAR_W = 6.2  # px per character of an 11 px label, a little over the average (system-ui)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ground import fmt
 from reports.dtypes import KINDS, missing_ops_side_by_side, problem
-from reports.render import fmt
 from reports.render.tables import Section
 
 Builder = Callable[[dict[str, Any]], Section]

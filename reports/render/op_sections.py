@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render import fmt, tables
+from ground import fmt
+from reports.render import tables
 from reports.render.tables import Section, text_sections, wrap
 
 PYTORCH_REASON_LABELS = {

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from reports.render import fmt
+from ground import fmt
+from ground.schema import STAGE_ORDER
+from ground.sizing_columns import NO_OWN_CONFIG
 from reports.render.tables import Section
-from reports.schema import STAGE_ORDER
-from reports.sizing_columns import NO_OWN_CONFIG
 
 STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
@@ -776,7 +776,7 @@ def skips_section(report: dict[str, Any]) -> Section:
 
 def next_steps_section(report: dict[str, Any]) -> Section:
     """Every model that is not a clean pass, by failure class, with the class's next step
-    (reports/data/next_steps.json) and the models a switch of their own code made pass."""
+    (ground/data/next_steps.json) and the models a switch of their own code made pass."""
     classes = report.get("next_steps") or []
     rows = [
         [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render import fmt
+from ground import fmt
 
 
 def sharding_lines(rows: list[dict[str, Any]]) -> list[str]:

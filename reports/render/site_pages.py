@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from reports.render import fmt
+from ground import fmt
 from reports.render.glossary import doc_links, explain
 from reports.render.sections import headline_scope, headline_switches
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.render import fmt
-from reports.schema import SizingStatus
-from reports.sizing_columns import NO_OWN_CONFIG_TEXT
+from ground import fmt
+from ground.schema import SizingStatus
+from ground.sizing_columns import NO_OWN_CONFIG_TEXT
 
 
 def cores_cell(row: dict[str, Any] | None, what: str) -> str:

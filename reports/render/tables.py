@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.render import fmt
+from ground import fmt
 
 TEXT_WIDTH = 120  # the plain-text report's lines fit a terminal this wide
 CELL_MAX = 70  # no text cell is wider, however long its text

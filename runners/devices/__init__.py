@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import DeviceError, UnknownNameError
+from ground.errors import DeviceError, UnknownNameError
 
 if TYPE_CHECKING:
     from runners.devices.base import Device

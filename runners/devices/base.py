@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 from runners.devices import collective_log
 from runners.devices.collective_log import CollectiveLog
 
@@ -343,7 +343,7 @@ class Device(ABC):
 
     def collective_evidence(self, op: str) -> str | None:
         """What a verdict about collective or DTensor op `op` on this device rests on
-        (`reports.schema.CompileEvidence`), or None where the device declares nothing."""
+        (`ground.schema.CompileEvidence`), or None where the device declares nothing."""
         return None
 
     def fallback_error(self, log: FallbackLog) -> Exception | None:

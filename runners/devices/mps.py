@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 from runners.devices.base import Device, FallbackDisallowed, FallbackLog, collecting
 
 if TYPE_CHECKING:

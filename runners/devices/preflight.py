@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 180.0

@@ -17,7 +17,7 @@ def task_resources(settings: Any) -> dict[str, Any]:
     ranks as its distributed stages start (`Device.rank_resources`: accelerators on a real
     cluster, CPUs on the emulator), so that two such tasks never oversubscribe a node. Empty
     for a task without distributed stages (an op-sweep task too)."""
-    from reports.schema import RANK_STAGES
+    from ground.schema import RANK_STAGES
     from runners.devices import device_class
 
     world = getattr(settings, "world_size", None)
@@ -30,7 +30,7 @@ def task_resources(settings: Any) -> dict[str, Any]:
 def check_world_size(settings: Any) -> None:
     """Refuse a world larger than the device's ranks on this machine (one clear error before
     any model runs), and a device with no process group at all."""
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from runners.devices import process_group_backend, ranks_available
 
     world = getattr(settings, "world_size", None)

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from ground.schema import Stage
 from model_configs import build
-from reports.schema import Stage
 from runners.distributed.stages import GroupStage
 from runners.hf_training import (
     TrainedElsewhere,

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from ground.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage, Status
 from model_configs.spec import TinySpec
-from reports.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage, Status
 from runners import faults
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest

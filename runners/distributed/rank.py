@@ -76,7 +76,7 @@ def rank_main(
     torch.set_num_threads(max(1, settings.threads))
     import torch.distributed as dist
 
-    from reports.schema import Stage
+    from ground.schema import Stage
     from runners.devices import collective_log
     from runners.run_model import quiet_libraries
     from runners.stages import StageContext, run_stage, stage_runner

@@ -45,7 +45,7 @@ import torch
 
 from model_configs import build
 from model_configs.libraries import get_adapter
-from reports.schema import SkipReason, Stage
+from ground.schema import SkipReason, Stage
 from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
 from runners.distributed.status import phase

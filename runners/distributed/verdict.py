@@ -1,5 +1,5 @@
 """What a distributed stage's verdict rests on, in the compile evidence vocabulary
-(`reports.schema.CompileEvidence`): each collective's, as its device gives it, and the stage's
+(`ground.schema.CompileEvidence`): each collective's, as its device gives it, and the stage's
 (its failing collective or DTensor op's, else the weakest of the collectives it ran)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from reports.schema import EVIDENCE_STRENGTH, CompileEvidence
+from ground.schema import EVIDENCE_STRENGTH, CompileEvidence
 
 
 def weakest(evidence: Iterable[str | None]) -> str | None:

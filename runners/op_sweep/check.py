@@ -19,8 +19,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
-from reports.errors import is_environment_error, safe_text
-from reports.schema import OpExecution, OpSkipReason, OpStatus
+from ground.errors import is_environment_error, safe_text
+from ground.schema import OpExecution, OpSkipReason, OpStatus
 from runners import faults
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.errors import UsageError
+from ground.errors import UsageError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "op_sweep" / "device_declarations.json"
 PHASES = ("forward", "backward")

@@ -21,7 +21,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.schema import OpStatus
+from ground.schema import OpStatus
 from runners.op_sweep.units import Unit
 from runners.settings import OpSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter

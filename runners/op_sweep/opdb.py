@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from reports.errors import SweepError, UnknownNameError
-from reports.schema import OpSkipReason
+from ground.errors import SweepError, UnknownNameError
+from ground.schema import OpSkipReason
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,

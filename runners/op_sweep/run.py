@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from reports.errors import is_environment_error, safe_text
-from reports.schema import OpSkipReason, OpStatus
+from ground.errors import is_environment_error, safe_text
+from ground.schema import OpSkipReason, OpStatus
 from runners.devices.base import Device
 from runners.op_sweep.check import (
     Lowering,

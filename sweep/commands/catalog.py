@@ -27,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ground import settings
+    from ground.errors import UsageError
     from model_configs.catalog import load_catalog, refresh_catalog
-    from reports import settings
-    from reports.errors import UsageError
 
     if args.action == "show":
         catalog = load_catalog(args.catalog)

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reports import settings
-from reports.render import fmt
+from ground import settings
+from ground import fmt
 from sweep import verdict
 from sweep.commands import options
 
@@ -47,7 +47,7 @@ def _plan(args: argparse.Namespace, stages: list) -> Any:
     from model_configs.catalog import load_catalog
     from model_configs.resolve import resolve_local
     from model_configs.spec import CatalogEntry
-    from reports.errors import ConfigError, UsageError
+    from ground.errors import ConfigError, UsageError
     from sweep.plan import plan_entry
 
     target = args.model
@@ -91,7 +91,7 @@ def _with_architecture(entry: Any, args: argparse.Namespace) -> Any:
 def _entry_from_hub(model_id: str) -> Any:
     from model_configs.hub import HubClient
     from model_configs.spec import CatalogEntry
-    from reports.errors import ConfigError, UsageError
+    from ground.errors import ConfigError, UsageError
 
     try:
         info = HubClient().model_info(
@@ -262,7 +262,7 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from reports.schema import compiles
+            from ground.schema import compiles
             from runners.isolation import CHILD_MODULES, run_isolated
             from runners.warm import warm_parent
 
@@ -290,7 +290,7 @@ def _known_switch(spec: Any, implementation: str, stages: list[str]) -> None:
     """`--implementation SWITCH=VALUE` names a switch the model's class takes, or a
     TrainingArguments switch of an hf_training stage among `stages` (exit 2 else)."""
     from model_configs import build
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from runners.switches import training_switch
 
     takes = build.implementation_switches(spec)
@@ -339,7 +339,7 @@ def _facts(
     """The verdict, the next step, the alternatives tried, and what the run took: the stages'
     seconds, the wall time and peak memory of the model's process and of this whole command
     (what `/usr/bin/time -v` sees)."""
-    from reports.next_steps import Alternative
+    from ground.next_steps import Alternative
 
     spec = getattr(planned, "spec", None)
     tried = [

@@ -14,7 +14,7 @@ import ipaddress
 import socket
 import sys
 
-from reports.errors import UsageError
+from ground.errors import UsageError
 from sweep.commands.options import add_store_argument, catalog_models, store_to_read
 
 

@@ -19,8 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store_to_read(args.store)  # a file or a missing folder: one clear error
+    from ground.errors import UsageError
     from reports.diff import run_diff
-    from reports.errors import UsageError
     from reports.query import StoreQuery
     from reports.render import jsondoc
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(diff: dict[str, Any]) -> str:
-    from reports.render import fmt
+    from ground import fmt
 
     lines = [
         f"hfsweep diff: {diff['run_a']} ({diff['device_a'] or '-'}) -> {diff['run_b']} "

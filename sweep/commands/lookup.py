@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store_to_read(args.store)  # a file or a missing folder: one clear error
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from reports.models import find_stored_model, model_detail, not_found_answer, reproduce_command
     from reports.query import StoreQuery
     from reports.render import jsondoc
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render_text(d: dict[str, Any]) -> str:
-    from reports.render import fmt
+    from ground import fmt
     from reports.render.stage_text import model_stage_lines
 
     s, m = d["summary"], d["model"]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports import settings
+from ground import settings
 from sweep.commands import run as run_command
 
 EXIT_REGRESSION = 4
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from sweep.commands.options import store_to_write
 
     store_to_write(args.store)
-    from reports.errors import UsageError
+    from ground.errors import UsageError
     from reports.store import check_run_id
     from sweep.driver import abandoned_error
     from sweep.nightly import nightly_catalog, run_nightly

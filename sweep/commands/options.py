@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reports import settings
-from reports.errors import UsageError
-from reports.schema import (
+from ground import settings
+from ground.errors import UsageError
+from ground.schema import (
     DEFAULT_STAGES,
     DISTRIBUTED_STAGES,
     HF_TRAINING_STAGES,
@@ -320,8 +320,8 @@ def command_line() -> str:
 
 def catalog_models(source: str) -> list[Any]:
     """The catalog's entries as the reading side takes them (none when it cannot be read)."""
+    from ground.errors import SweepError
     from model_configs.catalog import load_catalog
-    from reports.errors import SweepError
     from reports.model_search import CatalogModel
 
     try:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.errors import UsageError
+from ground.errors import UsageError
 from sweep.commands.options import add_store_argument, store_to_read
 
 FORMATS = ("text", "markdown", "json", "html")

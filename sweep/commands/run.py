@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_line(summary: RunSummary, store: str) -> str:
     """What a run did, in one line (stderr)."""
-    from reports.render.fmt import duration
+    from ground.fmt import duration
 
     several = len(summary.dtypes) > 1  # then every count is of (model, dtype) pairs
     asked = (

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ground.errors import UsageError
 from model_configs.spec import CatalogEntry
-from reports.errors import UsageError
 from sweep.executors.local import LocalExecutor
 from sweep.executors.protocol import Event, Executor, OomFn, Planner, RunFn
 from sweep.executors.ray_cluster import RayExecutor

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reports.errors import SystemFaultError, first_line
+from ground.errors import SystemFaultError, first_line
 from sweep.executors.protocol import Abandoned
 
 RETRY_BACKOFF_S = 1.0  # before the first retry; doubled for each further one (at most 30 s)

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ground.errors import SystemFaultError, UsageError
 from model_configs.spec import CatalogEntry
-from reports.errors import SystemFaultError, UsageError
 from runners import containment, faults
 from sweep import stop_signals
 from sweep.executors.fault_policy import backoff_s, describe_failure

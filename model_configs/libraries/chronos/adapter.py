@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 from model_configs.libraries.base import (
     Adapter,
     library_tables,
@@ -26,8 +28,6 @@ from model_configs.libraries.base import (
 from model_configs.libraries.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH
-from reports.errors import ConfigError
-from reports.schema import SkipReason
 
 CONTEXT = 64  # series steps the tiny model sees
 HORIZON = 8  # steps it forecasts

@@ -34,6 +34,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from ground.schema import ConfigSource
 from model_configs.libraries.diffusers.shrink import (
     class_rule,
     default_config,
@@ -43,7 +44,6 @@ from model_configs.libraries.diffusers.shrink import (
 )
 from model_configs.spec import ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH
-from reports.schema import ConfigSource
 
 _DTYPES = {"float": "float32", "long": "int64", "int": "int32", "bool": "bool"}
 

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError, ShrinkError
+from ground.schema import ConfigSource, SkipReason
 from model_configs.spec import ResolvedConfig, TinySpec
-from reports.errors import ConfigError, ShrinkError
-from reports.schema import ConfigSource, SkipReason
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 RULES_PATH = DATA_DIR / "class_rules.json"

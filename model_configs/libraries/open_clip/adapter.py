@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError, ShrinkError
+from ground.schema import SkipReason
 from model_configs.libraries.base import Adapter, no_config, read_json, repo_name
 from model_configs.libraries.caps import cap_keys
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, GRID
-from reports.errors import ConfigError, ShrinkError
-from reports.schema import SkipReason
 
 EMBED = 32
 VISION_CAPS = {"width": 64, "head_width": 16, "layers": 2, "attn_pooler_queries": 8,

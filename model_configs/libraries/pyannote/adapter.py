@@ -23,11 +23,11 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+from ground.errors import ConfigError, ShrinkError
+from ground.schema import SkipReason
 from model_configs.libraries.base import Adapter, find_class, library_tables, no_config
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import AUDIO_SAMPLES, BATCH
-from reports.errors import ConfigError, ShrinkError
-from reports.schema import SkipReason
 
 # Family rules: the constructor arguments each class shrinks by, and their tiny values.
 SHRINK: dict[str, dict[str, Any]] = {

@@ -22,11 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import read_json_file
 from model_configs.libraries.base import Adapter, NotSizable, no_config, read_json
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
 
 BATCH = 4  # two anchors, two positives: an in-batch contrastive loss
 SEQ = 12  # tokens per text: below MAX_SEQ_LENGTH, the length the module truncates to

@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import ConfigSource, SkipReason
 from model_configs.libraries.base import Adapter, library_tables
 from model_configs.libraries.diffusers.adapter import DiffusersAdapter
 from model_configs.libraries.diffusers.shrink import DATA_DIR
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
 
 CONFIGS = DATA_DIR / "configs"  # the published denoiser configs diffusers bundles here
 

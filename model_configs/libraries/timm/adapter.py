@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ground.errors import ConfigError, ShrinkError
+from ground.schema import SkipReason
 from model_configs.libraries.base import Adapter, no_config, repo_name
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, GRID
-from reports.errors import ConfigError, ShrinkError
-from reports.schema import SkipReason
 
 IMAGE_SIDES = (64, 32, 96, 128, 160, 224)  # tried in order at shrink time
 # Widths are divided further (x2, x4, x8) while the tiny model is above TARGET_PARAMS; when a

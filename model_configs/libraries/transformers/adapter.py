@@ -7,12 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import from_file
 from model_configs.libraries.base import Adapter, NoCompiledGenerate, save_pretrained_round_trip
 from model_configs.libraries.transformers.canonical import CANONICAL
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
-from reports.errors import ConfigError
-from reports.schema import ConfigSource, SkipReason
 
 
 class TransformersAdapter(Adapter):

@@ -15,6 +15,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from ground.errors import ShrinkError
+from ground.schema import ConfigSource
 from model_configs.libraries.transformers.classes import builds_as_is, part_config
 from model_configs.libraries.transformers.families import input_rules
 from model_configs.libraries.transformers.inputs import InputContext, by_signature
@@ -22,8 +24,6 @@ from model_configs.libraries.transformers.inputs import lookup as family_lookup
 from model_configs.libraries.transformers.shrink import special_token_ids
 from model_configs.spec import ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH, SEQ, routed_seq
-from reports.errors import ShrinkError
-from reports.schema import ConfigSource
 
 # Inputs only a training step takes (targets and loss switches); generate gets none of them.
 TRAINING_ONLY = (

@@ -13,8 +13,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from reports.errors import ConfigError
-from reports.schema import SkipReason
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 
 # (mapping name in transformers.models.auto.modeling_auto, task, generative)
 TASKS: dict[str, tuple[str, bool]] = {

@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ShrinkError
 from model_configs.quantization import Method, from_config, quantization_block
 from model_configs.spec import TinySpec
-from reports.errors import ShrinkError
 
 FP8_MAX = 448.0  # largest float8_e4m3fn
 MX_BLOCK = 32  # elements per MXFP4 scale (the OCP MX format)

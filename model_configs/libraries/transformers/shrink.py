@@ -16,6 +16,8 @@ import copy
 import json
 from typing import Any
 
+from ground.errors import ConfigError, ShrinkError
+from ground.schema import SkipReason
 from model_configs.libraries.transformers.families import shrink_rules, timm_rules
 from model_configs.libraries.transformers.shrink_rules import (  # noqa: E402  (the rules and their sizes)
     RULES,
@@ -26,8 +28,6 @@ from model_configs.libraries.transformers.shrink_rules import (  # noqa: E402  (
     set_dotted,
 )
 from model_configs.spec import ResolvedConfig, TinySpec
-from reports.errors import ConfigError, ShrinkError
-from reports.schema import SkipReason
 
 
 def family_rules() -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from model_configs.tiny_inputs import GRID  # patches per image side
-from reports.schema import EXPERTS_PER_TOKEN_KEYS
+from ground.schema import EXPERTS_PER_TOKEN_KEYS
 
 # Target sizes.
 HEADS = 4

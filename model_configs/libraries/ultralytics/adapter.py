@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ConfigError
+from ground.schema import SkipReason
 from model_configs.libraries.base import Adapter, library_tables, no_config, repo_name
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 from model_configs.tiny_inputs import BATCH
-from reports.errors import ConfigError
-from reports.schema import SkipReason
 
 SIDE = 64
 CAPS = {"depth_multiple": 0.33, "width_multiple": 0.125, "max_channels": 128}

@@ -7,7 +7,7 @@ some arguments, which it does not define, the reductions and all-to-all group si
 accept, its functional-collective and DTensor registrations, and its own tests of each.
 
 The emulated process group (`process_group.py`) follows it; a verdict about a collective says
-what it rests on in the compile evidence vocabulary (`reports.schema.CompileEvidence`):
+what it rests on in the compile evidence vocabulary (`ground.schema.CompileEvidence`):
 `registered` (ProcessGroupNeuron defines it; a DTensor rule it registers), `tested` (its own
 tests call it), `raises` (its code raises on it, or it defines no method: c10d's base cannot run
 it on the device), `none` (the data says nothing).
@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from reports.schema import CompileEvidence
+from ground.schema import CompileEvidence
 from runners.devices.neuron import skew
 from runners.devices.neuron.profiles import PROFILE_DIR, SNAPSHOT
 

@@ -43,8 +43,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.errors import DeviceError
-from reports.schema import CompileEvidence
+from ground.errors import DeviceError
+from ground.schema import CompileEvidence
 from runners import faults
 from runners.devices.base import active_fallback_logs
 from runners.devices.neuron import pending

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
-from reports.schema import CompileEvidence
+from ground.schema import CompileEvidence
 from runners.devices import collective_log
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.collective_log import CollectiveLog

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.schema import EVIDENCE_STRENGTH, CompileEvidence
+from ground.schema import EVIDENCE_STRENGTH, CompileEvidence
 from runners.devices.aten_names import base_name, overload_name
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch._C import DispatchKey, DispatchKeySet
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 from runners.devices.neuron import autocast, pending
 from runners.devices.neuron.dispatch import (
     convolution,

@@ -23,7 +23,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 from runners.devices.aten_names import base_name, overload_name
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from reports.errors import DeviceError
+from ground.errors import DeviceError
 from runners.devices.base import FallbackDisallowed, FallbackLog
 from runners.devices.neuron.device import PACKAGE, NeuronDevice, real_neuron_installed
 from runners.devices.neuron.profiles import DeviceProfile, load_profile

@@ -225,7 +225,7 @@ def _audio_tower_tokens(model: Any, frames: int) -> int:
     `_get_feat_extract_output_lengths` (its last value: the lengths after pooling)."""
     import torch
 
-    from reports.errors import ShrinkError
+    from ground.errors import ShrinkError
 
     tower = getattr(model, "audio_tower", None) or getattr(
         getattr(model, "model", None), "audio_tower", None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from reports.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
+from ground.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
 
 
 def profile_pairing(d: Any) -> str:
@@ -170,7 +170,7 @@ def time_taken(stages_s: float | None, wall_s: float | None, ranks_s: float | No
 def ranks_seconds(rows: Any) -> float | None:
     """The seconds of a model's distributed stages (`time_taken`'s `ranks_s`: run by rank
     processes of their own, not by the model's process), None when it ran none."""
-    from reports.schema import DISTRIBUTED_STAGES
+    from ground.schema import DISTRIBUTED_STAGES
 
     names = {s.value for s in DISTRIBUTED_STAGES}
     ran = [r["duration_s"] for r in rows if r.get("stage") in names and r.get("duration_s")]

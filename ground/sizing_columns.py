@@ -1,6 +1,6 @@
 """What each model's summary row (`model_runs`) holds of its full-size config's sizing: its
 parameters and, on the run device's primary hardware type, the cores it needs (the sizing
-table joined by `config_hash`). A leaf under `reports.query` and `reports.sizing`.
+table joined by `config_hash`). Part of the contract: `reports.query` and `reports.sizing` read it.
 
 A size is a fact only when it was built from the repo's own config (`config_source` `hub` or
 `local`). A model whose config is a library's default for its architecture (offline, every
@@ -10,7 +10,7 @@ its page still shows what the default config would need, labelled so (`reports.s
 
 from __future__ import annotations
 
-from reports.schema import ConfigSource
+from ground.schema import ConfigSource
 
 # Config sources that are not the repo's own config: a library's defaults for the architecture
 # the catalog names (offline, the bundled catalog holds no config files).

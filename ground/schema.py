@@ -170,7 +170,7 @@ class ConfigSource(str, enum.Enum):
 
 # The config keys that say how many experts a mixture of experts routes each token to: what the
 # shrink caps (model_configs' transformers rules) and what a next step reads the full-size value
-# from (reports.next_steps). `top_k` last: the generic name is also a sampling setting.
+# from (ground.next_steps). `top_k` last: the generic name is also a sampling setting.
 EXPERTS_PER_TOKEN_KEYS = (
     "num_experts_per_tok",
     "num_experts_per_token",

@@ -1,6 +1,6 @@
 """The next step for a model's result: one table of failure classes, each with one line to act on.
 
-The table is data (`reports/data/next_steps.json`, a reason per entry): each class matches a
+The table is data (`ground/data/next_steps.json`, a reason per entry): each class matches a
 model's deciding row (its first failing stage, else its skip, else its pass) on the columns it
 lists, and says what to do in one line, with a command where one takes the step. `hfsweep
 check`, `hfsweep lookup`, the model page and the report all read it here, so they say the same.
@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from reports.schema import EXPERTS_PER_TOKEN_KEYS, FAILED_STATUSES, SkipReason, Status
+from ground.schema import EXPERTS_PER_TOKEN_KEYS, FAILED_STATUSES, SkipReason, Status
 
 TABLE = Path(__file__).resolve().parent / "data" / "next_steps.json"
 _FAILED = {s.value for s in FAILED_STATUSES}

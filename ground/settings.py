@@ -41,7 +41,7 @@ def hub_retries() -> int:
 
 
 def _positive_float(name: str, default: float, *, allow_zero: bool = False) -> float:
-    from reports.errors import UsageError
+    from ground.errors import UsageError
 
     raw = os.environ.get(name, "").strip()
     if not raw:
