@@ -1,4 +1,4 @@
-"""The house's shape at one or more git revisions, side by side: lines in the five folders and
+"""The house's shape at one or more git revisions, side by side: lines in the six folders and
 per folder, import circles between modules and between the parts of a folder (its sub-folders
 and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
 files and the ten longest functions, how many places declare each shared CLI option and the

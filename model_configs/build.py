@@ -32,10 +32,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ground.errors import ShrinkError
 from model_configs.libraries import get_adapter
 from model_configs.pass_rule import MAX_PARAMS
 from model_configs.spec import TinySpec
-from ground.errors import ShrinkError
 
 BUILD_BUDGET = 10 * MAX_PARAMS  # parameters: 10x the pass rule's "tiny" (200 MB in fp32)
 MAX_DIMENSION = 1 << 20  # any integer above this in a shrunk config, when `meta` cannot tell

@@ -34,12 +34,12 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ground.errors import safe_text
+from ground.schema import SizingStatus
 from model_configs.build import build_on_meta, largest_dimension
 from model_configs.libraries import get_adapter
 from model_configs.libraries.base import NotSizable
 from model_configs.spec import ResolvedConfig, TinySpec
-from ground.errors import safe_text
-from ground.schema import SizingStatus
 
 # The largest integer a full-size config may hold where it may be a size: above Llama 4's
 # 10,485,760-token context (max_position_embeddings), the largest size in the top 1,000.

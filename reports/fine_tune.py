@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ground.schema import TRAINING_STAGES, FallbackSource, Stage
 from reports.coverage import share, stage_counts, stage_line
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery, in_dtype, same_dtype
-from ground.schema import TRAINING_STAGES, FallbackSource, Stage
 
 TRAINING = tuple(s.value for s in TRAINING_STAGES)
 LABELS = {

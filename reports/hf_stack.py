@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ground.schema import HF_TRAINING_STAGES, Stage
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
-from ground.schema import HF_TRAINING_STAGES, Stage
 
 HF_STAGES = tuple(s.value for s in HF_TRAINING_STAGES)
 LABELS = {

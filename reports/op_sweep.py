@@ -18,10 +18,6 @@ from typing import Any
 
 import duckdb
 
-from reports.coverage import device_label, share
-from reports.models import reproduce_command
-from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
-from reports.query import RunsQuery, Scan, StoreQuery, same_dtype
 from ground.schema import (
     OP_FAILED_STATUSES,
     OP_SKIP_DEVICE,
@@ -30,6 +26,10 @@ from ground.schema import (
     OpSkipReason,
     OpStatus,
 )
+from reports.coverage import device_label, share
+from reports.models import reproduce_command
+from reports.ops import NEWER_THAN_PROFILE, missing_ops, unverified_models_by_op
+from reports.query import RunsQuery, Scan, StoreQuery, same_dtype
 from reports.store import Store
 
 _PYTORCH = ", ".join(f"'{r.value}'" for r in sorted(OP_SKIP_PYTORCH, key=lambda r: r.value))

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ground.schema import DISTRIBUTED_STAGES, SkipReason, Stage
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
-from ground.schema import DISTRIBUTED_STAGES, SkipReason, Stage
 
 SHARDING = tuple(s.value for s in DISTRIBUTED_STAGES)
 LABELS = {

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from model_configs.spec import TinySpec
 from ground.next_steps import classify, deciding_row
 from ground.schema import Stage, Status
+from model_configs.spec import TinySpec
 from runners.outcome import AlternativeRun, ModelOutcome
 from runners.settings import ModelSettings
 from runners.switches import TRAINING_ARGUMENTS, Switch, switches

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.hf_stack import model_hf_stack
 from ground import fmt
+from reports.hf_stack import model_hf_stack
 from reports.render.hf_stack_text import hf_stack_lines
 from reports.render.sharding_text import sharding_lines
 from reports.shapes import shape_detail

@@ -43,9 +43,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from ground.schema import SkipReason, Stage
 from model_configs import build
 from model_configs.libraries import get_adapter
-from ground.schema import SkipReason, Stage
 from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
 from runners.distributed.status import phase

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ground import settings
-from ground import fmt
+from ground import fmt, settings
 from sweep import verdict
 from sweep.commands import options
 
@@ -44,10 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace, stages: list) -> Any:
+    from ground.errors import ConfigError, UsageError
     from model_configs.catalog import load_catalog
     from model_configs.resolve import resolve_local
     from model_configs.spec import CatalogEntry
-    from ground.errors import ConfigError, UsageError
     from sweep.plan import plan_entry
 
     target = args.model
@@ -89,9 +88,9 @@ def _with_architecture(entry: Any, args: argparse.Namespace) -> Any:
 
 
 def _entry_from_hub(model_id: str) -> Any:
+    from ground.errors import ConfigError, UsageError
     from model_configs.hub import HubClient
     from model_configs.spec import CatalogEntry
-    from ground.errors import ConfigError, UsageError
 
     try:
         info = HubClient().model_info(
@@ -289,8 +288,8 @@ def _check(
 def _known_switch(spec: Any, implementation: str, stages: list[str]) -> None:
     """`--implementation SWITCH=VALUE` names a switch the model's class takes, or a
     TrainingArguments switch of an hf_training stage among `stages` (exit 2 else)."""
-    from model_configs import build
     from ground.errors import UsageError
+    from model_configs import build
     from runners.switches import training_switch
 
     takes = build.implementation_switches(spec)

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from model_configs.tiny_inputs import GRID  # patches per image side
 from ground.schema import EXPERTS_PER_TOKEN_KEYS
+from model_configs.tiny_inputs import GRID  # patches per image side
 
 # Target sizes.
 HEADS = 4
