@@ -78,7 +78,7 @@ def declarations(root: Path) -> dict[str, int]:
 
 
 def duplicate_pairs(root: Path) -> str:
-    """The `duplicates` command's first line for the five folders (pairs and files read)."""
+    """The `duplicates` command's first line for the project's folders (pairs and files read)."""
     tool = shutil.which("duplicates")
     if tool is None:
         return "n/a (duplicates not on this machine)"
@@ -254,7 +254,7 @@ def main() -> None:
             results.append((rev, measure(export(rev, Path(tmp)))))
     for name, r in results:
         print(f"== {name}")
-        print(f"  python in the five folders: {r['lines']:,} lines in {r['files']} files")
+        print(f"  python in the {len(FOLDERS)} folders: {r['lines']:,} lines in {r['files']} files")
         print(
             "  lines per folder: "
             + ", ".join(f"{f} {n:,}" for f, n in r["lines_per_folder"].items())
