@@ -172,11 +172,12 @@ def left_behind(mark: str, grace_s: float = 10.0, driver: int | None = None) -> 
     """Processes of a trial still alive `grace_s` after its driver ended (then killed; what
     they were goes to stderr): those with its mark and, given the `driver`'s pid, those in a Ray
     session it created (Ray's agents, whose titles overwrite the mark)."""
+    ended = time.time()
 
     def find() -> list[int]:
         found = set(containment.processes_with_env(MARK, mark))
         if driver is not None:
-            found |= set(containment.processes_in_ray_session(driver))
+            found |= set(containment.processes_in_ray_session(driver, ended))
         return sorted(found)
 
     deadline = time.monotonic() + grace_s

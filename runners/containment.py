@@ -229,11 +229,16 @@ def processes_with_env(name: str, value: str) -> list[int]:
     return out
 
 
-def processes_in_ray_session(creator_pid: int) -> list[int]:
+def processes_in_ray_session(creator_pid: int, ended: float) -> list[int]:
     """Live processes holding a file or socket open in a Ray session that process `creator_pid`
-    created (Ray ends the session folder's name with its creator's pid): the raylet's agents,
-    whose process titles overwrite the environment a marker would be read from."""
+    created before it ended (at `ended`, a `time.time()`; Ray ends the session folder's name with
+    its creator's pid and begins it with its local time, and a session named after is a new
+    process's that was given that pid again): the raylet's agents, whose process titles
+    overwrite the environment a marker would be read from."""
+    import datetime
+
     tail = f"_{creator_pid}"
+    until = datetime.datetime.fromtimestamp(ended).strftime("%Y-%m-%d_%H-%M-%S_%f")
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -243,7 +248,9 @@ def processes_in_ray_session(creator_pid: int) -> list[int]:
         except OSError:
             continue
         if any(
-            part.startswith("session_") and part.endswith(tail)
+            part.startswith("session_")
+            and part.endswith(tail)
+            and part[len("session_") :].rsplit("_", 1)[0] <= until
             for link in links
             for part in link.split("/")
         ) and alive(int(entry.name)):
@@ -292,11 +299,14 @@ EMBEDDED_RAY_ENV = "HFSWEEP_EMBEDDED_RAY"
 _watchdogs: list[object] = []  # each keeps its pipe open for as long as this process lives
 
 _WATCHDOG = """
-import os, signal, sys, time
+import datetime, os, signal, sys, time
 sent = sys.stdin.buffer.read()  # 'pid:start' of what ray.init started, then EOF: driver gone
 needle = sys.argv[1].encode()
 session_tail = ("_" + sys.argv[2]).encode()  # the driver's pid ends its Ray session's name
-since = sys.argv[3].encode()  # sessions named before the watchdog started are another's
+# the driver's sessions were named between the watchdog's start and the driver's end: one named
+# before is another's, one named after is a new process's that was given the driver's pid again
+since = sys.argv[3].encode()
+until = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f").encode()
 
 
 def in_our_session(pid):
@@ -308,7 +318,7 @@ def in_our_session(pid):
         for part in link.split(b"/"):
             if part.startswith(b"session_") and part.endswith(session_tail):
                 stamp = part[len(b"session_"):].rsplit(b"_", 1)[0]  # date_time_microseconds
-                if stamp >= since:
+                if since <= stamp <= until:
                     return True
     return False
 

@@ -369,3 +369,46 @@ def test_an_agent_of_a_driver_killed_inside_ray_init_dies_too(tmp_path):
         for pid in (raylet, agent):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_watchdog_spares_a_session_named_after_its_driver_ended(tmp_path):
+    """A session folder is the driver's by its pid and its time: one named after the driver
+    ended (the kernel gave its pid to a new process, which started a Ray of its own) is spared;
+    one named while the driver lived is killed. The driver's pid here is past the kernel's
+    pid_max, so no real process is either."""
+    import datetime
+
+    pid = 4_194_305
+    now = datetime.datetime.now()
+    since = (now - datetime.timedelta(seconds=5)).strftime("%Y-%m-%d_%H-%M-%S")
+    holders = {}
+    for name, when in (
+        ("ours", now - datetime.timedelta(seconds=1)),
+        ("reused", now + datetime.timedelta(hours=1)),
+    ):
+        folder = tmp_path / f"session_{when.strftime('%Y-%m-%d_%H-%M-%S_%f')}_{pid}"
+        folder.mkdir()
+        log = folder / "held.log"
+        holders[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time; f = open(sys.argv[1], 'a'); print(flush=True); time.sleep(600)",
+                str(log),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        holders[name].stdout.readline()  # the file is open
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", containment._WATCHDOG, "UNUSED=x", str(pid), since],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        watchdog.stdin.close()  # EOF: the driver is gone
+        watchdog.wait(60)
+        assert wait_dead(holders["ours"].pid), "a process in the driver's session outlived it"
+        assert alive(holders["reused"].pid), "a session named after the driver ended was killed"
+    finally:
+        for proc in (*holders.values(), watchdog):
+            proc.kill()
+            proc.wait()
