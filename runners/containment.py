@@ -300,7 +300,25 @@ _watchdogs: list[object] = []  # each keeps its pipe open for as long as this pr
 
 _WATCHDOG = """
 import datetime, os, signal, sys, time
-sent = sys.stdin.buffer.read()  # 'pid:start' of what ray.init started, then EOF: driver gone
+
+
+def started(pid):  # the kernel's start time of a live pid, else None (gone, or a zombie)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b") ", 1)[-1].split()
+    except OSError:
+        return None
+    return None if fields[0] == b"Z" else fields[19]
+
+
+driver = int(sys.argv[2])
+driver_start = started(driver)
+sent = sys.stdin.buffer.read()  # 'pid:start' of what ray.init started, then EOF
+# EOF comes when the driver dies, or while it exits (its interpreter closing the pipe): its own
+# shutdown goes first, and what it leaves is killed once it is gone (or 30 s on, sparing it)
+wait_until = time.monotonic() + 30.0
+while driver_start is not None and started(driver) == driver_start and time.monotonic() < wait_until:
+    time.sleep(0.1)
 needle = sys.argv[1].encode()
 session_tail = ("_" + sys.argv[2]).encode()  # the driver's pid ends its Ray session's name
 # the driver's sessions were named between the watchdog's start and the driver's end: one named
@@ -329,7 +347,7 @@ deadline = time.monotonic() + 30.0
 while time.monotonic() < deadline and time.monotonic() - quiet_since < 2.0:
     procs = {}  # pid: (parent pid, start time), from one look at /proc
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) in (os.getpid(), driver):
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
