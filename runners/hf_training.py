@@ -287,18 +287,28 @@ class _HfStage(StageRunner):
     def train(self, ctx: StageContext) -> None:
         raise NotImplementedError
 
-    def arguments(self, ctx: StageContext, out: str, *, cpu: bool = False, **more: Any) -> Any:
-        """`TrainingArguments` as a user writes them; on the CPU side `use_cpu=True`. Where the
-        device cannot pin host memory, batches are loaded unpinned (and the row says so)."""
+    def arguments(
+        self,
+        ctx: StageContext,
+        out: str,
+        *,
+        cpu: bool = False,
+        kind: Any = None,
+        batch: int = 1,
+        **more: Any,
+    ) -> Any:
+        """`TrainingArguments` (or its subclass `kind`, such as TRL's `SFTConfig`) as a user
+        writes them; on the CPU side `use_cpu=True`. Where the device cannot pin host memory,
+        batches are loaded unpinned (and the row says so)."""
         from transformers import TrainingArguments
 
         pin = ctx.device.pins_host_memory and not cpu
         if not ctx.device.pins_host_memory and not cpu:
             _settings(ctx, dataloader_pin_memory="False (the device cannot pin host memory)")
-        return TrainingArguments(
+        return (kind or TrainingArguments)(
             output_dir=out,
             max_steps=self.steps,
-            per_device_train_batch_size=1,
+            per_device_train_batch_size=batch,
             logging_steps=1,
             save_strategy="no",
             report_to="none",
@@ -500,23 +510,7 @@ class SftStage(_HfStage):
         model = without_dropout(copy.deepcopy(loaded_weights(ctx)))
         dataset, tokenizer = self.dataset(ctx, model)
         reset_accelerate_state()
-        pin = ctx.device.pins_host_memory and not cpu
-        if not ctx.device.pins_host_memory and not cpu:
-            _settings(ctx, dataloader_pin_memory="False (the device cannot pin host memory)")
-        args = SFTConfig(
-            output_dir=out,
-            max_steps=self.steps,
-            per_device_train_batch_size=2,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            seed=ctx.seed,
-            use_cpu=cpu,
-            dataloader_pin_memory=pin,
-            disable_tqdm=True,
-            max_length=32,
-            bf16=False,
-        )
+        args = self.arguments(ctx, out, cpu=cpu, kind=SFTConfig, batch=2, max_length=32, bf16=False)
         torch.manual_seed(ctx.seed)  # the adapters' initial weights
         trainer = SFTTrainer(
             model=model,
