@@ -34,11 +34,12 @@ def failure_clusters(
               count(*) AS models, coalesce(sum(downloads), 0) AS downloads,
               list(DISTINCT failed_stage ORDER BY failed_stage) AS stages,
               list(DISTINCT failed_status ORDER BY failed_status) AS statuses,
-              any_value(error_type) AS error_type,
-              any_value(failing_op) AS failing_op,
-              -- what users read: the real message (numbers and all) of the most downloaded
-              -- model of the cluster; the signature only groups them
-              arg_max(error_message, downloads) AS example_message,
+              -- what users read: the real error (type, op, message with its numbers) of the
+              -- most downloaded model of the cluster, the same one each time (ties by id); the
+              -- signature only groups them
+              first(error_type ORDER BY downloads DESC, model_id) AS error_type,
+              first(failing_op ORDER BY downloads DESC, model_id) AS failing_op,
+              first(error_message ORDER BY downloads DESC, model_id) AS example_message,
               list(model_id ORDER BY downloads DESC, model_id)[1:5] AS top_models
             FROM model_runs WHERE run_id = $run AND {IN_DTYPE} AND outcome = '{OUTCOME_FAILED}'
             GROUP BY ALL ORDER BY downloads DESC, models DESC, signature LIMIT $limit
