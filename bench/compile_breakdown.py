@@ -1,6 +1,6 @@
 """Where a unique tiny model's compile stage spends its time, on the emulated neuron device.
 
-The compile stage (`runners/stages.py`, `CompileStage`) compiles a training step with the
+The compile stage (`runners/stages/core/compile.py`, `CompileStage`) compiles a training step with the
 device's backend and runs it twice: the first step (`compile_s`: compile and first run), then
 one steady step (`step_s`). This bench runs the top N of the bundled catalog's unique tiny
 models (planned here, then load, forward, backward and compile back to back in this one warm

@@ -50,11 +50,11 @@ def sweep(args: argparse.Namespace, device: str) -> tuple[str, float]:
 
 
 def hf_stages(args: argparse.Namespace) -> list[str]:
-    from ground.schema import HF_TRAINING_STAGES
+    from runners.stages import group_stages
     from sweep.commands.options import stage_list
 
     wanted = {s.value for s in stage_list(args.stages)}
-    return [s.value for s in HF_TRAINING_STAGES if s.value in wanted]
+    return [s.value for s in group_stages("hf_training") if s.value in wanted]
 
 
 def print_shares(store: Any, run_id: str, wall: float, stages: list[str]) -> None:

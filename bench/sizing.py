@@ -55,11 +55,11 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def measure_time(args: argparse.Namespace) -> None:
-    from ground.schema import DEFAULT_STAGES
     from model_configs import sizing
     from model_configs.catalog import load_catalog
     from runners import hardware
     from runners.run_model import quiet_libraries
+    from runners.stages import default_stages
     from sweep import plan
 
     quiet_libraries()
@@ -87,7 +87,7 @@ def measure_time(args: argparse.Namespace) -> None:
     planned = []
     start_rss, start = rss(), time.perf_counter()
     for entry in entries:
-        planned.append(plan.plan_entry(entry, list(DEFAULT_STAGES)))
+        planned.append(plan.plan_entry(entry, list(default_stages())))
     planning_s = time.perf_counter() - start
     sizing.size_model = real
     per_entry = {c["model_id"]: c["s"] for c in calls}
@@ -170,13 +170,13 @@ def measure_time(args: argparse.Namespace) -> None:
 
 
 def measure_ratio(args: argparse.Namespace) -> None:
-    from ground.schema import DEFAULT_STAGES
     from model_configs import build
     from model_configs.catalog import load_catalog
     from model_configs.sizing import _measure
     from reports.store import Store
     from runners import hardware
     from runners.run_model import quiet_libraries
+    from runners.stages import default_stages
     from sweep import plan
 
     quiet_libraries()
@@ -195,7 +195,7 @@ def measure_ratio(args: argparse.Namespace) -> None:
         entry = catalog.get(model_id)
         if entry is None:
             continue
-        planned = plan.plan_entry(entry, list(DEFAULT_STAGES))
+        planned = plan.plan_entry(entry, list(default_stages()))
         if planned.spec is None or planned.spec.hash != row["shrunk_config_hash"]:
             missed += 1
             continue

@@ -124,11 +124,12 @@ def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
     """What the device data says of a training stage that did not pass on neuron: the stage
     that stopped it, its status, and the op it names with that op's class under the profile
     (or the error type)."""
-    from ground.schema import STAGE_NEEDS, Stage
+    from ground.schema import Stage
+    from runners.stages import stage_needs
 
     row = rows[stage]
     if row["status"] == "not_run":
-        for need in STAGE_NEEDS[Stage(stage)]:
+        for need in stage_needs()[Stage(stage)]:
             before = rows.get(need.value)
             if before and before["status"] != "pass":
                 return cause(rows, need.value, profile)
@@ -142,7 +143,9 @@ def cause(rows: dict[str, dict[str, Any]], stage: str, profile: Any) -> str:
 
 
 def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
-    from ground.schema import TRAINING_STAGES
+    from runners.stages import group_stages
+
+    TRAINING_STAGES = group_stages("training")
     from runners.devices.neuron.profiles import load_profile
 
     profile = load_profile(None)
@@ -165,7 +168,9 @@ def print_cpu_vs_neuron(store: Any, cpu_run: str, neuron_run: str) -> None:
 
 
 def print_cost(store: Any, run_id: str) -> None:
-    from ground.schema import DEFAULT_STAGES, TRAINING_STAGES
+    from runners.stages import default_stages, group_stages
+
+    DEFAULT_STAGES, TRAINING_STAGES = default_stages(), group_stages("training")
 
     rows = [
         r

@@ -22,7 +22,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> int:
-    from ground.schema import DISTRIBUTED_STAGES
+    from runners.stages import group_stages
+
+    DISTRIBUTED_STAGES = group_stages("distributed")
     from model_configs.resolve import ResolvedConfig, transformers_default_config
     from model_configs.shrink import shrink
     from runners.distributed.group import WarmGroup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 from ground.sizing_columns import NO_OWN_CONFIG, NO_OWN_CONFIG_TEXT
@@ -167,12 +168,11 @@ def time_taken(stages_s: float | None, wall_s: float | None, ranks_s: float | No
     return "; ".join(parts) or "-"
 
 
-def ranks_seconds(rows: Any) -> float | None:
-    """The seconds of a model's distributed stages (`time_taken`'s `ranks_s`: run by rank
-    processes of their own, not by the model's process), None when it ran none."""
-    from ground.schema import DISTRIBUTED_STAGES
-
-    names = {s.value for s in DISTRIBUTED_STAGES}
+def ranks_seconds(rows: Any, stages: Collection[str]) -> float | None:
+    """The seconds of a model's stages among `stages` (its distributed stages: `time_taken`'s
+    `ranks_s`, run by rank processes of their own, not by the model's process), None when it
+    ran none of them."""
+    names = set(stages)
     ran = [r["duration_s"] for r in rows if r.get("stage") in names and r.get("duration_s")]
     return sum(ran) if ran else None
 

@@ -8,44 +8,31 @@ change name.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 
 
 class Stage(str, enum.Enum):
-    """Stages a model goes through, in order. A stage that does not pass makes the stages that
-    build on it `not_run` (`STAGE_NEEDS`)."""
+    """The stages' names: the closed vocabulary of the `stage` column, in run order. What each
+    stage is, its group, what it builds on (one of them not passing makes it `not_run`), its
+    columns and help are declared in its own folder, `runners/stages/<group>/`, and read from
+    the stage registry (`runners/stages/__init__.py`)."""
 
     LOAD = "load"
     FORWARD = "forward"
     BACKWARD = "backward"
     COMPILE = "compile"
     GENERATE = "generate"
-    # Training as users train, on a fresh copy of the loaded weights each: two AdamW steps with
-    # PyTorch's default AdamW for the device, the same with `fused=True`, one step under bf16
-    # autocast, one LoRA step (peft's default target modules).
     OPTIMIZER = "optimizer"
     OPTIMIZER_FUSED = "optimizer_fused"
     AMP = "amp"
     LORA = "lora"
-    # The shape stages (docs/stages-shapes.md): the compiled forward at a second sequence
-    # length and batch size (graphs, recompiles and their reasons, the device's compile rule),
-    # and greedy generation with a static KV cache and the compiled forward.
     SHAPES = "shapes"
     GENERATE_COMPILED = "generate_compiled"
-    # Sharding as users shard, on a group of ranks of the device (`--world-size`, one process
-    # each): a DistributedDataParallel training step, two FSDP2 steps (`fully_shard` per
-    # block), the model's own tensor-parallel plan; each against a single process.
     DDP = "ddp"
     FSDP = "fsdp"
     TP = "tp"
-    # Training as Hugging Face users train (docs/stages.md), with the device found the way the
-    # libraries find it: transformers' Trainer (three steps, saved and loaded back), the same
-    # with `torch_compile=True`, TRL's SFTTrainer with peft's LoRA, and Accelerate's
-    # `Accelerator` on a group of ranks (`--world-size`); each against the same trainer on the
-    # CPU.
     TRAINER = "trainer"
     TRAINER_COMPILED = "trainer_compiled"
     SFT = "sft"
@@ -56,53 +43,7 @@ class Stage(str, enum.Enum):
 
 
 STAGE_ORDER: tuple[Stage, ...] = tuple(Stage)
-# What a run does unless `--stages` says otherwise. The training stages are asked for by name
-# (`--stages training` or `all`): they add rows, an optional package (peft) and cost to every
-# model (bench/training_stages.py), and "passed every stage" keeps meaning the five.
-DEFAULT_STAGES: tuple[Stage, ...] = (
-    Stage.LOAD,
-    Stage.FORWARD,
-    Stage.BACKWARD,
-    Stage.COMPILE,
-    Stage.GENERATE,
-)
-TRAINING_STAGES: tuple[Stage, ...] = (Stage.OPTIMIZER, Stage.OPTIMIZER_FUSED, Stage.AMP, Stage.LORA)
-SHAPE_STAGES: tuple[Stage, ...] = (Stage.SHAPES, Stage.GENERATE_COMPILED)
-# The stages that call `torch.compile` (what a parent warms its children's compile stack for).
-COMPILING_STAGES: tuple[Stage, ...] = (Stage.COMPILE, *SHAPE_STAGES)
-
-
-def compiles(stages: Iterable[Stage]) -> bool:
-    """Whether any of `stages` calls `torch.compile`."""
-    return any(s in COMPILING_STAGES for s in stages)
-
-
-# Asked for by name (`--stages distributed` or `all`): each starts a group of processes, as
-# many as the run's world size (`--world-size`).
-DISTRIBUTED_STAGES: tuple[Stage, ...] = (Stage.DDP, Stage.FSDP, Stage.TP)
-# Asked for by name (`--stages hf_training` or `all`): they need the hf-training extra (trl,
-# datasets), and add cost to every model (bench/hf_training.py).
-HF_TRAINING_STAGES: tuple[Stage, ...] = (
-    Stage.TRAINER,
-    Stage.TRAINER_COMPILED,
-    Stage.SFT,
-    Stage.ACCELERATE_DDP,
-)
-# The stages that run on a group of rank processes (`runners/distributed/`), one per rank.
-RANK_STAGES: tuple[Stage, ...] = (*DISTRIBUTED_STAGES, Stage.ACCELERATE_DDP)
 DEFAULT_WORLD_SIZE = 2
-# The stages each one builds on (among those a run asks for): one of them not passing makes it
-# `not_run`. The first five build on every stage before them; a training stage on a model that
-# loads, runs forward and backward, so a compile or generate failure does not hide it.
-STAGE_NEEDS: dict[Stage, tuple[Stage, ...]] = {
-    **{s: DEFAULT_STAGES[:i] for i, s in enumerate(DEFAULT_STAGES)},
-    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES},
-    # shapes recompiles what compile compiled; generate_compiled compares with generate's tokens
-    Stage.SHAPES: (Stage.LOAD, Stage.FORWARD, Stage.COMPILE),
-    Stage.GENERATE_COMPILED: (Stage.LOAD, Stage.FORWARD, Stage.GENERATE),
-    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES},
-    **{s: (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in HF_TRAINING_STAGES},
-}
 
 
 class Status(str, enum.Enum):
@@ -115,7 +56,7 @@ class Status(str, enum.Enum):
     CRASH = "crash"  # the worker process died
     OOM = "oom"
     SKIP = "skip"  # with a SkipReason
-    NOT_RUN = "not_run"  # a stage it builds on did not pass (STAGE_NEEDS)
+    NOT_RUN = "not_run"  # a stage it builds on did not pass (its declared needs)
 
     def __str__(self) -> str:
         return self.value

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ground import fmt
-from ground.schema import DEFAULT_STAGES, FAILED_STATUSES, SkipReason
+from ground.schema import FAILED_STATUSES, SkipReason
 from ground.sizing_columns import DEFAULT_CONFIG_SOURCES
 from reports.query import (
     IN_DTYPE,
@@ -24,6 +24,7 @@ from reports.query import (
     Scan,
     StoreQuery,
 )
+from runners import stages as stage_registry
 
 BREAKDOWN_KEYS = ("library", "pipeline_tag", "model_type", "architecture")
 _NA = SkipReason.NOT_APPLICABLE.value
@@ -242,7 +243,9 @@ def run_stages(q: StoreQuery, run_id: str) -> list[str]:
             {"run": run_id},
         )[0]
         asked = (q.run_info(run_id) or {}).get("stages")
-        wanted = set(asked.split(",")) if asked else {s.value for s in DEFAULT_STAGES}
+        wanted = (
+            set(asked.split(",")) if asked else {s.value for s in stage_registry.default_stages()}
+        )
         return [s for s in STAGES if s in wanted or counts[s]]
 
     return q.memo("run_stages", run_id, build)

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ground.schema import TRAINING_STAGES, FallbackSource, Stage
+from ground.schema import FallbackSource, Stage
 from reports.coverage import share, stage_counts, stage_line
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery, in_dtype, same_dtype
+from runners import stages as stage_registry
 
-TRAINING = tuple(s.value for s in TRAINING_STAGES)
-LABELS = {
-    Stage.OPTIMIZER.value: "optimizer: 2 steps, default AdamW",
-    Stage.OPTIMIZER_FUSED.value: "optimizer_fused: 2 steps, AdamW(fused=True)",
-    Stage.AMP.value: "amp: 1 step, bf16 autocast",
-    Stage.LORA.value: "lora: 1 step, peft LoRA",
-}
+TRAINING = tuple(s.value for s in stage_registry.section_stages("fine_tune"))
+LABELS = stage_registry.labels(TRAINING)
 _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 
 

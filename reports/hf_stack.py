@@ -15,17 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ground.schema import HF_TRAINING_STAGES, Stage
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
+from runners import stages as stage_registry
 
-HF_STAGES = tuple(s.value for s in HF_TRAINING_STAGES)
-LABELS = {
-    Stage.TRAINER.value: "trainer: transformers' Trainer, 3 steps, saved and loaded back",
-    Stage.TRAINER_COMPILED.value: "trainer_compiled: the same, torch_compile=True",
-    Stage.SFT.value: "sft: TRL's SFTTrainer with peft's LoRA, 2 steps",
-    Stage.ACCELERATE_DDP.value: "accelerate_ddp: Accelerator on the ranks, 2 steps, gather",
-}
+HF_STAGES = tuple(s.value for s in stage_registry.section_stages("hf_stack"))
+LABELS = stage_registry.labels(HF_STAGES)
 _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 _STAGES_SQL = ", ".join(f"'{s}'" for s in HF_STAGES)
 

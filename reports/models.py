@@ -14,10 +14,8 @@ from urllib.parse import quote
 from ground import fmt, next_steps
 from ground.errors import UsageError
 from ground.schema import (
-    DEFAULT_STAGES,
     DEFAULT_WORLD_SIZE,
     RESULTS_SCHEMA,
-    TRAINING_STAGES,
     VERSION_FIELDS,
     FallbackSource,
     Status,
@@ -29,8 +27,9 @@ from reports.hf_stack import model_hf_stack
 from reports.model_search import CatalogModel, Found, find_model
 from reports.query import OUTCOMES, STAGES, RunFiles, Scan, StoreQuery
 from reports.shapes import shape_detail
-from reports.sharding import model_sharding
+from reports.sharding import SHARDING, model_sharding
 from reports.sizing import FITS, PARAMS, model_sizing
+from runners import stages as stage_registry
 
 SORT_COLUMNS = {
     "downloads": "downloads",
@@ -420,7 +419,7 @@ def _detail(
     for r in stages:
         r["shape_detail"] = shape_detail(r) or None
     history_stages = [s for s in STAGES if any(h["stages"][s] for h in history)] or [
-        s.value for s in DEFAULT_STAGES
+        s.value for s in stage_registry.default_stages()
     ]
     device = first.get("device") or run.get("device")
     reproduce = reproduce_command(
@@ -491,7 +490,7 @@ def _detail(
         # stages' own seconds, and whose run measured them (a dedup lead's, an earlier run's)
         "wall_s": first.get("wall_s"),
         "stages_s": sum(ran) if ran else None,
-        "ranks_s": fmt.ranks_seconds(stages),
+        "ranks_s": fmt.ranks_seconds(stages, SHARDING),
         "measured_on": _measured_on(first),
         "peak_host_memory_bytes": first.get("peak_host_memory_bytes"),
         "peak_device_memory_bytes": max(device_peaks) if device_peaks else None,
@@ -657,7 +656,7 @@ def _fine_tune_of(stages: list[dict[str, Any]], fallbacks: list[dict[str, Any]])
     that fell back in the optimizer's part of a step."""
     out = []
     for r in stages:
-        if r["stage"] not in {s.value for s in TRAINING_STAGES}:
+        if r["stage"] not in {s.value for s in stage_registry.section_stages("fine_tune")}:
             continue
         ops = [
             f["op"]
@@ -747,7 +746,7 @@ def reproduce_command(
     `--stages` when they are not the default ones, its dtypes when not fp32 alone, and the
     distributed stages' world size when not the default)."""
     command = f"hfsweep check {shlex.quote(model_id)} --device {shlex.quote(device or 'cpu')}"
-    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+    if stages and stages != ",".join(s.value for s in stage_registry.default_stages()):
         command += f" --stages {shlex.quote(stages)}"
     if dtypes and dtypes != [DEFAULT_DTYPE]:
         command += f" --dtype {shlex.quote(','.join(dtypes))}"
@@ -810,7 +809,7 @@ def sweep_command(model_id: str, run: dict[str, Any], store: str) -> str:
     command = f"hfsweep run --models {shlex.quote(model_id)}"
     command += f" --device {shlex.quote(run.get('device') or 'cpu')}"
     stages = run.get("stages")
-    if stages and stages != ",".join(s.value for s in DEFAULT_STAGES):
+    if stages and stages != ",".join(s.value for s in stage_registry.default_stages()):
         command += f" --stages {shlex.quote(stages)}"
     dtypes = run_dtypes(run.get("dtype"))
     if dtypes and dtypes != [DEFAULT_DTYPE]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ground.schema import SHAPE_ADVICE, SHAPE_STAGES
+from ground.schema import SHAPE_ADVICE
+from runners import stages as stage_registry
 
-_STAGES = {s.value for s in SHAPE_STAGES}
+_STAGES = {s.value for s in stage_registry.group_stages("shapes")}
 
 
 def shape_advice(row: dict[str, Any]) -> str | None:

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ground.schema import DISTRIBUTED_STAGES, SkipReason, Stage
+from ground.schema import SkipReason, Stage
 from reports.coverage import share, stage_group
 from reports.query import FAILED, IN_DTYPE, Scan, StoreQuery
+from runners import stages as stage_registry
 
-SHARDING = tuple(s.value for s in DISTRIBUTED_STAGES)
-LABELS = {
-    Stage.DDP.value: "ddp: DistributedDataParallel, 1 step",
-    Stage.FSDP.value: "fsdp: FSDP2 fully_shard per block, 2 steps",
-    Stage.TP.value: "tp: the model's tensor-parallel plan, forward and backward",
-}
+SHARDING = tuple(s.value for s in stage_registry.section_stages("sharding"))
+LABELS = stage_registry.labels(SHARDING)
 NO_PLAN = SkipReason.NO_TP_PLAN.value
 _FAILED_SQL = ", ".join(f"'{s}'" for s in FAILED)
 _STAGES_SQL = ", ".join(f"'{s}'" for s in SHARDING)

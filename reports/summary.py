@@ -17,6 +17,24 @@ from reports import (
     sizing,
 )
 from reports.query import StoreQuery
+from runners import stages as stage_registry
+
+# The stage groups' sections the reading side writes itself (each group's declaration names
+# the one that counts it); any other group's section is its `stage_counts` (`stage_groups`).
+OWN_SECTIONS = ("funnel", "fine_tune", "sharding", "hf_stack")
+
+
+def other_groups(q: StoreQuery, run_id: str, dtype: str | None) -> dict[str, Any]:
+    """The head of the section of each stage group whose declared section is none of
+    `OWN_SECTIONS` (`coverage.stage_group`, titled as the group declares), by section key."""
+    found: dict[str, Any] = {}
+    for group in stage_registry.stage_groups():
+        if group.section in OWN_SECTIONS:
+            continue
+        stages = tuple(d.name.value for d in group.stages)
+        head = coverage.stage_group(q, run_id, stages, stage_registry.labels(stages), dtype)
+        found[group.section] = {**head, "title": group.section_title or group.section}
+    return found
 
 
 def run_report(
@@ -46,6 +64,7 @@ def run_report(
             "cores_needed": sizing.cores_needed(q, run_id, dtype),
             "sharding": sharding.sharding(q, run_id, dtype),
             "hf_stack": hf_stack.hf_stack(q, run_id, dtype),
+            **({"stage_groups": others} if (others := other_groups(q, run_id, dtype)) else {}),
             "breakdowns": {
                 key: coverage.breakdown(q, run_id, key, limit=top, dtype=dtype)
                 for key in coverage.BREAKDOWN_KEYS

@@ -26,16 +26,20 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from ground.schema import RANK_STAGES, Stage, Status, compiles
+from ground.schema import Stage, Status
 from model_configs.spec import TinySpec
 from runners import containment, faults
+from runners import stages as stage_registry
 from runners.distributed.group import group_stage_results, warm_group
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to
 from runners.settings import ModelSettings
 from runners.supervisor import Child, Kind, Send, device_ready, fresh_interpreter, peak_rss_bytes
 from runners.warm import warm_model, warm_parent, warm_peft
 
-CHILD_MODULES = ("runners.stages",)  # what a model's child imports: torch, the model libraries
+CHILD_MODULES = (
+    "runners.stages.engine",
+    *stage_registry.runner_modules(stage_registry.default_stages()),
+)  # what a model's child imports: torch, the model libraries
 
 
 def _model_child(send: Send, spec: TinySpec, settings: ModelSettings) -> None:
@@ -63,7 +67,11 @@ def _now(child: Child, rest: list[Stage]) -> None:
 
 def warm_for(settings: ModelSettings) -> None:
     """What this process imports once before it forks the children of `settings`' models."""
-    warm_parent(*CHILD_MODULES, compiles=compiles(settings.stages), device=settings.device.name)
+    warm_parent(
+        *CHILD_MODULES,
+        compiles=stage_registry.compiles(settings.stages),
+        device=settings.device.name,
+    )
     if Stage.LORA in settings.stages:
         warm_peft()
 
@@ -82,7 +90,7 @@ def run_isolated(
     if not spawn:  # a spawned child imports for itself whatever this process holds
         warm_model(spec)
     # the rank stages run afterwards, on this process's warm group of rank processes
-    own = replace(settings, stages=tuple(s for s in order if s not in RANK_STAGES))
+    own = replace(settings, stages=tuple(s for s in order if s not in stage_registry.rank_stages()))
     own_order = list(own.stages)
     results: list[StageResult] = []
     param_count: int | None = None

@@ -72,7 +72,7 @@ def run_model(
     collecting garbage at the end (a full collection costs 0.2-0.4 s), for a child process
     that exits right after."""
 
-    from runners.stages import DTYPES, StageContext, release, run_stages
+    from runners.stages.engine import DTYPES, StageContext, release, run_stages
 
     quiet_libraries()
     order = list(settings.stages)

@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ground.errors import UsageError
-from ground.schema import (
-    DEFAULT_STAGES,
-    DEFAULT_WORLD_SIZE,
-    RANK_STAGES,
-    STAGE_ORDER,
-    Stage,
-)
+from ground.schema import DEFAULT_WORLD_SIZE, STAGE_ORDER, Stage
+from runners import stages as stage_registry
 from runners.containment import DEFAULT_MEMORY_LIMIT
 
 if TYPE_CHECKING:
@@ -188,7 +183,9 @@ class ModelSettings:
 
     device: DeviceChoice = DeviceChoice()
     dtype: str = field(default="fp32", metadata=row())
-    stages: tuple[Stage, ...] = field(default=DEFAULT_STAGES, metadata=row(encode=_stages_column))
+    stages: tuple[Stage, ...] = field(
+        default_factory=stage_registry.default_stages, metadata=row(encode=_stages_column)
+    )
     timeout_s: float = field(default=300.0, metadata=row(encode=_seconds))  # per model
     memory_limit: int | None = field(
         default=DEFAULT_MEMORY_LIMIT, metadata=row("memory_limit_bytes", encode=_bytes)
@@ -223,7 +220,7 @@ class ModelSettings:
             names = ", ".join(s.value for s in Stage)
             raise UsageError(f"unknown stage in {list(self.stages)}; stages: {names}") from None
         _set(self, "stages", tuple(s for s in STAGE_ORDER if s in wanted))
-        if not wanted & set(RANK_STAGES):
+        if not wanted & set(stage_registry.rank_stages()):
             _set(self, "world_size", None)
         elif self.world_size is None:
             _set(self, "world_size", DEFAULT_WORLD_SIZE)

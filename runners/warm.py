@@ -28,7 +28,7 @@ _WARMED: set[str] = set()
 
 def warm_parent(*modules: str, compiles: bool = True, device: str | None = None) -> None:
     """Import once in this (parent) process what each forked child would otherwise import
-    again: `modules`, what the child's body imports (a model's: `runners.stages`, torch and the
+    again: `modules`, what the child's body imports (a model's: `runners.stages.engine`, torch and the
     model libraries; the op sweep's: its runner and PyTorch's OpInfo database); the device's
     own modules (`Device.preload_modules`: its compiler; every registered device's when
     `device` is None) and, where they are needed, Dynamo's backends (a device with a compiler

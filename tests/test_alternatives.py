@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 
-from ground.schema import DEFAULT_STAGES, Stage
+from ground.schema import Stage
 from model_configs.catalog import load_catalog
 from reports.store import Store
 from runners.alternatives import candidates, switches, try_alternatives, worth_trying
 from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 from runners.settings import ModelSettings
+from runners.stages import default_stages
 from tests.conftest import HFSWEEP, ROOT
 from tests.neuron_support import forked
 
@@ -73,7 +74,7 @@ def gpt_oss():
 
     catalog = load_catalog()
     planned = plan_entry(
-        catalog.get("openai/gpt-oss-20b"), list(DEFAULT_STAGES), config_dir=catalog.config_dir
+        catalog.get("openai/gpt-oss-20b"), list(default_stages()), config_dir=catalog.config_dir
     )
     assert planned.spec is not None
     return planned.spec

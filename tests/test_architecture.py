@@ -13,9 +13,13 @@ import each other when either is imported.
 
 Rules (docs/architecture.md, the design card): no circle anywhere in the six folders; `sweep` ->
 `runners` -> `model_configs` -> `ground`; everything may use `ground`, which uses none of the
-others; `reports` (the reading side) uses only `ground`, and nothing below the sweep uses
-`reports`; `dashboard` imports only `reports` and `ground` (and only the CLI, in `sweep`, imports
+others; `reports` (the reading side) uses only `ground` and the stage declarations (the stage
+registry and each group's declaration, which import only `ground`), and nothing below the sweep
+uses `reports`; `dashboard` imports only `reports` and `ground` (and only the CLI, in `sweep`, imports
 `dashboard`, to serve it).
+A stage group is one package, `runners/stages/<group>/`: its declaration in its `__init__.py`,
+named by one registry entry; no file outside `runners/stages/` declares a stage (its group,
+needs, help: `StageDecl`, a hand-written tuple of stages, a `*_STAGES` table).
 A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
 target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
 the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
@@ -36,7 +40,7 @@ MAY_IMPORT = {
     "sweep": {"runners", "model_configs", "reports", "dashboard", "ground"},  # serves the dashboard
     "runners": {"model_configs", "ground"},
     "model_configs": {"ground"},
-    "reports": {"ground"},
+    "reports": {"ground", "runners.stages"},  # the stage declarations only (stage_declarations())
     "dashboard": {"reports", "ground"},
     "ground": set(),
 }
@@ -68,7 +72,8 @@ IMPORTS_LIBRARY = {
     ("runners/run_model.py", "diffusers"): "quiets its logging where it is already imported",
     ("model_configs/config_files.py", "transformers"): "a config mapping to repo code is refused "
     "before any library is chosen (transformers knows which model types are its own)",
-    ("runners/hf_training.py", "transformers"): "the hf_training stages train through "
+    ("runners/stages/hf_training/trainers.py", "transformers"): "the hf_training stages train "
+    "through "
     "transformers' own Trainer and TrainingArguments (what they test), inside the stages only",
 }
 _NEURON = re.compile(
@@ -195,12 +200,24 @@ def test_no_import_circles():
     assert found == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def _may_import(a: str, b: str) -> bool:
+    """Whether module `a` may import module `b` by the folders' rules (`MAY_IMPORT`; an entry
+    that names a module, such as `runners.stages`, allows the stage declarations only)."""
+    here, there = a.split(".")[0], b.split(".")[0]
+    if here == there or there in MAY_IMPORT[here]:
+        return True
+    return any(
+        "." in allowed and allowed == "runners.stages" and b in stage_declarations()
+        for allowed in MAY_IMPORT[here]
+    )
+
+
 def test_imports_flow_one_way_between_folders():
     wrong = sorted(
         f"{a} -> {b}"
         for a, targets in import_graph(lazy=True).items()
         for b in targets
-        if b.split(".")[0] != a.split(".")[0] and b.split(".")[0] not in MAY_IMPORT[a.split(".")[0]]
+        if not _may_import(a, b)
     )
     assert wrong == [], "imports against the flow:\n" + "\n".join(wrong)
 
@@ -394,3 +411,260 @@ def test_a_library_is_imported_only_inside_its_package():
                     if not {(rel, top), (here, top)} & set(IMPORTS_LIBRARY):
                         wrong.append(f"{rel}:{node.lineno} imports {name}")
     assert wrong == [], "a library's package imported outside it:\n" + "\n".join(wrong)
+
+
+# The stage registry: one package per stage group under STAGES, named by one entry of `GROUPS`.
+STAGES = "runners/stages/"
+STAGE_REGISTRY = "runners.stages"
+# Module-level names that would declare stages outside their folders (a group's members, the
+# needs, the CLI's groups or help) when their value is written by hand (names stages, or text).
+_STAGE_TABLE = re.compile(r"[A-Z_]*_STAGES|STAGE_NEEDS|STAGE_GROUPS|STAGES_HELP")
+
+
+def stage_declarations() -> set[str]:
+    """The modules that declare stages and that the reading side may import: the registry,
+    `declare`, and each group package's `__init__` (its declaration)."""
+    groups = (p.name for p in (ROOT / STAGES).iterdir() if (p / "__init__.py").is_file())
+    return {STAGE_REGISTRY, f"{STAGE_REGISTRY}.declare", *(f"{STAGE_REGISTRY}.{g}" for g in groups)}
+
+
+def registered_groups() -> dict[str, str]:
+    """Stage group package -> the group name `GROUPS` gives it (read with `ast`)."""
+    tree = ast.parse((ROOT / STAGES / "__init__.py").read_text(encoding="utf-8"))
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(getattr(t, "id", None) == "GROUPS" for t in targets):
+                for key, value in zip(node.value.keys, node.value.values, strict=True):
+                    module, _, attr = ast.literal_eval(value).partition(":")  # type: ignore[arg-type]
+                    assert attr == "GROUP", f"{module}: a group's declaration is its GROUP"
+                    found[module.removeprefix(f"{STAGE_REGISTRY}.")] = ast.literal_eval(key)  # type: ignore[arg-type]
+    return found
+
+
+def test_every_stage_group_is_one_registered_folder():
+    """Each `GROUPS` entry is a group package's declaration, each package is registered once,
+    and every runner a group declares lives in its own folder."""
+    from runners import stages as registry
+
+    packages = sorted(p.name for p in (ROOT / STAGES).iterdir() if (p / "__init__.py").is_file())
+    assert sorted(registered_groups()) == packages
+    for group in registry.stage_groups():
+        package = registry.GROUPS[group.name].split(":")[0]
+        for decl in group.stages:
+            assert decl.runner.startswith(f"{package}."), (decl.name, decl.runner)
+
+
+def test_the_registry_declares_every_stage_once_in_order():
+    """The `Stage` vocabulary (the `stage` column's) and the registry agree: every stage is
+    declared by exactly one group, in the vocabulary's order (the order a run does them), and
+    what a stage builds on comes before it."""
+    from ground.schema import STAGE_ORDER
+    from runners import stages as registry
+
+    assert registry.stage_order() == STAGE_ORDER
+    for stage, needs in registry.stage_needs().items():
+        assert all(STAGE_ORDER.index(n) < STAGE_ORDER.index(stage) for n in needs), stage
+
+
+def test_stage_declarations_import_only_ground():
+    """The reading side and the CLI read the declarations: they import `ground` and each other
+    only (no torch, no runner, no model library), so reading them costs no heavy import."""
+    declared = stage_declarations()
+    graph = import_graph()
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m in declared
+        for t in graph[m]
+        if t not in declared and not t.startswith("ground")
+    )
+    assert wrong == [], "a stage declaration imports more than ground:\n" + "\n".join(wrong)
+    assert graph["runners"] == frozenset()  # importing `runners.stages` runs it first
+    for module in declared:
+        path = ROOT / (
+            module.replace(".", "/")
+            + ("/__init__.py" if module != "runners.stages.declare" else ".py")
+        )
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        third = {
+            a.name.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import)
+            for a in n.names
+        } | {
+            (n.module or "").split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and not n.level
+        }
+        assert not third & {"torch", "transformers", "peft", "trl", "accelerate"}, module
+
+
+def _declares_stages(source: str) -> list[str]:
+    """Where `source` declares stages: a `StageDecl` / `StageGroup`, a module-level table named
+    like one (`*_STAGES`, `STAGE_NEEDS`, `STAGE_GROUPS`, `STAGES_HELP`), or a literal that lists
+    two stages or more by hand (`(Stage.DDP, Stage.FSDP)`)."""
+    found = []
+    tree = ast.parse(source)
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        value = getattr(node, "value", None)
+        by_hand = value is not None and (
+            any(_names_a_stage(n) for n in ast.walk(value))
+            or (isinstance(value, ast.Constant) and isinstance(value.value, str))
+        )
+        found += [
+            f"line {node.lineno}: {t.id}"
+            for t in targets
+            if isinstance(t, ast.Name) and _STAGE_TABLE.fullmatch(t.id) and by_hand
+        ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in {
+            "StageDecl",
+            "StageGroup",
+        }:
+            found.append(f"line {node.lineno}: {node.func.id}")  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            named = [i for i in items if i is not None and _names_a_stage(i)]
+            if len(named) >= 2:
+                found.append(f"line {node.lineno}: {len(named)} stages listed")
+    return found
+
+
+def _names_a_stage(node: ast.AST) -> bool:
+    """`Stage.X` or `Stage.X.value`."""
+    if isinstance(node, ast.Attribute) and node.attr == "value":
+        node = node.value
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "Stage"
+    )
+
+
+def test_only_the_stage_folders_declare_stages():
+    """A stage's group, needs and help are declared in its folder (`runners/stages/<group>/`)
+    and read from the registry everywhere else: the CLI, the run settings, the engine, the
+    reports. The `Stage` enum (`ground/schema.py`) is the row contract's vocabulary only."""
+    wrong = []
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(STAGES):
+                continue
+            wrong += [f"{rel} {hit}" for hit in _declares_stages(path.read_text(encoding="utf-8"))]
+    assert wrong == [], "stages declared outside runners/stages/:\n" + "\n".join(wrong)
+
+
+def test_the_stage_declaration_reader_sees_declarations():
+    code = """
+TRAINING_STAGES = (Stage.OPTIMIZER, Stage.AMP)
+STAGE_NEEDS: dict = {Stage.FORWARD: (Stage.LOAD,)}
+STAGES_HELP = "load,forward"
+HF_STAGES = tuple(s.value for s in registry.group_stages("hf_training"))
+decl = StageDecl(Stage.LOAD, "m:C")
+def f():
+    return stages[Stage.OPTIMIZER.value], {Stage.DDP.value: 1, Stage.TP.value: 2}
+"""
+    hits = [h.split(": ", 1)[1] for h in _declares_stages(code)]
+    assert sorted(hits) == sorted(
+        [
+            "TRAINING_STAGES",
+            "2 stages listed",
+            "STAGE_NEEDS",
+            "STAGES_HELP",
+            "StageDecl",
+            "2 stages listed",
+        ]
+    )
+
+
+TRIVIAL_DECLARATION = '''"""A stage that only waits: the walk-through of docs/architecture.md, built in a test."""
+
+from ground.schema import Stage
+from runners.stages.declare import StageDecl, StageGroup
+
+GROUP = StageGroup(
+    name="idle",
+    help="idle: brings load",
+    stages=(
+        StageDecl(
+            Stage("idle"),
+            "idle_stages.wait:IdleStage",
+            needs=(Stage.LOAD,),
+            columns=("idle_s",),
+            help="one call that does nothing",
+        ),
+    ),
+    section="idle",
+    section_title="Idle: does nothing run?",
+)
+'''
+TRIVIAL_RUNNER = '''from runners.stages.engine import StageRunner
+
+
+class IdleStage(StageRunner):
+    def run(self, ctx):
+        ctx.extra["idle_s"] = 0.0
+'''
+
+
+def test_a_new_stage_is_one_folder_and_one_registry_line(tmp_path, monkeypatch):
+    """Adding a stage as docs/architecture.md says: its folder (a declaration and a runner),
+    its `GROUPS` line, and its name in the `Stage` vocabulary (monkeypatched here, as an enum
+    member cannot be added otherwise); then the CLI's `--stages` (its help, the group name,
+    the needs it brings), the engine's columns and runner, and the report's sections have it,
+    with no other file changed."""
+    import argparse
+
+    from ground.schema import Stage
+    from reports import summary
+    from reports.render import sections
+    from runners import stages as registry
+    from sweep.commands import options
+
+    folder = tmp_path / "idle_stages"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(TRIVIAL_DECLARATION)
+    (folder / "wait.py").write_text(TRIVIAL_RUNNER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    idle = str.__new__(Stage, "idle")
+    idle._name_, idle._value_ = "IDLE", "idle"
+    monkeypatch.setitem(Stage._member_map_, "IDLE", idle)
+    monkeypatch.setitem(Stage._value2member_map_, "idle", idle)
+    monkeypatch.setattr(Stage, "_member_names_", [*Stage._member_names_, "IDLE"])
+    monkeypatch.setitem(registry.GROUPS, "idle", "idle_stages:GROUP")  # the registry line
+    registry.forget()
+    try:
+        parser = argparse.ArgumentParser()
+        options.add_model_arguments(parser)
+        assert "idle (idle: brings load)" in " ".join(parser.format_help().split())
+        assert options.stage_list("idle") == [Stage.LOAD, idle]
+        assert options.stage_list("all")[-1] == idle
+        assert registry.stage_needs()[idle] == (Stage.LOAD,)
+        assert "idle_s" in registry.extra_columns()
+        runner = registry.load_target(registry.declarations()[idle].runner)
+        assert runner.__name__ == "IdleStage"
+
+        def counts(q, run_id, stages, labels, dtype=None):  # what the store would count
+            line = {"label": labels["idle"], "rows": 3, "passed": 2, "failed": 1, "not_run": 0}
+            line |= {"skipped": 0, "no_fallback": 2, "passed_share": 2 / 3}
+            line |= {"passed_downloads_share": 0.5, "no_fallback_downloads_share": 0.5}
+            return {"ran": True, "models": 3, "downloads": 40, "stages": [line]}
+
+        monkeypatch.setattr(summary.coverage, "stage_group", counts)
+        report = {"stage_groups": summary.other_groups(None, "run", None)}
+        built = [b(report) for b in sections._group_sections(report)]
+        assert [(s.key, s.title) for s in built] == [("idle", "Idle: does nothing run?")]
+        assert built[0].rows[0][:3] == ["idle: one call that does nothing", "2", "66.7%"]
+    finally:
+        monkeypatch.undo()
+        registry.forget()
+    assert "idle" not in registry.stages_help()

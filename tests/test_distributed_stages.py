@@ -15,8 +15,9 @@ import uuid
 import pytest
 
 from ground.errors import EnvironmentFault, UsageError
-from ground.schema import DEFAULT_STAGES, DISTRIBUTED_STAGES, STAGE_NEEDS, Stage
+from ground.schema import Stage
 from runners import containment, faults
+from runners import stages as stage_registry
 from runners.settings import ModelSettings
 from sweep.commands.options import stage_list
 from tests.neuron_support import forked
@@ -262,10 +263,13 @@ def _comparable(result) -> dict:
 
 def test_the_distributed_group_and_what_its_stages_build_on():
     assert stage_list("distributed") == [Stage(s) for s in (*STAGES, "ddp", "fsdp", "tp")]
-    assert set(DISTRIBUTED_STAGES) <= set(stage_list("all"))
-    assert stage_list(None) == list(DEFAULT_STAGES)  # the default stages are as before
+    assert set(stage_registry.group_stages("distributed")) <= set(stage_list("all"))
+    assert stage_list(None) == list(
+        stage_registry.default_stages()
+    )  # the default stages are as before
     assert all(
-        STAGE_NEEDS[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in DISTRIBUTED_STAGES
+        stage_registry.stage_needs()[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD)
+        for s in stage_registry.group_stages("distributed")
     )
 
 
@@ -394,7 +398,7 @@ def test_fsdp_shards_each_block_but_one_holding_a_tied_weight():
     word embeddings with the output layer, so they stay in the root's group."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from runners.distributed.stages import shardable_blocks
+    from runners.stages.distributed.sharded import shardable_blocks
 
     model = BertForMaskedLM(
         BertConfig(
@@ -414,7 +418,7 @@ def test_each_forward_gets_fresh_mappings_of_a_batch():
     a batch fed again in a second step must not carry the first step's outputs."""
     import torch
 
-    from runners.distributed.stages import fresh
+    from runners.stages.distributed.sharded import fresh
 
     batch = {"input": {"input_ids": torch.ones(2, 3)}}
     copy = fresh(batch)

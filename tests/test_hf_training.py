@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from ground.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage
+from ground.schema import Stage
 from runners import faults
+from runners import stages as stage_registry
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.isolation import run_isolated
 from runners.run_model import run_model
@@ -43,12 +44,15 @@ def test_the_group_and_what_its_stages_build_on() -> None:
         "sft",
         "accelerate_ddp",
     ]
-    assert set(HF_TRAINING_STAGES) <= set(stage_list("all"))
+    assert set(stage_registry.group_stages("hf_training")) <= set(stage_list("all"))
     assert all(
-        STAGE_NEEDS[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in HF_TRAINING_STAGES
+        stage_registry.stage_needs()[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD)
+        for s in stage_registry.group_stages("hf_training")
     )
-    assert Stage.ACCELERATE_DDP in RANK_STAGES  # it runs on the distributed stages' rank group
-    assert not set(HF_TRAINING_STAGES) & set(stage_list("default"))
+    assert (
+        Stage.ACCELERATE_DDP in stage_registry.rank_stages()
+    )  # it runs on the distributed stages' rank group
+    assert not set(stage_registry.group_stages("hf_training")) & set(stage_list("default"))
 
 
 @forked
@@ -149,8 +153,8 @@ def test_what_moving_to_a_device_undoes_is_named_as_the_librarys():
 
     import torch
 
-    from runners.distributed.accelerate_ddp import prepared_problems
-    from runners.hf_training import TiesBroken, check_ties
+    from runners.stages.hf_training.accelerate_ddp import prepared_problems
+    from runners.stages.hf_training.trainers import TiesBroken, check_ties
 
     class Tied(torch.nn.Module):
         def __init__(self) -> None:

@@ -21,7 +21,8 @@ from runners.devices.neuron.compiler import (
     short_reason,
 )
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
-from runners.stages import RecompileWatch, failing_op
+from runners.stages.core.compile import RecompileWatch
+from runners.stages.engine import failing_op
 from tests.conftest import ROOT, TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from runners.settings import DeviceChoice, ModelSettings
-from runners.stages import AccuracyError, ForwardStage, StageContext, check_close
+from runners.stages.core.forward import ForwardStage
+from runners.stages.engine import AccuracyError, StageContext, check_close
 
 
 class Noisy(torch.nn.Module):

@@ -169,8 +169,8 @@ def test_time_taken_says_which_stages_ran_outside_the_model_process() -> None:
         {"stage": "ddp", "duration_s": 1.5},
         {"stage": "fsdp", "duration_s": 1.4},
     ]
-    assert fmt.ranks_seconds(rows) == pytest.approx(2.9)
-    assert fmt.ranks_seconds(rows[:1]) is None
+    assert fmt.ranks_seconds(rows, ("ddp", "fsdp", "tp")) == pytest.approx(2.9)
+    assert fmt.ranks_seconds(rows[:1], ("ddp", "fsdp", "tp")) is None
     assert fmt.time_taken(3.1, 0.69, 2.9) == (
         "stages 3.10 s (2.90 s of them in the distributed stages' rank processes, outside the "
         "model process); model process 0.69 s (wall: set-up, the other stages, exit)"

@@ -12,11 +12,11 @@ from model_configs.pass_rule import MAX_PARAMS
 from model_configs.resolve import transformers_default_config
 from model_configs.shrink import shrink
 from model_configs.spec import ResolvedConfig
-from runners import stages as stages_module
 from runners.isolation import run_isolated
 from runners.run_model import run_model
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message
+from runners.stages.core import backward, forward
 
 FAST = ["load", "forward", "backward", "generate"]
 
@@ -57,7 +57,7 @@ def test_a_failing_stage_makes_later_ones_not_run(llama, monkeypatch):
     def broken(self, ctx):
         raise RuntimeError("shape mismatch: [2, 7] vs [3, 8] at 0x7f00ff")
 
-    monkeypatch.setattr(stages_module.ForwardStage, "run", broken)
+    monkeypatch.setattr(forward.ForwardStage, "run", broken)
     outcome = run_model(llama, ModelSettings(device="cpu", stages=FAST))
     assert statuses(outcome) == {
         "load": "pass",
@@ -103,7 +103,7 @@ def test_isolated_run_matches_in_process(llama):
 
 
 def test_a_hang_becomes_a_timeout_of_that_stage(llama, monkeypatch):
-    monkeypatch.setattr(stages_module.BackwardStage, "run", lambda self, ctx: time.sleep(60))
+    monkeypatch.setattr(backward.BackwardStage, "run", lambda self, ctx: time.sleep(60))
     outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=8))
     assert statuses(outcome) == {
         "load": "pass",
@@ -116,7 +116,7 @@ def test_a_hang_becomes_a_timeout_of_that_stage(llama, monkeypatch):
 
 def test_a_segfault_becomes_a_crash_of_that_stage(llama, monkeypatch):
     monkeypatch.setattr(
-        stages_module.ForwardStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGSEGV)
+        forward.ForwardStage, "run", lambda self, ctx: os.kill(os.getpid(), signal.SIGSEGV)
     )
     outcome = run_isolated(llama, ModelSettings(device="cpu", stages=FAST, timeout_s=60))
     assert statuses(outcome) == {

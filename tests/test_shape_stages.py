@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ground.schema import SHAPE_STAGES, STAGE_NEEDS, Stage
+from ground.schema import Stage
 from model_configs.input_shapes import larger_batch, longer_sequence, sequence_length
 from reports.shapes import shape_advice, shape_detail
+from runners import stages as stage_registry
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.run_model import run_model
 from runners.settings import ModelSettings
-from runners.shape_stages import data_dependent_op
+from runners.stages.shapes.compiled import data_dependent_op
 from sweep.commands.options import stage_list
 from tests.neuron_support import forked
 from tests.test_runner import tiny
@@ -40,8 +41,10 @@ def test_the_shape_stages_are_asked_for_by_name_and_bring_their_needs():
     assert stage_list("generate_compiled") == [
         Stage.LOAD, Stage.FORWARD, Stage.GENERATE, Stage.GENERATE_COMPILED
     ]  # fmt: skip
-    assert not set(SHAPE_STAGES) & set(stage_list(None))  # not in the default stages
-    assert STAGE_NEEDS[Stage.SHAPES] == (Stage.LOAD, Stage.FORWARD, Stage.COMPILE)
+    assert not set(stage_registry.group_stages("shapes")) & set(
+        stage_list(None)
+    )  # not in the default stages
+    assert stage_registry.stage_needs()[Stage.SHAPES] == (Stage.LOAD, Stage.FORWARD, Stage.COMPILE)
 
 
 def test_input_variants_grow_the_sequence_and_the_batch():

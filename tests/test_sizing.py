@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ground.schema import DEFAULT_STAGES, SizingStatus
+from ground.schema import SizingStatus
 from model_configs import sizing
 from model_configs.sizing import ModelSize, size_model
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from runners import hardware
+from runners.stages import default_stages
 from sweep.plan import plan_entry
 from tests.conftest import HFSWEEP, ROOT
 
@@ -118,7 +119,7 @@ def planned_from(config: dict, tmp_path: Path):
 
     resolved = resolve_local(path)
     entry = CatalogEntry(str(path), library="transformers")
-    return plan_entry(entry, list(DEFAULT_STAGES), resolved=resolved)
+    return plan_entry(entry, list(default_stages()), resolved=resolved)
 
 
 def significant(x: float, digits: int) -> float:
@@ -409,7 +410,7 @@ def test_a_diffusion_unet_matches_its_published_count(model_id, published, sourc
     """The bundled known component configs (model_configs/libraries/diffusers/data/configs/)."""
     from model_configs.catalog import load_catalog
 
-    planned = plan_entry(load_catalog("bundled").get(model_id), list(DEFAULT_STAGES))
+    planned = plan_entry(load_catalog("bundled").get(model_id), list(default_stages()))
     assert planned.size.status == "ok", planned.size
     assert significant(planned.size.parameters, 2) == published, (planned.size.parameters, source)
 

@@ -11,15 +11,18 @@ import pytest
 import torch
 
 from ground.errors import UsageError
-from ground.schema import DEFAULT_STAGES, STAGE_NEEDS, TRAINING_STAGES, Stage
+from ground.schema import Stage
 from model_configs.resolve import transformers_default_config
 from model_configs.shrink import shrink
 from model_configs.spec import ResolvedConfig
-from runners import stages as stages_module
-from runners import training
+from runners import stages as stage_registry
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.run_model import run_model as run_with_settings
 from runners.settings import ModelSettings
+from runners.stages import engine
+from runners.stages.core import backward
+from runners.stages.core import compile as compile_stage
+from runners.stages.training import steps as training
 from sweep.commands.options import stage_list
 from tests.neuron_support import forked
 
@@ -59,7 +62,7 @@ def by_stage(outcome) -> dict:
 
 
 def test_stage_selection_groups_and_default() -> None:
-    assert stage_list(None) == list(DEFAULT_STAGES)
+    assert stage_list(None) == list(stage_registry.default_stages())
     assert [s.value for s in stage_list("training")] == [
         "load",
         "forward",
@@ -79,7 +82,8 @@ def test_stage_selection_groups_and_default() -> None:
     with pytest.raises(UsageError, match="unknown stage 'adamw'.*training"):
         stage_list("load,adamw")
     assert all(
-        STAGE_NEEDS[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD) for s in TRAINING_STAGES
+        stage_registry.stage_needs()[s] == (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD)
+        for s in stage_registry.group_stages("training")
     )
 
 
@@ -96,7 +100,7 @@ def test_fallback_rows_split_by_where_the_op_fell_back() -> None:
     stage_log.record("aten::histc", n=3)
     from runners.devices import get_device
 
-    rows = stages_module._fallback_rows(stage_log, get_device("cpu"), step_log)
+    rows = engine._fallback_rows(stage_log, get_device("cpu"), step_log)
     assert [(r["op"], r["count"], r["source"]) for r in rows] == [
         ("aten::histc", 3, "eager"),
         ("aten::lerp.Scalar_out", 5, "optimizer"),
@@ -116,7 +120,7 @@ def test_training_stages_build_on_backward_not_on_compile(llama, monkeypatch) ->
     def broken(self, ctx):
         raise RuntimeError("the backend could not lower aten::foo")
 
-    monkeypatch.setattr(stages_module.CompileStage, "run", broken)
+    monkeypatch.setattr(compile_stage.CompileStage, "run", broken)
     stages = ["load", "forward", "backward", "compile", "generate", "optimizer", "lora"]
     rows = by_stage(run_model(llama, device="cpu", stages=stages))
     assert rows["compile"].status == "fail" and rows["generate"].status == "not_run"
@@ -126,7 +130,7 @@ def test_training_stages_build_on_backward_not_on_compile(llama, monkeypatch) ->
     rows = by_stage(run_model(llama, device="cpu", stages=stages))
     assert rows["optimizer"].status == "fail" and rows["lora"].status == "pass"
 
-    monkeypatch.setattr(stages_module.BackwardStage, "run", broken)
+    monkeypatch.setattr(backward.BackwardStage, "run", broken)
     rows = by_stage(run_model(llama, device="cpu", stages=stages))
     assert rows["optimizer"].status == "not_run"
     assert rows["optimizer"].error_message == "backward did not pass"

@@ -125,9 +125,10 @@ def test_a_parent_whose_children_never_compile_warms_no_compile_stack():
 
 
 def test_which_stage_lists_compile():
-    from ground.schema import DEFAULT_STAGES, SHAPE_STAGES, Stage, compiles
+    from ground.schema import Stage
+    from runners.stages import compiles, default_stages, group_stages
 
-    assert compiles(DEFAULT_STAGES) and compiles(SHAPE_STAGES[1:])
+    assert compiles(default_stages()) and compiles(group_stages("shapes")[1:])
     assert not compiles([Stage.LOAD, Stage.FORWARD, Stage.BACKWARD, Stage.OPTIMIZER, Stage.DDP])
 
 

@@ -11,6 +11,7 @@ from ground import fmt
 from ground.schema import STAGE_ORDER
 from ground.sizing_columns import NO_OWN_CONFIG
 from reports.render.tables import Section
+from runners import stages as stage_registry
 
 STAGE_NAMES = tuple(s.value for s in STAGE_ORDER)
 
@@ -890,23 +891,87 @@ def trend_section(report: dict[str, Any]) -> Section:
     )
 
 
+def stage_group_section(key: str, report: dict[str, Any]) -> Section:
+    """A stage group's section where the reading side has none of its own: its stages, by
+    models and by downloads (`summary.other_groups`), titled as the group declares."""
+    g = report["stage_groups"][key]
+    rows = [
+        [
+            line["label"],
+            fmt.count(line["passed"]),
+            fmt.pct(line["passed_share"]),
+            fmt.pct(line["passed_downloads_share"]),
+            fmt.count(line["no_fallback"]),
+            fmt.pct(line["no_fallback_downloads_share"]),
+            fmt.count(line["failed"]),
+            fmt.count(line["not_run"]),
+            fmt.count(line["skipped"]),
+        ]
+        for line in g["stages"]
+        if line["rows"]
+    ]
+    return Section(
+        key,
+        g["title"],
+        [
+            "stage",
+            "passed",
+            "% models",
+            "% downloads",
+            "no fallback",
+            "% dl no fallback",
+            "failed",
+            "not run",
+            "skipped",
+        ],
+        rows,
+        [
+            f"Base: the {fmt.count(g['models'])} models of the run "
+            f"({fmt.downloads(g['downloads'])} downloads), skips included; 'not run': a stage "
+            "it builds on did not pass; 'skipped': the stage skipped for a model the run swept."
+        ],
+    )
+
+
+# The sections the reading side writes for a stage group, by the key a group declares (the
+# funnel is always there). The cores-needed section follows fine-tuning's (what it takes to
+# serve and to fine-tune).
+GROUP_SECTIONS: dict[str, list[Callable[[dict[str, Any]], Section]]] = {
+    "fine_tune": [fine_tune_section, optimizer_ops_section],
+    "sharding": [sharding_section, sharding_blockers_section],
+    "hf_stack": [hf_stack_section, hf_stack_blockers_section],
+}
+
+
+def _group_sections(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], Section]]:
+    """Each stage group's section that the run ran, in the registry's order of the groups."""
+    views = [report, *(report.get("by_dtype") or {}).values()]
+    out: list[Callable[[dict[str, Any]], Section]] = []
+    for key in dict.fromkeys(g.section for g in stage_registry.stage_groups()):
+        ran = any(
+            ((view.get("stage_groups") or {}).get(key) or view.get(key) or {}).get("ran")
+            for view in views
+            if key != "funnel"
+        )
+        if ran:
+            out += GROUP_SECTIONS.get(key) or [partial(stage_group_section, key)]
+        if key == "fine_tune" and (report.get("cores_needed") or {}).get("ran"):
+            out.append(cores_needed_section)
+    return out
+
+
 def section_builders(report: dict[str, Any]) -> list[Callable[[dict[str, Any]], Section]]:
     """The report's sections, in order, each a function of the report (or of one dtype's view of
-    it: a run of several dtypes builds each once per dtype and puts them side by side)."""
-    views = [report, *(report.get("by_dtype") or {}).values()]
-    fine_tune_ran = any((view.get("fine_tune") or {}).get("ran") for view in views)
-    sharding_ran = any((view.get("sharding") or {}).get("ran") for view in views)
-    hf_ran = any((view.get("hf_stack") or {}).get("ran") for view in views)
+    it: a run of several dtypes builds each once per dtype and puts them side by side); the
+    stage groups' come from the stage registry (each group declares the section that counts
+    it)."""
     return [
         lambda r: denominators_section(r["denominators"]),
         quantized_section,
         funnel_section,
         band_section,
         headline_section,
-        *([fine_tune_section, optimizer_ops_section] if fine_tune_ran else []),
-        *([cores_needed_section] if (report.get("cores_needed") or {}).get("ran") else []),
-        *([sharding_section, sharding_blockers_section] if sharding_ran else []),
-        *([hf_stack_section, hf_stack_blockers_section] if hf_ran else []),
+        *_group_sections(report),
         failures_section,
         skips_section,
         next_steps_section,

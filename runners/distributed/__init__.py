@@ -17,12 +17,12 @@ def task_resources(settings: Any) -> dict[str, Any]:
     ranks as its distributed stages start (`Device.rank_resources`: accelerators on a real
     cluster, CPUs on the emulator), so that two such tasks never oversubscribe a node. Empty
     for a task without distributed stages (an op-sweep task too)."""
-    from ground.schema import RANK_STAGES
+    from runners import stages as stage_registry
     from runners.devices import device_class
 
     world = getattr(settings, "world_size", None)
     stages = set(getattr(settings, "stages", ()))
-    if not world or not stages & set(RANK_STAGES):
+    if not world or not stages & set(stage_registry.rank_stages()):
         return {}
     return dict(device_class(settings.device.name).rank_resources(int(world)))
 

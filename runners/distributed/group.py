@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from ground.schema import HF_TRAINING_STAGES, RANK_STAGES, STAGE_NEEDS, Stage, Status
+from ground.schema import Stage, Status
 from model_configs.spec import TinySpec
 from runners import faults
+from runners import stages as stage_registry
 from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
@@ -166,7 +167,7 @@ class WarmGroup:
         except BaseException:
             self.close()
             raise
-        if stage in HF_TRAINING_STAGES or not all(
+        if stage_registry.declarations()[stage].ends_group or not all(
             e.result is not None and not e.failed and e.left == [] for e in ends
         ):
             # a failure ends the group; so does a stage of Hugging Face's trainers, which
@@ -455,11 +456,11 @@ def group_stage_results(
         (r for r in prior if r.status == Status.SKIP.value and r.stage == Stage.LOAD.value), None
     )
     out: list[StageResult] = []
-    for stage in (s for s in settings.stages if s in RANK_STAGES):
+    for stage in (s for s in settings.stages if s in stage_registry.rank_stages()):
         blocked = next(
             (
                 s.value
-                for s in STAGE_NEEDS[stage]
+                for s in stage_registry.stage_needs()[stage]
                 if s.value in status and status[s.value].status != Status.PASS.value
             ),
             None,

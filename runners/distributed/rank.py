@@ -11,7 +11,7 @@ distributed stage its launcher sends it, until the launcher ends it.
   its launcher's pipe, puts back what one stage could have left to the next (`fresh_state`:
   the environment variables, the random generators, the compile caches, the device's memory
   peak), runs the stage's rank body under the device's fallback recording
-  (`runners.stages.run_stage`: a model's failure is a result, never an exception), checks
+  (`runners.stages.engine.run_stage`: a model's failure is a result, never an exception), checks
   that the stage left the group as it found it (`left_behind`), and sends the result. A model
   is built once per rank for all of its stages (`held_model`); a
   new model drops the last one first, and its memory budget is counted again from there.
@@ -79,7 +79,7 @@ def rank_main(
     from ground.schema import Stage
     from runners.devices import collective_log
     from runners.run_model import quiet_libraries
-    from runners.stages import StageContext, run_stage, stage_runner
+    from runners.stages.engine import StageContext, run_stage, stage_runner
 
     quiet_libraries()
     device = settings.device.build()
@@ -237,7 +237,8 @@ def held_model(ctx: Any, world: int) -> tuple[Any, list[dict[str, Any]]]:
     import torch
 
     from model_configs import build
-    from runners.stages import cast_inputs, load_on_host
+    from runners.stages.core.load import load_on_host
+    from runners.stages.engine import cast_inputs
 
     key = model_key(ctx)
     if _HELD.get("key") != key:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ground import fmt, settings
+from runners import stages as stage_registry
 from sweep import verdict
 from sweep.commands import options
 
@@ -261,8 +262,8 @@ def _check(
         at = replace(task, dtype=dtype)
         outcome = planned.outcome
         if outcome is None:
-            from ground.schema import compiles
             from runners.isolation import CHILD_MODULES, run_isolated
+            from runners.stages import compiles
             from runners.warm import warm_parent
 
             compiling = compiles(stages)
@@ -380,7 +381,9 @@ def _facts(
             for a, t in zip(outcome.alternatives, tried, strict=True)
         ],
         "stages_s": sum(ran) if ran else None,
-        "ranks_s": fmt.ranks_seconds(rows),
+        "ranks_s": fmt.ranks_seconds(
+            rows, [s.value for s in stage_registry.section_stages("sharding")]
+        ),
         "wall_s": outcome.timings.get("child_s"),
         "setup_s": outcome.timings.get("setup_s"),
         "compile_s": compile_s,

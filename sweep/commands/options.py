@@ -20,15 +20,8 @@ from typing import Any
 
 from ground import settings
 from ground.errors import UsageError
-from ground.schema import (
-    DEFAULT_STAGES,
-    DISTRIBUTED_STAGES,
-    HF_TRAINING_STAGES,
-    SHAPE_STAGES,
-    STAGE_NEEDS,
-    TRAINING_STAGES,
-    Stage,
-)
+from ground.schema import Stage
+from runners import stages as stage_registry
 from runners.settings import (
     ALTERNATIVES_MODES,
     DEFAULT_WORLD_SIZE,
@@ -182,7 +175,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         help=f"{', '.join(DTYPE_NAMES)}, or several comma-separated (fp32,bf16): each model at "
         "each dtype in one run, side by side (default fp32)",
     )
-    group.add_argument("--stages", help=STAGES_HELP)
+    group.add_argument("--stages", help=stage_registry.stages_help())
     group.add_argument(
         "--world-size",
         type=int,
@@ -257,54 +250,35 @@ def model_settings(args: argparse.Namespace) -> ModelSettings:
     )
 
 
-# `--stages` names that stand for several stages.
-STAGE_GROUPS: dict[str, tuple[Stage, ...]] = {
-    "default": DEFAULT_STAGES,
-    "training": TRAINING_STAGES,
-    "shapes": SHAPE_STAGES,
-    "distributed": DISTRIBUTED_STAGES,
-    "hf_training": HF_TRAINING_STAGES,
-    "all": tuple(Stage),
-}
-STAGES_HELP = (
-    "comma-separated stages: load,forward,backward,compile,generate (the default), "
-    "optimizer,optimizer_fused,amp,lora (training: each brings load,forward,backward), "
-    "shapes,generate_compiled (shapes: each brings the stages it builds on), ddp,fsdp,tp "
-    "(distributed: on --world-size ranks; each brings load,forward,backward), "
-    "trainer,trainer_compiled,sft,accelerate_ddp (hf_training: Hugging Face's own trainers, "
-    "accelerate_ddp on --world-size ranks; each brings load,forward,backward); or the groups "
-    "default, training, shapes, distributed, hf_training, all"
-)
-
-
 def stage_list(text: str | None) -> list[Stage]:
-    """`--stages`: stage names and groups (`default`, `training`, `shapes`, `distributed`,
-    `hf_training`, `all`),
-    comma-separated; none: the default stages. A training or distributed stage brings the
-    stages it builds on (load, forward, backward). Returned once each, in stage order."""
+    """`--stages`: stage names and group names (each group of the stage registry, `all`),
+    comma-separated; none: the default stages. A stage of a group that brings its needs (every
+    group but the default's) brings the stages it builds on. Returned once each, in stage
+    order."""
     if not text:
-        return list(DEFAULT_STAGES)
+        return list(stage_registry.default_stages())
+    groups = [g.name for g in stage_registry.stage_groups()] + [stage_registry.ALL]
     wanted: set[Stage] = set()
     for name in text.split(","):
         name = name.strip()
-        if name in STAGE_GROUPS:
-            wanted.update(STAGE_GROUPS[name])
+        if name in groups:
+            wanted.update(stage_registry.group_stages(name))
             continue
         try:
-            wanted.add(Stage(name))
+            stage = Stage(name)
         except ValueError:
+            stage = None
+        if stage not in stage_registry.declarations():
             raise UsageError(
-                f"unknown stage {name!r}; stages: {', '.join(s.value for s in Stage)} "
-                f"(or {', '.join(STAGE_GROUPS)})"
+                f"unknown stage {name!r}; stages: "
+                f"{', '.join(s.value for s in stage_registry.stage_order())} "
+                f"(or {', '.join(groups)})"
             ) from None
-    for stage in wanted & {
-        *TRAINING_STAGES,
-        *SHAPE_STAGES,
-        *DISTRIBUTED_STAGES,
-        *HF_TRAINING_STAGES,
-    }:
-        wanted.update(STAGE_NEEDS[stage])
-    return [s for s in Stage if s in wanted]
+        wanted.add(stage)
+    for stage in list(wanted):
+        if stage_registry.group_of(stage).brings_needs:
+            wanted.update(stage_registry.stage_needs()[stage])
+    return [s for s in stage_registry.stage_order() if s in wanted]
 
 
 def names(text: str | None) -> tuple[str, ...] | None:

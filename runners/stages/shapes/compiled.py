@@ -28,10 +28,10 @@ import torch
 from ground.schema import ShapeVerdict, SkipReason, Stage
 from model_configs import build
 from model_configs.input_shapes import larger_batch, longer_sequence
-from runners.stages import (
-    GENERATE_TOKENS,
+from runners.stages.core.compile import RecompileWatch
+from runners.stages.core.generate import GENERATE_TOKENS
+from runners.stages.engine import (
     AccuracyError,
-    RecompileWatch,
     StageContext,
     StageRunner,
     StageSkipped,

@@ -49,8 +49,8 @@ from typing import Any, ClassVar
 import torch
 
 from ground.schema import SkipReason, Stage
-from runners.stages import StageContext, StageRunner, StageSkipped, check_close
-from runners.training import loaded_weights, lora_target_modules, peft_model_type
+from runners.stages.engine import StageContext, StageRunner, StageSkipped, check_close
+from runners.stages.training.steps import loaded_weights, lora_target_modules, peft_model_type
 
 TRAINER_STEPS = 3
 SFT_STEPS = 2

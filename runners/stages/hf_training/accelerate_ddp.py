@@ -26,8 +26,9 @@ import torch
 
 from ground.schema import Stage
 from model_configs import build
-from runners.distributed.stages import GroupStage
-from runners.hf_training import (
+from runners.stages.distributed.sharded import GroupStage
+from runners.stages.engine import StageContext, check_close
+from runners.stages.hf_training.trainers import (
     TrainedElsewhere,
     _need,
     _settings,
@@ -35,8 +36,7 @@ from runners.hf_training import (
     placement,
     reset_accelerate_state,
 )
-from runners.stages import StageContext, check_close
-from runners.training import MAX_GRAD_NORM, adamw, follow, snapshot, trainable
+from runners.stages.training.steps import MAX_GRAD_NORM, adamw, follow, snapshot, trainable
 
 STEPS = 2
 

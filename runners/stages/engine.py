@@ -1,42 +1,28 @@
-"""The stages one model goes through on a device: load, forward, backward, compile, generate,
-and the training stages (`runners/training.py`: optimizer, optimizer_fused, amp, lora).
-
-Each stage is a class with a `name` and a `run(ctx)` that raises on failure; `run_stages` turns
-every outcome into a `StageResult` (status from the closed vocabulary, duration, error type,
-short message, signature, fallbacks). A stage that does not pass makes the stages that build on
-it `not_run` (`STAGE_NEEDS`). Stages never deal with device specifics: those live in the Device.
+"""The engine that runs a model's stages: the context they share (`StageContext`), the runner
+interface (`StageRunner`), a stage's outcome as a `StageResult` in the closed status vocabulary
+(`run_stage`, `_classify`: status, duration, error type, short message, signature, fallbacks),
+the stages in run order with their needs (`run_stages`: a stage that does not pass makes the
+stages that build on it `not_run`), and the comparison with the CPU reference (`check_close`).
+Which stages there are, and what each needs, is the registry's (`runners/stages/__init__.py`).
+Stages never deal with device specifics: those live in the Device.
 """
 
 from __future__ import annotations
 
-import copy
 import gc
-import importlib
-import math
-import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from ground.errors import is_environment_error, safe_text
-from ground.schema import (
-    HF_TRAINING_STAGES,
-    STAGE_NEEDS,
-    TRAINING_STAGES,
-    SkipReason,
-    Stage,
-    Status,
-)
-from model_configs import build
-from model_configs.grad_coverage import grad_coverage, watch_grad_mode
-from model_configs.pass_rule import grad_failure
+from ground.schema import SkipReason, Stage, Status
 from model_configs.spec import TinySpec
 from runners import faults
+from runners import stages as registry
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult, not_applicable_result, not_applicable_to
@@ -48,7 +34,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-GENERATE_TOKENS = 3
 
 
 class AccuracyError(Exception):
@@ -138,242 +123,10 @@ def cast_inputs(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
     return {k: cast(v) for k, v in inputs.items()}
 
 
-def load_on_host(ctx: StageContext) -> Any:
-    """The model as users load it, on the CPU: built from the shrunk config through its
-    library's adapter from the run's seed, saved and loaded back the library's way, in the
-    run's dtype, in eval mode, with the run's switch of the model's own code if it has one (a
-    package it needs missing: a skip)."""
-    torch.manual_seed(ctx.seed)
-    try:
-        built = build.build_model(ctx.spec)
-    except ImportError as exc:
-        package = build.missing_package(exc)
-        if package is None:
-            raise
-        raise StageSkipped(
-            SkipReason.MISSING_PACKAGE,
-            f"{ctx.spec.architecture} needs the {package} package, which is not installed",
-        ) from exc
-    with tempfile.TemporaryDirectory(prefix="hfsweep-load-") as tmp:
-        loaded = build.save_and_load(ctx.spec, built, Path(tmp))
-    del built
-    if ctx.settings.implementation:  # a switch run as an alternative
-        from runners.switches import training_switch
-
-        if training_switch(ctx.settings.implementation) is None:  # the model's own code's
-            build.set_implementation(ctx.spec, loaded, ctx.settings.implementation)
-    return build.to_dtype(ctx.spec, loaded, ctx.dtype).eval()
-
-
-class LoadStage(StageRunner):
-    """Build from the shrunk config through the spec's library adapter, save and load back the
-    way that library does (safetensors), move to the device."""
-
-    name = Stage.LOAD
-
-    def run(self, ctx: StageContext) -> None:
-        loaded = load_on_host(ctx)
-        if ctx.keep_pristine:
-            try:
-                ctx.pristine = copy.deepcopy(loaded)
-            except Exception as exc:  # the training stages say so; loading did not fail
-                ctx.pristine = exc
-        ctx.param_count = sum(p.numel() for p in loaded.parameters())
-        ctx.cpu_inputs = cast_inputs(
-            build.make_inputs(ctx.spec, loaded, seed=ctx.seed, purpose="train"), ctx.dtype
-        )
-        if ctx.compare:
-            ctx.reference = loaded
-            ctx.model = ctx.device.prepare_model(copy.deepcopy(loaded))
-        else:
-            ctx.model = ctx.device.prepare_model(loaded)
-        ctx.inputs = ctx.device.to_device(ctx.cpu_inputs)
-        ctx.device.synchronize()
-
-
-class ForwardStage(StageRunner):
-    """One forward pass without gradients; compared with the CPU when the device is not it."""
-
-    name = Stage.FORWARD
-
-    def run(self, ctx: StageContext) -> None:
-        with torch.no_grad():
-            outputs = ctx.model(**ctx.inputs)
-            ctx.device.synchronize()
-            if ctx.compare:
-                expected = ctx.reference(**ctx.cpu_inputs)
-                check_close(
-                    "forward output",
-                    expected,
-                    outputs,
-                    ctx,
-                    again=lambda: ctx.reference(**ctx.cpu_inputs),
-                )
-
-
-class BackwardStage(StageRunner):
-    """A real loss, backward, finite gradients reaching the parameters (eval mode: no dropout)."""
-
-    name = Stage.BACKWARD
-
-    def run(self, ctx: StageContext) -> None:
-        ctx.model.zero_grad(set_to_none=True)
-        with watch_grad_mode(ctx.model) as watch:
-            outputs = ctx.model(**ctx.inputs)
-        loss = build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs)
-        if not math.isfinite(float(loss.detach().float().cpu())):
-            raise FloatingPointError(f"loss is not finite: {float(loss.detach().float().cpu())}")
-        loss.backward()
-        ctx.device.synchronize()
-        coverage = grad_coverage(ctx.model, watch)
-        ctx.extra["grad_share"] = coverage.share
-        failure = grad_failure(coverage.share)
-        if failure is not None:
-            raise RuntimeError(f"{failure} (none reached {', '.join(coverage.missed[:3])})")
-        if ctx.compare:
-            expected = reference_gradients(ctx)
-            actual = {n: p.grad for n, p in ctx.model.named_parameters() if n in expected}
-            check_close("gradients", expected, actual, ctx, again=lambda: reference_gradients(ctx))
-        ctx.model.zero_grad(set_to_none=True)
-
-
-def reference_gradients(ctx: StageContext) -> dict[str, Any]:
-    """The CPU reference's parameter gradients of one loss, by name."""
-    ctx.reference.zero_grad(set_to_none=True)
-    ref_out = ctx.reference(**ctx.cpu_inputs)
-    build.compute_loss(ctx.spec, ctx.reference, ref_out, ctx.cpu_inputs).backward()
-    return {n: p.grad for n, p in ctx.reference.named_parameters() if p.grad is not None}
-
-
-class CompileStage(StageRunner):
-    """`torch.compile` with the device's backend: a training step compiled, then one steady.
-
-    The device's compile options decide `dynamic` (a device may force `dynamic=False`: a new
-    shape is then a new graph, a recompile, counted) and its compile mode what a graph op its
-    compiler cannot lower does; every row says which mode ran. What the device's compiler
-    reports (partitions, the evidence its verdicts rest on) goes into the row."""
-
-    name = Stage.COMPILE
-
-    def run(self, ctx: StageContext) -> None:
-        import torch._dynamo as dynamo
-        from torch._dynamo.utils import counters
-
-        dynamo.reset()
-        counters.clear()
-        watch = RecompileWatch(ctx.compile_backend)
-        options = ctx.device.compile_options()
-        dynamic = options.dynamic if ctx.compile_backend == options.backend else None
-        compiled = torch.compile(ctx.model, backend=watch, dynamic=dynamic)
-
-        def step() -> None:
-            ctx.model.zero_grad(set_to_none=True)
-            outputs = compiled(**ctx.inputs)
-            build.compute_loss(ctx.spec, ctx.model, outputs, ctx.inputs).backward()
-            ctx.device.synchronize()
-
-        seen: dict[str, Any] = {}
-        try:
-            with ctx.device.compiling() as seen:  # what the device's compiler reports
-                start = time.perf_counter()
-                step()
-                ctx.extra["compile_s"] = time.perf_counter() - start
-                start = time.perf_counter()
-                step()
-                ctx.extra["step_s"] = time.perf_counter() - start
-        except dynamo.exc.BackendCompilerFailed as exc:
-            # the backend's own error (it names the op), not Dynamo's wrapper around it
-            inner = getattr(exc, "inner_exception", None)
-            if isinstance(inner, Exception):
-                raise inner from exc
-            raise
-        finally:
-            ctx.extra["recompile_count"] = watch.recompiles
-            ctx.extra.update(seen)
-        ctx.extra["graph_count"] = int(counters["stats"].get("unique_graphs", 0))
-        ctx.extra["graph_break_count"] = int(sum(counters["graph_break"].values()))
-        ctx.model.zero_grad(set_to_none=True)
-        dynamo.reset()
-
-
-class RecompileWatch:
-    """A Dynamo backend that counts recompiles (a frame compiled again because its guards
-    failed, e.g. a new input shape under `dynamic=False`), then hands the graph on."""
-
-    def __init__(self, backend: str | Callable[..., Any]):
-        from torch._dynamo.backends.registry import lookup_backend
-
-        self.inner = lookup_backend(backend) if isinstance(backend, str) else backend
-        self.frames: set[tuple[int, int]] = set()
-        self.recompiles = 0
-
-    def __repr__(self) -> str:  # Dynamo names the backend in its messages
-        return getattr(self.inner, "__name__", type(self.inner).__name__)
-
-    def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-        compile_id = torch._guards.CompileContext.current_compile_id()
-        if compile_id is not None and compile_id.frame_id is not None:
-            frame = (compile_id.frame_id, compile_id.frame_compile_id or 0)
-            if frame[1] > 0 and frame not in self.frames:
-                self.recompiles += 1
-            self.frames.add(frame)
-        return self.inner(gm, example_inputs, **kwargs)
-
-
-class GenerateStage(StageRunner):
-    """A few greedy tokens, for generative models only."""
-
-    name = Stage.GENERATE
-
-    def applies(self, ctx: StageContext) -> bool:
-        return ctx.spec.generative and callable(getattr(ctx.model, "generate", None))
-
-    def run(self, ctx: StageContext) -> None:
-        # inputs are built on the host: some recipes run the model (image token counts), so
-        # they get the CPU copy when there is one
-        host_model = ctx.reference if ctx.reference is not None else ctx.model
-        cpu_inputs = cast_inputs(
-            build.make_inputs(ctx.spec, host_model, seed=ctx.seed, purpose="generate"), ctx.dtype
-        )
-        inputs = ctx.device.to_device(cpu_inputs)
-        with torch.no_grad():
-            out = ctx.model.generate(
-                **inputs, max_new_tokens=GENERATE_TOKENS, min_new_tokens=1, do_sample=False
-            )
-        ctx.device.synchronize()
-        sequences = out if isinstance(out, torch.Tensor) else getattr(out, "sequences", None)
-        if sequences is None or sequences.shape[-1] < 1:
-            raise RuntimeError("generate returned no tokens")
-
-
-# The stage registry: each Stage (in `Stage` order) -> its runner class, as a lazy
-# "module:attr" target (the training stages build on this module's classes).
-STAGES: dict[Stage, str] = {
-    Stage.LOAD: "runners.stages:LoadStage",
-    Stage.FORWARD: "runners.stages:ForwardStage",
-    Stage.BACKWARD: "runners.stages:BackwardStage",
-    Stage.COMPILE: "runners.stages:CompileStage",
-    Stage.GENERATE: "runners.stages:GenerateStage",
-    Stage.OPTIMIZER: "runners.training:OptimizerStage",
-    Stage.OPTIMIZER_FUSED: "runners.training:FusedOptimizerStage",
-    Stage.AMP: "runners.training:AmpStage",
-    Stage.LORA: "runners.training:LoraStage",
-    Stage.SHAPES: "runners.shape_stages:ShapesStage",
-    Stage.GENERATE_COMPILED: "runners.shape_stages:GenerateCompiledStage",
-    Stage.DDP: "runners.distributed.stages:DdpStage",
-    Stage.FSDP: "runners.distributed.stages:FsdpStage",
-    Stage.TP: "runners.distributed.stages:TpStage",
-    Stage.TRAINER: "runners.hf_training:TrainerStage",
-    Stage.TRAINER_COMPILED: "runners.hf_training:CompiledTrainerStage",
-    Stage.SFT: "runners.hf_training:SftStage",
-    Stage.ACCELERATE_DDP: "runners.distributed.accelerate_ddp:AccelerateDdpStage",
-}
-
-
 def stage_runner(stage: Stage) -> type[StageRunner]:
-    """The runner class registered for `stage`."""
-    module, _, attr = STAGES[stage].partition(":")
-    runner: type[StageRunner] = getattr(importlib.import_module(module), attr)
+    """The runner class the registry declares for `stage` (imported on first use)."""
+    target = registry.declarations()[stage].runner
+    runner: type[StageRunner] = registry.load_target(target)  # type: ignore[assignment]
     return runner
 
 
@@ -488,9 +241,7 @@ def run_stages(
 ) -> Iterator[StageResult]:
     """Run the requested stages in order, yielding one StageResult per requested stage
     (`on_stage` sees each as soon as it is known, before the next stage starts)."""
-    ctx.keep_pristine = ctx.keep_pristine or any(
-        s in TRAINING_STAGES or s in HF_TRAINING_STAGES for s in stages
-    )
+    ctx.keep_pristine = ctx.keep_pristine or registry.copies_weights(stages)
     for result in _stage_results(ctx, stages):
         if on_stage is not None:
             on_stage(result)
@@ -502,11 +253,12 @@ def _stage_results(ctx: StageContext, stages: list[Stage]) -> Iterator[StageResu
     not_passed: list[Stage] = []  # in order: what makes the stages building on them not_run
     skipped: StageResult | None = None  # a skip with a reason skips every later stage too
     wanted = set(stages)
-    for stage in STAGES:
+    needs = registry.stage_needs()
+    for stage in registry.stage_order():
         if stage not in wanted:
             continue
         runner = stage_runner(stage)()
-        blocked_by = next((s.value for s in not_passed if s in STAGE_NEEDS[stage]), None)
+        blocked_by = next((s.value for s in not_passed if s in needs[stage]), None)
         if skipped is not None:
             results.append(
                 StageResult(
@@ -597,7 +349,7 @@ def run_stage(runner: StageRunner, ctx: StageContext) -> StageResult:
         bytes_d2h=log.bytes_d2h,
         peak_memory_bytes=ctx.device.peak_memory_bytes(),
         fallbacks=_fallback_rows(log, ctx.device, ctx.step_log),
-        **{k: v for k, v in ctx.extra.items() if k in _EXTRA_COLUMNS},
+        **{k: v for k, v in ctx.extra.items() if k in registry.extra_columns()},
     )
     if error is not None:
         message = safe_text(error) or type(error).__name__
@@ -609,30 +361,6 @@ def run_stage(runner: StageRunner, ctx: StageContext) -> StageResult:
         if isinstance(error, AccuracyError):
             result.max_abs_error = error.max_abs_error
     return result
-
-
-_EXTRA_COLUMNS = {
-    "max_abs_error",
-    "graph_count",
-    "graph_break_count",
-    "recompile_count",
-    "partition_count",
-    "compile_evidence",
-    "unverified_ops",
-    "compile_s",
-    "step_s",
-    "step_op_calls",
-    "recompile_reasons",
-    "shape_verdict",
-    "failing_op",  # the op a passing stage's verdict names (shapes: a data-dependent op)
-    "world_size",
-    "collectives",
-    "unsharded_peak_memory_bytes",
-    "sharding_evidence",
-    "trained_on",
-    "hf_settings",
-    "library_frame",
-}
 
 
 def release(ctx: StageContext) -> None:

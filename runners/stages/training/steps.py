@@ -47,7 +47,7 @@ from model_configs import build
 from runners import autocast_policy
 from runners.devices.base import FallbackLog, collecting
 from runners.numerics import tolerance
-from runners.stages import (
+from runners.stages.engine import (
     AccuracyError,
     StageContext,
     StageRunner,

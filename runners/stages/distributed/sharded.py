@@ -50,13 +50,13 @@ from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
 from runners.distributed.status import phase
 from runners.outcome import StageResult
-from runners.stages import (
+from runners.stages.engine import (
     StageContext,
     StageRunner,
     StageSkipped,
     check_close,
 )
-from runners.training import (
+from runners.stages.training.steps import (
     adamw,
     adamw_formula,
     adamw_state,
