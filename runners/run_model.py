@@ -12,50 +12,23 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ground.errors import is_environment_error, safe_text
-from ground.schema import SkipReason, Status
+from ground.schema import SkipReason, Stage, Status
 from model_configs.spec import TinySpec
 from runners.outcome import ModelOutcome, StageResult, failed_before, not_applicable_to, skipped
+from runners.quiet import quiet_libraries
 from runners.settings import ModelSettings
 
 if TYPE_CHECKING:
     from runners.devices.base import Device
 
 
-def quiet_libraries() -> None:
-    """Model libraries print progress bars and advice per model; a sweep wants rows instead."""
-    import logging
-    import os
-    import sys
-    import warnings
+def on_fresh_ranks(spec: TinySpec, settings: ModelSettings, stage: Stage) -> StageResult:
+    """A stage declared `on_ranks`, asked for in this process: on a group of fresh processes
+    (this one may have set a device up already, which a forked rank could not use), ended
+    with it."""
+    from runners.distributed.group import run_group
 
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile pool per model
-    warnings.filterwarnings("ignore")
-    for name in ("transformers", "diffusers", "huggingface_hub"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        transformers.logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
-    # diffusers takes its loggers' level from this variable when it is first imported (by its
-    # adapter, which also turns its progress bars off): importing it here only to quiet it cost
-    # 1.9 s of CPU in every process that never builds a diffusers model.
-    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
-    if "diffusers" in sys.modules:
-        from diffusers.utils import logging as diffusers_logging
-
-        diffusers_logging.set_verbosity_error()
-        diffusers_logging.disable_progress_bar()
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-    import torch._dynamo
-
-    # Dynamo keeps the user stack of every side effect it replays only to log it; extracting
-    # those stacks (source lines read from disk) cost 0.3 s of a first compile (measured).
-    torch._dynamo.config.side_effect_replay_policy = "silent"
+    return run_group(spec, settings, stage, spawn=True)
 
 
 def run_model(
@@ -94,6 +67,7 @@ def run_model(
         device=device,
         settings=settings,
         compare=(device.name != "cpu") if compare is None else compare,
+        on_ranks=on_fresh_ranks,
     )
     results: list[StageResult] = []
     start = time.perf_counter()

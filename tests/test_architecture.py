@@ -68,8 +68,8 @@ LIBRARY_DEPENDENCIES = {
 IMPORTS_LIBRARY = {
     ("chronos", "transformers"): "Chronos and Chronos-Bolt are transformers T5 models",
     ("transformers", "timm"): "the timm-backed families' towers are timm models",
-    ("runners/run_model.py", "transformers"): "quiets its logging in every model process",
-    ("runners/run_model.py", "diffusers"): "quiets its logging where it is already imported",
+    ("runners/quiet.py", "transformers"): "quiets its logging in every model process",
+    ("runners/quiet.py", "diffusers"): "quiets its logging where it is already imported",
     ("model_configs/config_files.py", "transformers"): "a config mapping to repo code is refused "
     "before any library is chosen (transformers knows which model types are its own)",
     ("runners/stages/hf_training/trainers.py", "transformers"): "the hf_training stages train "
@@ -607,13 +607,13 @@ GROUP = StageGroup(
     section_title="Idle: does nothing run?",
 )
 '''
-TRIVIAL_RUNNER = '''from runners.stages.engine import StageRunner
+TRIVIAL_RUNNER = """from runners.stages.engine import StageRunner
 
 
 class IdleStage(StageRunner):
     def run(self, ctx):
         ctx.extra["idle_s"] = 0.0
-'''
+"""
 
 
 def test_a_new_stage_is_one_folder_and_one_registry_line(tmp_path, monkeypatch):

@@ -48,11 +48,11 @@ from ground.schema import Stage, Status
 from model_configs.spec import TinySpec
 from runners import faults
 from runners import stages as stage_registry
-from runners.distributed.status import SETUP, WAITING, Board, RankState
 from runners.distributed.verdict import weakest
 from runners.outcome import StageResult
 from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
+from runners.stages.distributed.status import SETUP, WAITING, Board, RankState
 from runners.supervisor import JOIN_S, POLL_S, Child, Ending, Kind, context_of
 
 HOST = "127.0.0.1"

@@ -13,7 +13,7 @@ distributed stage its launcher sends it, until the launcher ends it.
   peak), runs the stage's rank body under the device's fallback recording
   (`runners.stages.engine.run_stage`: a model's failure is a result, never an exception), checks
   that the stage left the group as it found it (`left_behind`), and sends the result. A model
-  is built once per rank for all of its stages (`held_model`); a
+  is built once per rank for all of its stages (`runners/stages/distributed/held.py`); a
   new model drops the last one first, and its memory budget is counted again from there.
 - **A failed stage.** The rank then waits to be stopped with its group (a peer may be waiting
   for it in a collective, and would otherwise fail on the closed connection): a failed stage
@@ -28,14 +28,13 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from runners import containment, faults
-from runners.distributed.status import IDLE, SETUP, Board, RankStatus, attach
 from runners.distributed.verdict import with_evidence
 from runners.settings import ModelSettings
+from runners.stages.distributed.held import model_key, release_model
+from runners.stages.distributed.status import IDLE, SETUP, Board, RankStatus, attach
 from runners.supervisor import Kind, Send, peak_rss_bytes
 
 HOST = "127.0.0.1"
@@ -78,7 +77,7 @@ def rank_main(
 
     from ground.schema import Stage
     from runners.devices import collective_log
-    from runners.run_model import quiet_libraries
+    from runners.quiet import quiet_libraries
     from runners.stages.engine import StageContext, run_stage, stage_runner
 
     quiet_libraries()
@@ -194,84 +193,12 @@ def left_behind() -> list[str]:
     return left
 
 
-_HELD: dict[str, Any] = {}  # this rank's model: its key, as loaded, its batches, the RNG after
-
-
-def model_key(ctx: Any) -> tuple[Any, ...]:
-    """What a rank's loaded model and batches depend on."""
-    s = ctx.settings
-    return (ctx.spec.hash, s.dtype, s.seed, s.implementation, s.world_size)
-
-
-def release_model() -> None:
-    """Drop the model this rank holds (a new model comes, or the group ends)."""
-    _HELD.clear()
-
-
-@contextmanager
-def before_the_group() -> Iterator[None]:
-    """While a rank builds or saves its model as a process of no group would: libraries save
-    only on rank 0 of an initialised group (transformers' `save_pretrained`), and a rank of
-    the warm group joined before its model came. `torch.distributed.is_initialized` answers
-    False in the block (the rank runs nothing else meanwhile)."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
-
-    if not dist.is_initialized():
-        yield
-        return
-    real = dist.is_initialized
-    dist.is_initialized = distributed_c10d.is_initialized = lambda: False  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        dist.is_initialized = distributed_c10d.is_initialized = real  # type: ignore[assignment]
-
-
-def held_model(ctx: Any, world: int) -> tuple[Any, list[dict[str, Any]]]:
-    """The model as the load stage loads it and each rank's batch, built once per model in
-    this rank; each call a copy of both, with the random generators as the load left them and
-    the garbage collector's counts at zero."""
-    import copy
-
-    import torch
-
-    from model_configs import build
-    from runners.stages.core.load import load_on_host
-    from runners.stages.engine import cast_inputs
-
-    key = model_key(ctx)
-    if _HELD.get("key") != key:
-        release_model()
-        with before_the_group():
-            host = load_on_host(ctx)
-        batches = [
-            cast_inputs(
-                build.make_inputs(ctx.spec, host, seed=ctx.seed + r, purpose="train"), ctx.dtype
-            )
-            for r in range(world)
-        ]
-        _HELD.update(key=key, host=host, batches=batches, rng=torch.random.get_rng_state())
-    torch.random.set_rng_state(_HELD["rng"])
-    copies = copy.deepcopy(_HELD["host"]), copy.deepcopy(_HELD["batches"])
-    # The collector's counts start from nothing here, whether the model was built now or
-    # before: its automatic collections (what frees a sharded model's cycles) then fall at the
-    # same points of the stage, and so does its device memory peak.
-    gc.collect()
-    return copies
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This rank's number and its group's size (from the launcher's variables)."""
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-
-
 def join_group(device: Any, settings: ModelSettings) -> None:
     """Join this rank's group: the launcher's store on loopback, the device's backend (once:
     a rank of the warm group has joined before its first stage)."""
     import torch.distributed as dist
 
-    from runners.distributed.status import phase
+    from runners.stages.distributed.status import phase
 
     if dist.is_initialized():
         return

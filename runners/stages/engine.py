@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -26,7 +26,6 @@ from runners import stages as registry
 from runners.containment import out_of_memory
 from runners.devices.base import Device, FallbackLog
 from runners.outcome import StageResult, not_applicable_result, not_applicable_to
-from runners.settings import ModelSettings
 from runners.signature import error_signature, op_in_message, short_message
 
 DTYPES: dict[str, torch.dtype] = {
@@ -52,13 +51,33 @@ class StageSkipped(Exception):
         self.reason = reason
 
 
+class StageSettings(Protocol):
+    """What the stages read of their task's settings (`runners.settings.ModelSettings`, which
+    the stage registry's declarations shape: the stages import neither)."""
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def compile_backend(self) -> str | None: ...
+
+    @property
+    def implementation(self) -> str | None: ...
+
+    @property
+    def world_size(self) -> int | None: ...
+
+
 @dataclass
 class StageContext:
     """What stages share for one model on one device."""
 
     spec: TinySpec
     device: Device
-    settings: ModelSettings  # the run's, as the CLI built them
+    settings: StageSettings  # the run's, as the CLI built them
     compare: bool  # compare against a CPU reference (devices other than the CPU)
     model: Any = None
     reference: Any = None  # the same weights on the CPU, for numerics
@@ -72,6 +91,9 @@ class StageContext:
     extra: dict[str, Any] = field(default_factory=dict)  # per-stage metrics for the row
     # the optimizer's part of a training step, recorded apart (`FallbackSource.OPTIMIZER`)
     step_log: FallbackLog | None = None
+    # how this process runs a stage on a group of ranks (`own_result` of a stage declared
+    # `on_ranks`): `run_model`'s runs it on a fresh group; None in a rank
+    on_ranks: Callable[[TinySpec, Any, Stage], StageResult] | None = None
 
     @property
     def dtype(self) -> torch.dtype:

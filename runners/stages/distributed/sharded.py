@@ -5,7 +5,7 @@ group (`group.run_group`: one process per rank, `--world-size` of them, one resu
 (`rank.py`) its `prepare` and `run` are that rank's body. Every rank loads the model as the load
 stage does (the same weights from the run's seed) and makes its own batch of tiny inputs (seed
 plus rank); the global batch is the ranks' batches together. A rank of the warm group builds a
-model once for all of its stages (`rank.held_model`) and hands each stage a copy of it as loaded,
+model once for all of its stages (`held.held_model`) and hands each stage a copy of it as loaded,
 with the random generators as the load left them, so each stage starts where a fresh process
 would. Each is compared with one process
 on the CPU taking the same steps (the CPU reference the other stages compare with), within the
@@ -48,8 +48,9 @@ from model_configs import build
 from model_configs.libraries import get_adapter
 from runners import faults
 from runners.devices.collective_log import CollectiveCalls, CollectiveLog
-from runners.distributed.status import phase
 from runners.outcome import StageResult
+from runners.stages.distributed.held import before_the_group, held_model, rank_and_world
+from runners.stages.distributed.status import phase
 from runners.stages.engine import (
     StageContext,
     StageRunner,
@@ -150,13 +151,11 @@ class GroupStage(StageRunner):
     def own_result(self, ctx: StageContext) -> StageResult | None:
         """In the sweep's process: run the stage on a group of fresh processes (this one may
         have set a device up already, which a forked rank could not use), ended with it."""
-        from runners.distributed.group import run_group
-
-        return run_group(ctx.spec, ctx.settings, self.name, spawn=True)
+        if ctx.on_ranks is None:
+            raise RuntimeError(f"{self.name.value} runs on a group of ranks, and none is at hand")
+        return ctx.on_ranks(ctx.spec, ctx.settings, self.name)
 
     def prepare(self, ctx: StageContext) -> None:
-        from runners.distributed.rank import before_the_group, held_model, rank_and_world
-
         self.rank, self.world = rank_and_world()
         phase("loading the model")
         self.host, self.batches = held_model(ctx, self.world)
