@@ -329,18 +329,25 @@ def library_of(module: str) -> str | None:
     return parts[2] if (ROOT / LIBRARIES / parts[2]).is_dir() else None
 
 
-def registered_packages() -> dict[str, str]:
-    """Library package -> the Hub library_name the registry gives it (read with `ast`)."""
-    tree = ast.parse((ROOT / LIBRARIES / "__init__.py").read_text(encoding="utf-8"))
+def registry_entries(path: Path, name: str) -> dict[str, str]:
+    """The literal dict `name` of the registry module `path`: key -> lazy target (with `ast`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(getattr(t, "id", None) == "ADAPTERS" for t in targets):
+            if any(getattr(t, "id", None) == name for t in targets):
                 for key, value in zip(node.value.keys, node.value.values, strict=True):
-                    module = ast.literal_eval(value).split(":")[0]  # type: ignore[arg-type]
-                    found[library_of(module) or module] = ast.literal_eval(key)  # type: ignore[arg-type]
+                    found[ast.literal_eval(key)] = ast.literal_eval(value)  # type: ignore[arg-type]
     return found
+
+
+def registered_packages() -> dict[str, str]:
+    """Library package -> the Hub library_name the registry gives it."""
+    entries = registry_entries(ROOT / LIBRARIES / "__init__.py", "ADAPTERS")
+    return {
+        library_of(t.split(":")[0]) or t.split(":")[0]: library for library, t in entries.items()
+    }
 
 
 def test_every_library_is_one_registered_package():
@@ -429,17 +436,12 @@ def stage_declarations() -> set[str]:
 
 
 def registered_groups() -> dict[str, str]:
-    """Stage group package -> the group name `GROUPS` gives it (read with `ast`)."""
-    tree = ast.parse((ROOT / STAGES / "__init__.py").read_text(encoding="utf-8"))
+    """Stage group package -> the group name `GROUPS` gives it."""
     found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(getattr(t, "id", None) == "GROUPS" for t in targets):
-                for key, value in zip(node.value.keys, node.value.values, strict=True):
-                    module, _, attr = ast.literal_eval(value).partition(":")  # type: ignore[arg-type]
-                    assert attr == "GROUP", f"{module}: a group's declaration is its GROUP"
-                    found[module.removeprefix(f"{STAGE_REGISTRY}.")] = ast.literal_eval(key)  # type: ignore[arg-type]
+    for group, target in registry_entries(ROOT / STAGES / "__init__.py", "GROUPS").items():
+        module, _, attr = target.partition(":")
+        assert attr == "GROUP", f"{module}: a group's declaration is its GROUP"
+        found[module.removeprefix(f"{STAGE_REGISTRY}.")] = group
     return found
 
 

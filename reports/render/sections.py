@@ -184,10 +184,10 @@ def funnel_section(report: dict[str, Any]) -> Section:
     )
 
 
-def fine_tune_section(report: dict[str, Any]) -> Section:
-    """Can I fine-tune on the device: the training stages, by models and by downloads."""
-    f = report["fine_tune"]
-    rows = [
+def stage_rows(lines: list[dict[str, Any]]) -> list[list[str]]:
+    """A stage group's table: per stage that has rows, its label, passed (count, % of models,
+    % of downloads), no fallback (count, % of downloads), failed, not run, skipped."""
+    return [
         [
             line["label"],
             fmt.count(line["passed"]),
@@ -199,9 +199,15 @@ def fine_tune_section(report: dict[str, Any]) -> Section:
             fmt.count(line["not_run"]),
             fmt.count(line["skipped"]),
         ]
-        for line in f["stages"]
+        for line in lines
         if line["rows"]
     ]
+
+
+def fine_tune_section(report: dict[str, Any]) -> Section:
+    """Can I fine-tune on the device: the training stages, by models and by downloads."""
+    f = report["fine_tune"]
+    rows = stage_rows(f["stages"])
     lora = f["lora"]
     notes = [
         "Fine-tunes on the device with no CPU fallback, by downloads: "
@@ -895,21 +901,7 @@ def stage_group_section(key: str, report: dict[str, Any]) -> Section:
     """A stage group's section where the reading side has none of its own: its stages, by
     models and by downloads (`summary.other_groups`), titled as the group declares."""
     g = report["stage_groups"][key]
-    rows = [
-        [
-            line["label"],
-            fmt.count(line["passed"]),
-            fmt.pct(line["passed_share"]),
-            fmt.pct(line["passed_downloads_share"]),
-            fmt.count(line["no_fallback"]),
-            fmt.pct(line["no_fallback_downloads_share"]),
-            fmt.count(line["failed"]),
-            fmt.count(line["not_run"]),
-            fmt.count(line["skipped"]),
-        ]
-        for line in g["stages"]
-        if line["rows"]
-    ]
+    rows = stage_rows(g["stages"])
     return Section(
         key,
         g["title"],
