@@ -2,8 +2,14 @@
 per folder, import circles between modules and between the parts of a folder (its sub-folders
 and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
 files and the ten longest functions, how many places declare each shared CLI option and the
-tiny-input constants, where each library's code lives, and the `duplicates` pairs of each folder
-(where that command is on the PATH).
+tiny-input constants, where each library's code lives, the files that name each stage (what
+adding a stage touches), and the `duplicates` pairs of each folder (where that command is on the
+PATH).
+
+The files that name a stage: the product files whose code names it (`Stage.LORA`, its member in
+the `Stage` enum), or that hold a hand-written stage table or help that lists it (a module-level
+`*_STAGES`, `STAGE_NEEDS`, `STAGE_GROUPS` or `STAGES_HELP` naming it, or text with its name as
+a word). Adding a stage like it touches those files (and its tests).
 
 Where a library's code lives: the modules its registry entry's adapter reaches through imports
 (module level or inside a function), less those the rest of the house reaches without going
@@ -211,6 +217,59 @@ def library_homes(root: Path) -> dict[str, tuple[int, int, list[str]]]:
     return out
 
 
+_TABLE = re.compile(r"[A-Z_]*_STAGES|STAGE_NEEDS|STAGE_GROUPS|STAGES_HELP")
+
+
+def stage_files(root: Path) -> dict[str, list[str]]:
+    """Stage value -> the product files that name it (see the module docstring)."""
+    schema = ast.parse((root / "ground" / "schema.py").read_text(encoding="utf-8"))
+    members: dict[str, str] = {}
+    for node in ast.walk(schema):
+        if isinstance(node, ast.ClassDef) and node.name == "Stage":
+            for item in node.body:
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
+                    members[item.targets[0].id] = item.value.value  # type: ignore[attr-defined]
+    found: dict[str, list[str]] = {v: [] for v in members.values()}
+    for path in sources(root):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        named: set[str] = set()
+        tables: dict[str, set[str]] = {}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "Stage"
+                and node.attr in members
+            ):
+                named.add(members[node.attr])
+            if (
+                isinstance(node, ast.ClassDef)
+                and node.name == "Stage"
+                and rel == "ground/schema.py"
+            ):
+                named.update(members.values())
+        for node in tree.body:
+            targets = [getattr(node, "target", None), *getattr(node, "targets", [])]
+            names = [t.id for t in targets if isinstance(t, ast.Name) and _TABLE.fullmatch(t.id)]
+            if not names or getattr(node, "value", None) is None:
+                continue
+            text = ast.unparse(node.value)  # type: ignore[attr-defined]
+            listed = {v for n, v in members.items() if f"Stage.{n}" in text}
+            for value in members.values():
+                if isinstance(node.value, ast.Constant | ast.BinOp | ast.JoinedStr) and re.search(  # type: ignore[attr-defined]
+                    rf"(?<![a-z_]){value}(?![a-z_])", text
+                ):
+                    listed.add(value)
+            for name in names:
+                tables[name] = listed
+        for listed in tables.values():
+            named |= listed
+        for value in named:
+            found[value].append(rel)
+    return found
+
+
 def measure(root: Path) -> dict[str, Any]:
     arch.ROOT = root
     arch._edges.cache_clear()
@@ -238,6 +297,7 @@ def measure(root: Path) -> dict[str, Any]:
         "declarations": declarations(root),
         "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
+        "stage_files": stage_files(root),
     }
 
 
@@ -277,6 +337,13 @@ def main() -> None:
         print("  where each library's code lives (modules, lines: folders):")
         for library, (n, lines, folders) in r["libraries"].items():
             print(f"    {library}: {n} modules, {lines:,} lines: {', '.join(folders)}")
+        counts = sorted(len(f) for f in r["stage_files"].values())
+        print(
+            f"  files that name a stage: {counts[0]} to {counts[-1]} "
+            f"(median {counts[len(counts) // 2]}) over {len(counts)} stages"
+        )
+        for stage in ("generate", "lora", "shapes", "tp", "sft"):
+            print(f"    {stage}: {', '.join(r['stage_files'].get(stage, []))}")
         print("  duplicates, per folder:")
         for line in r["duplicates"].split("; "):
             print(f"    {line}")
