@@ -11,14 +11,17 @@ count too: a plug-in named by string is still a dependency. For circles they do 
 that names its plug-ins by string, and plug-ins that ask the registry for another plug-in, do not
 import each other when either is imported.
 
-Rules (docs/architecture.md, the design card): no circle anywhere in the six folders; `sweep` ->
-`runners` -> `model_configs` -> `ground`; everything may use `ground`, which uses none of the
-others; `reports` (the reading side) uses only `ground`, and nothing below the sweep uses
+Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders; `sweep` ->
+`runners` -> `model_configs` -> `ground`, and `sweep` -> `sizing` -> `model_configs`;
+everything may use `ground`, which uses none of the others; `reports` (the reading side) uses only `ground`, and nothing below the sweep uses
 `reports`; `dashboard` imports only `reports` and `ground` (and only the CLI, in `sweep`, imports
 `dashboard`, to serve it).
 A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
 target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
 the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
+Sizing is one package, `sizing/`: it asks the adapter what only the library knows (no library
+config field named in it, no library imported), and reads each device's hardware figures by
+path from the device's folder, the only place they are.
 """
 
 from __future__ import annotations
@@ -30,11 +33,19 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("sweep", "runners", "model_configs", "reports", "dashboard", "ground")
+FOLDERS = ("sweep", "runners", "sizing", "model_configs", "reports", "dashboard", "ground")
 # Which folders each folder may import from (besides itself).
 MAY_IMPORT = {
-    "sweep": {"runners", "model_configs", "reports", "dashboard", "ground"},  # serves the dashboard
+    "sweep": {
+        "runners",
+        "sizing",
+        "model_configs",
+        "reports",
+        "dashboard",
+        "ground",
+    },  # serves the dashboard
     "runners": {"model_configs", "ground"},
+    "sizing": {"model_configs", "ground"},  # a device's hardware figures: read by path
     "model_configs": {"ground"},
     "reports": {"ground"},
     "dashboard": {"reports", "ground"},
@@ -71,6 +82,36 @@ IMPORTS_LIBRARY = {
     ("runners/hf_training.py", "transformers"): "the hf_training stages train through "
     "transformers' own Trainer and TrainingArguments (what they test), inside the stages only",
 }
+# Sizing: one package, the hardware figures in the device folders.
+SIZING = "sizing/"
+HARDWARE_FILE = "hardware.json"
+# The sizing modules outside `sizing/`, each with why: the contract and the reading side.
+SIZING_ELSEWHERE = {
+    "ground/sizing_columns.py": "the contract of what a model's summary row holds of the sizing "
+    "table, which the reading side (reports/, ground/fmt.py) reads and may not import sizing/ for",
+    "reports/sizing.py": "the reading side: the sizing table read back",
+    "reports/render/sizing.py": "the reading side: a model's sizing rows as text",
+}
+# Config fields and methods only a library knows (what its adapter's `attention_layout` and
+# `lora_targets` read): never named in the sizing package.
+LIBRARY_FIELDS = frozenset(
+    {
+        "get_text_config",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_hidden_layers",
+        "num_layers",
+        "head_dim",
+        "qk_head_dim",
+        "v_head_dim",
+        "layer_types",
+        "use_sliding_window",
+        "attention_chunk_size",
+        "model_type",
+        "get_output_embeddings",
+        "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING",
+    }
+)
 _NEURON = re.compile(
     r"(?i)(?<![a-z])neuron(?!s)"
 )  # neuron, neuron-emulated, torch_neuronx; not neurons
@@ -394,3 +435,65 @@ def test_a_library_is_imported_only_inside_its_package():
                     if not {(rel, top), (here, top)} & set(IMPORTS_LIBRARY):
                         wrong.append(f"{rel}:{node.lineno} imports {name}")
     assert wrong == [], "a library's package imported outside it:\n" + "\n".join(wrong)
+
+
+def _names_in_code(source: str) -> set[str]:
+    """Identifiers, attributes, imported modules and name-like strings of `source`."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.update([node.module or "", *(a.name for a in node.names)])
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docs
+            and not any(c.isspace() for c in node.value)
+        ):
+            found.add(node.value)
+    return found
+
+
+def test_sizing_asks_the_adapter_what_only_the_library_knows():
+    """Issue 36: the sizing package reads no library's config fields and imports no library
+    (nor peft): the adapter's `attention_layout` and `lora_targets` say them."""
+    libraries = set(_library_imports()) | {"peft"}
+    wrong = []
+    for path in sorted((ROOT / SIZING).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        names = _names_in_code(path.read_text(encoding="utf-8"))
+        wrong += [f"{rel}: {n}" for n in sorted(names & LIBRARY_FIELDS)]
+        wrong += [f"{rel}: imports {n}" for n in sorted(names) if n.split(".")[0] in libraries]
+    assert wrong == [], "library knowledge in the sizing package:\n" + "\n".join(wrong)
+    graph = import_graph()
+    assert "model_configs.libraries" in graph["sizing.measure"]  # the reader sees the ask
+
+
+def test_sizing_is_one_package_and_the_hardware_figures_live_with_their_device():
+    """Sizing's modules are in `sizing/` only, and each device's hardware figures are one file
+    in its own folder (`runners/devices/<name>/hardware.json`), the files the loader reads."""
+    from sizing.hardware import DEVICES_DIR, hardware_files
+
+    elsewhere = sorted(
+        p.relative_to(ROOT).as_posix()
+        for folder in FOLDERS
+        if folder + "/" != SIZING
+        for p in (ROOT / folder).rglob("*.py")
+        if "sizing" in p.stem or "hardware" in p.stem
+    )
+    assert elsewhere == sorted(SIZING_ELSEWHERE), "sizing outside its package"
+    found = sorted(
+        p.relative_to(ROOT).as_posix()
+        for folder in FOLDERS
+        for p in (ROOT / folder).rglob(HARDWARE_FILE)
+    )
+    assert found == sorted(p.relative_to(ROOT).as_posix() for p in hardware_files().values())
+    assert DEVICES_DIR == ROOT / "runners" / "devices"
+    assert {"neuron", "cuda"} <= set(hardware_files())

@@ -219,7 +219,7 @@ def _positive_int(text: str) -> int:
 
 def add_sizing_arguments(p: argparse.ArgumentParser) -> None:
     """What the full-size serving memory assumes (docs/sizing.md)."""
-    from runners.hardware import SERVE_BATCH, SERVE_CONTEXT
+    from sizing.cores import SERVE_BATCH, SERVE_CONTEXT
 
     group = p.add_argument_group("at full size (docs/sizing.md)")
     group.add_argument(
