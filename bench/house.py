@@ -1,7 +1,8 @@
-"""The house's shape at one or more git revisions, side by side: lines in the six folders and
+"""The house's shape at one or more git revisions, side by side: lines in the folders and
 per folder, import circles between modules and between the parts of a folder (its sub-folders
 and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
-files and the ten longest functions, how many places declare each shared CLI option and the
+files and the ten longest functions, where sizing's writing side lives and how many library
+config fields it names, how many places declare each shared CLI option and the
 tiny-input constants, where each library's code lives, and the `duplicates` pairs of each folder
 (where that command is on the PATH).
 
@@ -211,6 +212,28 @@ def library_homes(root: Path) -> dict[str, tuple[int, int, list[str]]]:
     return out
 
 
+def sizing_homes(root: Path) -> tuple[list[str], dict[str, int]]:
+    """Sizing's writing side: the files of `sizing/` and, outside it and the reading side
+    (`reports/`), the modules and data files named for sizing or hardware; and, per such module,
+    how many of a library's config fields it names (`tests/test_architecture.py`'s
+    `LIBRARY_FIELDS`, what the adapter says instead)."""
+    found = sorted(
+        p.relative_to(root).as_posix()
+        for folder in FOLDERS
+        if folder != "reports"
+        for p in (root / folder).rglob("*")
+        if p.suffix in (".py", ".json")
+        and "__pycache__" not in p.parts
+        and (folder == "sizing" or "sizing" in p.stem or "hardware" in p.stem)
+    )
+    fields = {}
+    for rel in found:
+        if rel.endswith(".py"):
+            names = arch._names_in_code((root / rel).read_text(encoding="utf-8"))
+            fields[rel] = len(names & arch.LIBRARY_FIELDS)
+    return found, fields
+
+
 def measure(root: Path) -> dict[str, Any]:
     arch.ROOT = root
     arch._edges.cache_clear()
@@ -238,6 +261,7 @@ def measure(root: Path) -> dict[str, Any]:
         "declarations": declarations(root),
         "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
+        "sizing": sizing_homes(root),
     }
 
 
@@ -277,6 +301,16 @@ def main() -> None:
         print("  where each library's code lives (modules, lines: folders):")
         for library, (n, lines, folders) in r["libraries"].items():
             print(f"    {library}: {n} modules, {lines:,} lines: {', '.join(folders)}")
+        homes, fields = r["sizing"]
+        for kind, suffix in (("code", ".py"), ("data", ".json")):
+            mine = [h for h in homes if h.endswith(suffix)]
+            folders = sorted({h.rpartition("/")[0] + "/" for h in mine})
+            print(f"  sizing's writing side, {kind}: {len(mine)} files in {len(folders)} folders "
+                  f"({', '.join(folders)}): {', '.join(mine)}")  # fmt: skip
+        print(
+            "  library config fields named there: "
+            + (", ".join(f"{m} {n}" for m, n in fields.items() if n) or "none")
+        )
         print("  duplicates, per folder:")
         for line in r["duplicates"].split("; "):
             print(f"    {line}")
