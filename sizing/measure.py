@@ -5,8 +5,8 @@ A `meta` build makes every module and parameter with its shape and no memory, so
 - parameters, each shared (tied) parameter counted once, and buffers;
 - the bytes of weights and buffers at fp32, bf16, fp16 and fp8 (floating-point tensors at the
   dtype's width, other buffers at their own);
-- for a model that generates, the KV cache per token from its decoder config: per attention
-  layer `kv_heads x (key head dim + value head dim)` elements, layers with a sliding or
+- for a model that generates, the KV cache per token from the layout its adapter gives: per
+  attention layer `kv_heads x (key head dim + value head dim)` elements, layers with a sliding or
   chunked window apart (their cache stops growing at the window), layers without attention
   (Mamba, linear attention) none; the cross-attention cache of encoder-decoder models is not
   counted (it grows with the encoder's input, not the generated tokens);

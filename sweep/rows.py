@@ -1,6 +1,6 @@
 """Turn one model's outcome into store rows (results + per-op fallbacks + the alternatives it was
 run again with + its config pair), and its full-size config's sizing into the sizing table's
-rows."""
+rows (`sizing.rows`)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ count too: a plug-in named by string is still a dependency. For circles they do 
 that names its plug-ins by string, and plug-ins that ask the registry for another plug-in, do not
 import each other when either is imported.
 
-Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders; `sweep` ->
-`runners` -> `model_configs` -> `ground`, and `sweep` -> `sizing` -> `model_configs`;
-everything may use `ground`, which uses none of the others; `reports` (the reading side) uses only `ground`, and nothing below the sweep uses
-`reports`; `dashboard` imports only `reports` and `ground` (and only the CLI, in `sweep`, imports
-`dashboard`, to serve it).
+Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders;
+`sweep` -> `runners` -> `model_configs` -> `ground`, and `sweep` -> `sizing` -> `model_configs`;
+everything may use `ground`, which uses none of the others; `reports` (the reading side) uses
+only `ground`, and nothing below the sweep uses `reports`; `dashboard` imports only `reports`
+and `ground` (and only the CLI, in `sweep`, imports `dashboard`, to serve it).
 A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
 target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
 the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
