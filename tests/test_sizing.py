@@ -263,6 +263,20 @@ def test_every_hardware_figure_names_its_source():
     assert hardware.hardware_for("cpu") == hardware.hardware_for("../data") == []
 
 
+def test_the_content_key_covers_the_measure_not_the_hardware_figures():
+    """A plan holds the size (the measure and the adapters' answers are in the key); a
+    corrected hardware figure or formula reruns no model, though the device folders that hold
+    the figures are in the key."""
+    from sweep import reuse
+
+    files = {f.relative_to(ROOT).as_posix() for f in reuse.code_files()}
+    assert {"sizing/measure.py", "model_configs/libraries/transformers/full_size.py"} <= files
+    assert "runners/devices/neuron/compiler.py" in files
+    figures = {p.relative_to(ROOT).as_posix() for p in hardware.hardware_files().values()}
+    assert figures and not figures & files
+    assert not {"sizing/hardware.py", "sizing/cores.py", "sizing/rows.py"} & files
+
+
 def test_a_config_claiming_absurd_sizes_is_refused_before_a_build(tmp_path):
     planned = planned_from({**LLAMA_31_8B, "vocab_size": 10**12}, tmp_path)
     assert planned.size.status == SizingStatus.REFUSED.value
