@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ground.errors import DeviceError
 from runners.devices import collective_log
 from runners.devices.collective_log import CollectiveLog
+from runners.devices.options import DeviceOption
 
 if TYPE_CHECKING:
     import torch
@@ -143,6 +144,11 @@ class Device(ABC):
     compile_mode: str | None = None  # what the compile backend does with an unlowerable op
     compile_dynamic: ClassVar[bool | None] = None  # the backend's `dynamic` (None: default)
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
+    # keywords of its constructor beyond `strict`, given on the command line (options.py)
+    options: ClassVar[tuple[DeviceOption, ...]] = ()
+    # strings only this device knows (its environment variables, error texts); no product file
+    # outside its folder may hold them, nor its options' flags (tests/test_architecture.py)
+    knowledge: ClassVar[tuple[str, ...]] = ()
     # Modules a model process imports for this device on first use: a parent that forks its
     # model processes imports them once, before forking (`runners.warm.warm_parent`).
     preload_modules: ClassVar[tuple[str, ...]] = ()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.devices.base import Device
+from runners.devices.neuron.options import OPTIONS
 
 PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
 # The origin of the emulated device's stand-in for it (`stand_in.py`), never TorchNeuron.
@@ -35,6 +36,7 @@ class NeuronDevice(Device):
     process_group_backend = "neuron"  # ProcessGroupNeuron: TorchNeuron's, or the emulator's
     compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
     preload_modules = ("runners.devices.neuron.compiler",)
+    options = OPTIONS
 
     def autocast_policy_file(self) -> Path:
         from runners.devices.neuron.autocast import POLICY_FILE
