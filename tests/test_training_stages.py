@@ -24,7 +24,9 @@ from sweep.commands.options import stage_list
 from tests.neuron_support import forked
 
 TRAIN = ["load", "forward", "backward", "optimizer", "optimizer_fused", "amp", "lora"]
-PROFILES = Path(__file__).resolve().parent.parent / "runners" / "data" / "profiles"
+PROFILES = (
+    Path(__file__).resolve().parent.parent / "runners" / "devices" / "neuron" / "data" / "profiles"
+)
 
 
 def tiny(model_type: str, arch: str | None = None):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import inspect
 from abc import ABC
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -170,6 +171,13 @@ class Device(ABC):
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    @classmethod
+    def data_file(cls, name: str) -> Path | None:
+        """`name` in the device's own folder's `data/` (the folder of the module that defines
+        the class: `runners/devices/<name>/`), None where it has no such file."""
+        path = Path(inspect.getfile(cls)).resolve().parent / "data" / name
+        return path if path.is_file() else None
 
     @classmethod
     def process_env(cls, options: Mapping[str, Any] | None = None) -> dict[str, str]:
