@@ -111,7 +111,7 @@ _BUILT: dict[tuple[int, DeviceChoice], Device] = {}
 @dataclass(frozen=True, init=False)
 class DeviceChoice:
     """The device a run asked for: its registry name, `strict`, and the options of its own
-    that the run gave (`Device.options`: `DeviceChoice("neuron", profile="torch-mlir")`),
+    that the run gave (`Device.options`: `DeviceChoice(name, profile=...)`),
     whatever device declares them. Its row identity is the built device's (name, emulated or
     real, profile and the profile's hash)."""
 

@@ -144,6 +144,16 @@ def _add_device_options(group: Any, where: str) -> None:
         )
 
 
+def _compile_backends() -> str:
+    """`inductor on cpu, cuda, ...; X on y`: each registered device's compile backend."""
+    from runners.devices import device_class, device_names
+
+    by: dict[str, list[str]] = {}
+    for name in device_names():
+        by.setdefault(device_class(name).compile_backend, []).append(name)
+    return "; ".join(f"{backend} on {', '.join(names)}" for backend, names in by.items())
+
+
 def device_choice(args: argparse.Namespace) -> DeviceChoice:
     """The device and the options of its own the command line gave (those of its groups the
     command offers)."""
@@ -197,7 +207,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     _add_device_options(group, "model")
     group.add_argument(
         "--compile-backend",
-        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
+        help=f"torch.compile backend (default: the device's: {_compile_backends()})",
     )
     group.add_argument(
         "--alternatives",

@@ -37,6 +37,19 @@ class NeuronDevice(Device):
     compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
     preload_modules = ("runners.devices.neuron.compiler",)
     options = OPTIONS
+    knowledge = (
+        # TorchNeuron's environment variables
+        "TORCH_NEURONX_SKIP_OP_PRECONDITIONS",
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION",
+        "TORCH_NEURONX_ATEN_GMM_ALIGN",
+        "TORCH_NEURONX_MLIR_ATEN_OPS",
+        # its error texts (and the emulator's, which repeat them)
+        "Dynamic shapes detected",
+        "not supported on Neuron",
+        "_grouped_mm precondition",
+        "validate_offs",
+        "Non-scalar tensor",
+    )
 
     def autocast_policy_file(self) -> Path:
         from runners.devices.neuron.autocast import POLICY_FILE
