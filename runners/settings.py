@@ -120,10 +120,19 @@ class DeviceChoice:
     # (keyword, value) of each option given, sorted: what the device's `create` is built with
     given: tuple[tuple[str, Any], ...] = ()
 
-    def __init__(self, name: str = "cpu", strict: bool = False, **options: Any):
+    def __init__(
+        self,
+        name: str = "cpu",
+        strict: bool = False,
+        given: tuple[tuple[str, Any], ...] = (),
+        **options: Any,
+    ):
+        """`options`: the device's own, by keyword (`given`: the same as pairs, as
+        `dataclasses.replace` passes them); one not given (None, empty) is left out."""
+        merged = {**dict(given), **options}
         _set(self, "name", name)
         _set(self, "strict", bool(strict))
-        _set(self, "given", tuple(sorted((k, v) for k, v in options.items() if v)))
+        _set(self, "given", tuple(sorted((k, v) for k, v in merged.items() if v)))
 
     def options(self) -> dict[str, Any]:
         """The options the device registry builds it with (only those asked for)."""

@@ -56,6 +56,12 @@ def test_the_cli_offers_the_options_the_devices_declare() -> None:
     # an option not given is not passed: the device's own default applies
     assert options.device_choice(p.parse_args([])).options() == {}
     assert DeviceChoice("cpu", profile=None) == DeviceChoice("cpu")
+    # it crosses processes and is copied as settings are (pickle, dataclasses.replace)
+    import dataclasses
+    import pickle
+
+    assert pickle.loads(pickle.dumps(choice)) == choice
+    assert dataclasses.replace(choice, strict=False).options() == expect
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
