@@ -19,6 +19,9 @@ others; `reports` (the reading side) uses only `ground`, and nothing below the s
 A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
 target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
 the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
+A device is one folder, `runners/devices/<name>/`: what only it knows (its `knowledge` and its
+options' flags) is in no product file outside that folder (a text search of code, data and
+templates, not an import rule: this one imports the device registry).
 """
 
 from __future__ import annotations
