@@ -159,8 +159,8 @@ def device_choice(args: argparse.Namespace) -> DeviceChoice:
     command offers)."""
     from runners.devices import device_options
 
-    given = {o.keyword: getattr(args, o.keyword, None) for o in device_options()}
-    return DeviceChoice(args.device, strict=bool(getattr(args, "strict", False)), **given)
+    given = tuple((o.keyword, getattr(args, o.keyword, None)) for o in device_options())
+    return DeviceChoice(args.device, strict=bool(getattr(args, "strict", False)), given=given)
 
 
 def add_limit_arguments(p: argparse.ArgumentParser, *, timeout: float, per: str) -> None:
