@@ -1,10 +1,16 @@
 """The house's shape at one or more git revisions, side by side: lines in the folders and
 per folder, import circles between modules and between the parts of a folder (its sub-folders
 and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
-files and the ten longest functions, where sizing's writing side lives and how many library
-config fields it names, how many places declare each shared CLI option and the
-tiny-input constants, where each library's code lives, and the `duplicates` pairs of each folder
-(where that command is on the PATH).
+files and the ten longest functions, how many places declare each shared CLI option and the
+tiny-input constants, where each library's code lives, what each device's folder leaves outside
+it, where sizing's writing side lives and how many library config fields it names, and the
+`duplicates` pairs of each folder (where that command is on the PATH).
+
+What a device leaves outside its folder (the files a device like it touches besides its own
+folder): the product files outside `runners/devices/<name>/` that hold what only it knows (its
+`knowledge` and options' flags, as the working tree's devices declare them, applied to every
+revision), name it as a whole string (`"mps"`: a registry entry, a data key) or list it in a
+line naming three or more devices (a help text's device list).
 
 Where a library's code lives: the modules its registry entry's adapter reaches through imports
 (module level or inside a function), less those the rest of the house reaches without going
@@ -234,6 +240,36 @@ def sizing_homes(root: Path) -> tuple[list[str], dict[str, int]]:
     return found, fields
 
 
+def device_outside(root: Path) -> dict[str, list[str]]:
+    """Registered device (the working tree's) -> the product files outside its folder that
+    hold its knowledge, name it as a whole string, or list it among three or more devices."""
+    homes = arch.device_homes()
+    names = sorted(homes)
+    out: dict[str, set[str]] = {name: set() for name in names}
+    for line in arch.knowledge_outside(root, homes):
+        path, _, rest = line.partition(": ")
+        out[rest.split(" knows ", 1)[0]].add(path)
+    listing = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    for path in arch.product_files(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        listed = {
+            m
+            for line in text.splitlines()
+            if len(set(listing.findall(line))) >= 3
+            for m in listing.findall(line)
+        }
+        for name, (home, _) in homes.items():
+            if rel.startswith(home):
+                continue
+            if re.search(rf"([\"']){re.escape(name)}\1", text) or name in listed:
+                out[name].add(rel)
+    return {name: sorted(files) for name, files in out.items()}
+
+
 def measure(root: Path) -> dict[str, Any]:
     arch.ROOT = root
     arch._edges.cache_clear()
@@ -262,6 +298,7 @@ def measure(root: Path) -> dict[str, Any]:
         "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
         "sizing": sizing_homes(root),
+        "devices": device_outside(root),
     }
 
 
@@ -311,6 +348,9 @@ def main() -> None:
             "  library config fields named there: "
             + (", ".join(f"{m} {n}" for m, n in fields.items() if n) or "none")
         )
+        print("  what each device leaves outside its folder (files):")
+        for device, paths in r["devices"].items():
+            print(f"    {device}: {len(paths)}: {', '.join(paths)}")
         print("  duplicates, per folder:")
         for line in r["duplicates"].split("; "):
             print(f"    {line}")

@@ -5,7 +5,7 @@ One package for the writing side of the `sizing` table (docs/sizing.md):
   (`size_model` -> `ModelSize`), asking the library's adapter what only the library knows
   (its attention and KV-cache fields, its LoRA targets);
 - `hardware`: the hardware types a device stands for, read by path from each device's own
-  folder (`runners/devices/<name>/hardware.json`, no import of the device);
+  folder (`runners/devices/<name>/data/hardware.json`, no import of the device);
 - `cores`: the formula that turns a size into memory and the smallest tensor-parallel degree
   that holds it on one hardware type;
 - `rows`: the sizing table's rows of one full-size config on a run's device.

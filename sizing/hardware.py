@@ -1,7 +1,7 @@
 """The hardware types behind each device, with their figures, read from the device's own folder.
 
 Each device that stands for hardware keeps its figures as data beside its code:
-`runners/devices/<device>/hardware.json` (`neuron`: Trainium1, 2 and 3; `cuda`: common GPUs),
+`runners/devices/<device>/data/hardware.json` (`neuron`: Trainium1, 2 and 3; `cuda`: common GPUs),
 each figure with its source: memory per chip, cores per chip, the logical-core configuration
 (LNC), the cores of one instance and of the largest scale-up domain, and the primary type the
 reports show first. The files are read by path, never through the device's module (which may
@@ -19,7 +19,7 @@ from typing import Any
 
 # The device folders (`runners/devices/<name>/`), found beside this package as installed.
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "runners" / "devices"
-HARDWARE_FILE = "hardware.json"  # a device's figures, inside its folder
+HARDWARE_FILE = "data/hardware.json"  # a device's figures, inside its folder
 UNITS = {"GiB": 1 << 30, "GB": 10**9}
 
 
@@ -63,7 +63,7 @@ def hardware_file(device: str) -> Path:
 
 def hardware_files() -> dict[str, Path]:
     """Device name -> its hardware file, for every device folder that has one."""
-    return {p.parent.name: p for p in sorted(DEVICES_DIR.glob(f"*/{HARDWARE_FILE}"))}
+    return {p.parent.parent.name: p for p in sorted(DEVICES_DIR.glob(f"*/{HARDWARE_FILE}"))}
 
 
 @functools.cache

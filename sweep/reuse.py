@@ -46,8 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # 2: tiny configs in canonical form (`Adapter.canonical`), a tiny model's hash names the ops.
 KEY_VERSION = 2
 # What decides a row: resolving, shrinking, building and running a model (with their data
-# files), the stages' status vocabulary and error signatures, and the mapping of an outcome to
-# rows. Not: the driver, executors, writer, reports and dashboard, which move rows or read them.
+# files), the stages' status vocabulary and error signatures, the failure classes that pick the
+# alternatives a failing model runs again with (the core table here, each device's in its folder
+# under runners/), and the mapping of an outcome to rows. Not: the driver, executors, writer,
+# reports and dashboard, which move rows or read them.
 # A plan (`sweep/plans.py`, keyed by this hash too) holds each model's size at full size, so the
 # measure (`sizing/measure.py`) is here; the rest of `sizing/` (the hardware model, the formula,
 # the rows) is applied by the driver to each run's sizing rows and decides no task's rows.
@@ -57,6 +59,8 @@ CODE = (
     "sizing/measure.py",
     "ground/schema.py",
     "ground/errors.py",
+    "ground/next_steps.py",
+    "ground/data/next_steps.json",
     "sweep/plan.py",
     "sweep/rows.py",
 )

@@ -22,6 +22,9 @@ the library's own Python package is imported only inside it (and where `IMPORTS_
 Sizing is one package, `sizing/`: it asks the adapter what only the library knows (no library
 config field named in it, no library imported), and reads each device's hardware figures by
 path from the device's folder, the only place they are.
+A device is one folder, `runners/devices/<name>/`: what only it knows (its `knowledge` and its
+options' flags) is in no product file outside that folder (a text search of code, data and
+templates, not an import rule: this one imports the device registry).
 """
 
 from __future__ import annotations
@@ -344,6 +347,98 @@ def f(neuron_options): ...
     assert hits == ["runners.devices.neuron.compiler", "neuron", "neuron", "neuron_options"]
 
 
+# ---- what only a device knows --------------------------------------------------------------
+# Each device is one folder, runners/devices/<name>/, and declares what only it knows
+# (`Device.knowledge`: its environment variables and error texts; its options' flags). No
+# product file outside its folder (code, data, templates) may hold one of those strings; its
+# name as a reader's example or default may stay (docs/architecture.md, "Devices").
+DEVICES_DIR = "runners/devices/"
+
+
+def device_homes() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Registered device -> (its folder, relative to the root; what only it knows). Imports the
+    registry and the device classes (which import no torch), unlike the rules above."""
+    import inspect
+
+    from runners.devices import device_class, device_knowledge
+
+    out = {}
+    for name, strings in device_knowledge().items():
+        home = Path(inspect.getfile(device_class(name))).resolve().parent
+        out[name] = (
+            home.relative_to(Path(__file__).resolve().parent.parent).as_posix() + "/",
+            strings,
+        )
+    return out
+
+
+def product_files(root: Path) -> list[Path]:
+    """Every text file of the six folders (code, data, templates), caches left out."""
+    return [
+        p
+        for folder in FOLDERS
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in {".pyc", ".png"}
+    ]
+
+
+def knowledge_outside(root: Path, homes: Mapping[str, tuple[str, tuple[str, ...]]]) -> list[str]:
+    """`file: device knows 'string'` for each product file outside a device's folder that
+    holds what only that device knows."""
+    wrong = []
+    for path in product_files(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for name, (home, strings) in homes.items():
+            if not rel.startswith(home):
+                wrong += [f"{rel}: {name} knows {s!r}" for s in strings if s in text]
+    return sorted(set(wrong))
+
+
+def test_a_device_s_knowledge_stays_in_its_folder():
+    """Issue 36: outside runners/devices/<name>/, no product file names a device's own
+    environment variables, error texts or options: the core asks the device (its options, its
+    next-step classes, its op declarations), and the device's data lives in its folder."""
+    homes = device_homes()
+    assert all(home.startswith(DEVICES_DIR) and home != DEVICES_DIR for home, _ in homes.values())
+    assert homes["neuron"][1], "the neuron device declares what only it knows"
+    wrong = knowledge_outside(ROOT, homes)
+    assert wrong == [], "a device's knowledge outside its folder:\n" + "\n".join(wrong)
+
+
+def test_the_knowledge_rule_sees_a_leak_in_code_and_data(tmp_path):
+    homes = {"foo": ("runners/devices/foo/", ("FOO_SECRET_ENV", "--foo-mode"))}
+    (tmp_path / "runners" / "devices" / "foo" / "data").mkdir(parents=True)
+    (tmp_path / "ground" / "data").mkdir(parents=True)
+    (tmp_path / "runners" / "devices" / "foo" / "data" / "x.json").write_text('"FOO_SECRET_ENV"')
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "x.py").write_text('HELP = "foo: the default (e.g. --device foo)"\n')
+    assert knowledge_outside(tmp_path, homes) == []
+    (tmp_path / "ground" / "data" / "steps.json").write_text('{"step": "set FOO_SECRET_ENV=1"}')
+    (tmp_path / "sweep" / "x.py").write_text('p.add_argument("--foo-mode")\n')
+    assert knowledge_outside(tmp_path, homes) == [
+        "ground/data/steps.json: foo knows 'FOO_SECRET_ENV'",
+        "sweep/x.py: foo knows '--foo-mode'",
+    ]
+
+
+def test_every_device_is_a_folder_of_its_own():
+    """A registry entry names a package, runners.devices.<folder> (or a module inside it), and
+    a folder under runners/devices/ is a registered device's or holds no device."""
+    from runners.devices import DEVICES
+
+    folders = {t.split(":")[0].split(".")[2] for t in DEVICES.values()}
+    for target in DEVICES.values():
+        module = target.split(":")[0]
+        assert module.startswith("runners.devices.") and module.count(".") >= 2, target
+        assert (ROOT / DEVICES_DIR / module.split(".")[2] / "__init__.py").is_file(), target
+    packages = {p.parent.name for p in (ROOT / DEVICES_DIR).glob("*/__init__.py")}
+    assert packages == folders
+
+
 def library_of(module: str) -> str | None:
     """The library package a project module belongs to (`model_configs.libraries.timm.shrink`
     -> `timm`), or None (the registry, the interface, anything else)."""
@@ -478,7 +573,7 @@ def test_sizing_asks_the_adapter_what_only_the_library_knows():
 
 def test_sizing_is_one_package_and_the_hardware_figures_live_with_their_device():
     """Sizing's modules are in `sizing/` only, and each device's hardware figures are one file
-    in its own folder (`runners/devices/<name>/hardware.json`), the files the loader reads."""
+    in its own folder (`runners/devices/<name>/data/hardware.json`), the files the loader reads."""
     from sizing.hardware import DEVICES_DIR, hardware_files
 
     elsewhere = sorted(

@@ -233,7 +233,7 @@ def test_kv_heads_are_replicated_past_their_count():
 
 
 def test_every_hardware_figure_names_its_source():
-    """Each device's figures, in its own folder (`runners/devices/<name>/hardware.json`)."""
+    """Each device's figures, in its own folder (`runners/devices/<name>/data/hardware.json`)."""
     files = hardware.hardware_files()
     assert sorted(files) == ["cuda", "neuron"]
     for device, path in files.items():
