@@ -1,10 +1,17 @@
-"""The house's shape at one or more git revisions, side by side: lines in the six folders and
+"""The house's shape at one or more git revisions, side by side: lines in the folders and
 per folder, import circles between modules and between the parts of a folder (its sub-folders
 and top-level modules), the imports of `reports` from `model_configs` and `runners`, the largest
 files and the ten longest functions, how many places declare each shared CLI option and the
-tiny-input constants, where each library's code lives, the files that name each stage (what
-adding a stage touches), and the `duplicates` pairs of each folder (where that command is on the
-PATH).
+tiny-input constants, where each library's code lives, what each device's folder leaves outside
+it, where sizing's writing side lives and how many library config fields it names, the files
+that name each stage (what adding a stage touches), and the `duplicates` pairs of each folder
+(where that command is on the PATH).
+
+What a device leaves outside its folder (the files a device like it touches besides its own
+folder): the product files outside `runners/devices/<name>/` that hold what only it knows (its
+`knowledge` and options' flags, as the working tree's devices declare them, applied to every
+revision), name it as a whole string (`"mps"`: a registry entry, a data key) or list it in a
+line naming three or more devices (a help text's device list).
 
 The files that name a stage: the product files whose code names it (`Stage.LORA`, its member in
 the `Stage` enum), or that hold a hand-written stage table or help that lists it (a module-level
@@ -217,6 +224,58 @@ def library_homes(root: Path) -> dict[str, tuple[int, int, list[str]]]:
     return out
 
 
+def sizing_homes(root: Path) -> tuple[list[str], dict[str, int]]:
+    """Sizing's writing side: the files of `sizing/` and, outside it and the reading side
+    (`reports/`), the modules and data files named for sizing or hardware; and, per such module,
+    how many of a library's config fields it names (`tests/test_architecture.py`'s
+    `LIBRARY_FIELDS`, what the adapter says instead)."""
+    found = sorted(
+        p.relative_to(root).as_posix()
+        for folder in FOLDERS
+        if folder != "reports"
+        for p in (root / folder).rglob("*")
+        if p.suffix in (".py", ".json")
+        and "__pycache__" not in p.parts
+        and (folder == "sizing" or "sizing" in p.stem or "hardware" in p.stem)
+    )
+    fields = {}
+    for rel in found:
+        if rel.endswith(".py"):
+            names = arch._names_in_code((root / rel).read_text(encoding="utf-8"))
+            fields[rel] = len(names & arch.LIBRARY_FIELDS)
+    return found, fields
+
+
+def device_outside(root: Path) -> dict[str, list[str]]:
+    """Registered device (the working tree's) -> the product files outside its folder that
+    hold its knowledge, name it as a whole string, or list it among three or more devices."""
+    homes = arch.device_homes()
+    names = sorted(homes)
+    out: dict[str, set[str]] = {name: set() for name in names}
+    for line in arch.knowledge_outside(root, homes):
+        path, _, rest = line.partition(": ")
+        out[rest.split(" knows ", 1)[0]].add(path)
+    listing = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    for path in arch.product_files(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        listed = {
+            m
+            for line in text.splitlines()
+            if len(set(listing.findall(line))) >= 3
+            for m in listing.findall(line)
+        }
+        for name, (home, _) in homes.items():
+            if rel.startswith(home):
+                continue
+            if re.search(rf"([\"']){re.escape(name)}\1", text) or name in listed:
+                out[name].add(rel)
+    return {name: sorted(files) for name, files in out.items()}
+
+
 _TABLE = re.compile(r"[A-Z_]*_STAGES|STAGE_NEEDS|STAGE_GROUPS|STAGES_HELP")
 
 
@@ -298,6 +357,8 @@ def measure(root: Path) -> dict[str, Any]:
         "libraries": library_homes(root),
         "duplicates": duplicate_pairs(root),
         "stage_files": stage_files(root),
+        "sizing": sizing_homes(root),
+        "devices": device_outside(root),
     }
 
 
@@ -344,6 +405,19 @@ def main() -> None:
         )
         for stage in ("generate", "lora", "shapes", "tp", "sft"):
             print(f"    {stage}: {', '.join(r['stage_files'].get(stage, []))}")
+        homes, fields = r["sizing"]
+        for kind, suffix in (("code", ".py"), ("data", ".json")):
+            mine = [h for h in homes if h.endswith(suffix)]
+            folders = sorted({h.rpartition("/")[0] + "/" for h in mine})
+            print(f"  sizing's writing side, {kind}: {len(mine)} files in {len(folders)} folders "
+                  f"({', '.join(folders)}): {', '.join(mine)}")  # fmt: skip
+        print(
+            "  library config fields named there: "
+            + (", ".join(f"{m} {n}" for m, n in fields.items() if n) or "none")
+        )
+        print("  what each device leaves outside its folder (files):")
+        for device, paths in r["devices"].items():
+            print(f"    {device}: {len(paths)}: {', '.join(paths)}")
         print("  duplicates, per folder:")
         for line in r["duplicates"].split("; "):
             print(f"    {line}")

@@ -55,11 +55,11 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def measure_time(args: argparse.Namespace) -> None:
-    from model_configs import sizing
     from model_configs.catalog import load_catalog
-    from runners import hardware
     from runners.run_model import quiet_libraries
     from runners.stages import default_stages
+    from sizing import cores, hardware
+    from sizing import measure as sizing
     from sweep import plan
 
     quiet_libraries()
@@ -142,11 +142,11 @@ def measure_time(args: argparse.Namespace) -> None:
         f"{pct(sum(downloads[p.entry.model_id] for p, _ in ok), total_dl)} of downloads; "
         f"{pct(default_dl, total_dl)} of downloads sized from a library's default config) =="
     )
-    print(f"serving at bf16, context {hardware.SERVE_CONTEXT}, batch {hardware.SERVE_BATCH}")
+    print(f"serving at bf16, context {cores.SERVE_CONTEXT}, batch {cores.SERVE_BATCH}")
     for hw in hardware.hardware_for("neuron"):
         buckets: dict[str, dict[str, int]] = {}
         for p, size in ok:
-            need = hardware.cores_needed(size, hw)
+            need = cores.cores_needed(size, hw)
             for what in ("serve", "finetune", "lora"):
                 cores = getattr(need, f"{what}_cores")
                 label = "none fits" if cores is None else str(cores)
@@ -172,11 +172,11 @@ def measure_time(args: argparse.Namespace) -> None:
 def measure_ratio(args: argparse.Namespace) -> None:
     from model_configs import build
     from model_configs.catalog import load_catalog
-    from model_configs.sizing import _measure
     from reports.store import Store
-    from runners import hardware
     from runners.run_model import quiet_libraries
     from runners.stages import default_stages
+    from sizing import cores
+    from sizing.measure import _measure
     from sweep import plan
 
     quiet_libraries()
@@ -210,7 +210,7 @@ def measure_ratio(args: argparse.Namespace) -> None:
         from model_configs.tiny_inputs import BATCH, SEQ
 
         forward = weights + kv * width * SEQ * BATCH
-        backward = 2 * weights + hardware.ACTIVATION_HEADROOM * weights
+        backward = 2 * weights + cores.ACTIVATION_HEADROOM * weights
         for stage, predicted, out in (("forward", forward, fwd), ("backward", backward, bwd)):
             measured = peaks.get((model_id, stage))
             if measured and predicted:

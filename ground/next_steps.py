@@ -1,6 +1,9 @@
 """The next step for a model's result: one table of failure classes, each with one line to act on.
 
-The table is data (`ground/data/next_steps.json`, a reason per entry): each class matches a
+The table is data (`ground/data/next_steps.json`, a reason per entry), with each device's own
+classes merged in: a device declares them in its folder (`runners/devices/<name>/data/
+next_steps.json`, each placed `before` a class of the core table), read here by path, never by
+importing the device (the reading side stands on the ground alone). Each class matches a
 model's deciding row (its first failing stage, else its skip, else its pass) on the columns it
 lists, and says what to do in one line, with a command where one takes the step. `hfsweep
 check`, `hfsweep lookup`, the model page and the report all read it here, so they say the same.
@@ -29,6 +32,8 @@ from typing import Any
 from ground.schema import EXPERTS_PER_TOKEN_KEYS, FAILED_STATUSES, SkipReason, Status
 
 TABLE = Path(__file__).resolve().parent / "data" / "next_steps.json"
+# each device's own classes: runners/devices/<name>/data/next_steps.json, by path
+DEVICE_TABLES = Path(__file__).resolve().parents[1] / "runners" / "devices"
 _FAILED = {s.value for s in FAILED_STATUSES}
 _NA = SkipReason.NOT_APPLICABLE.value
 # skips that say there is nothing to run there (a tp stage without a plan), not a stop
@@ -50,7 +55,8 @@ class FailureClass:
     reason: str
     command: str | None = None
     try_switches: tuple[str, ...] = ()
-    at_full_size: str | None = None
+    # the full-size note (`note`: its kind) and the patterns that read the error text it needs
+    at_full_size: Mapping[str, str] | None = None
     # no implementation switch can change the failure (a collective): never run with one
     switches_change_nothing: bool = False
 
@@ -79,24 +85,39 @@ class FailureClass:
         return True
 
 
+def _failure_class(c: Mapping[str, Any]) -> FailureClass:
+    return FailureClass(
+        failure=c["failure"],
+        title=c["title"],
+        match=c["match"],
+        step=c["step"],
+        reason=c["reason"],
+        command=c.get("command"),
+        try_switches=tuple(c.get("try", ())),
+        at_full_size=c.get("at_full_size"),
+        switches_change_nothing=bool(c.get("switches_change_nothing")),
+    )
+
+
+def device_tables() -> list[Path]:
+    """Each device's file of failure classes, in the order of the devices' folder names."""
+    return sorted(DEVICE_TABLES.glob("*/data/next_steps.json"))
+
+
 @cache
 def classes() -> tuple[FailureClass, ...]:
-    """The table, in matching order."""
-    data = json.loads(TABLE.read_text(encoding="utf-8"))
-    return tuple(
-        FailureClass(
-            failure=c["failure"],
-            title=c["title"],
-            match=c["match"],
-            step=c["step"],
-            reason=c["reason"],
-            command=c.get("command"),
-            try_switches=tuple(c.get("try", ())),
-            at_full_size=c.get("at_full_size"),
-            switches_change_nothing=bool(c.get("switches_change_nothing")),
-        )
-        for c in data["classes"]
-    )
+    """The table, in matching order: the core classes, each device's placed before the core
+    class its `before` names (devices in the order of their folders' names)."""
+    core = json.loads(TABLE.read_text(encoding="utf-8"))["classes"]
+    names = {c["failure"] for c in core}
+    before: dict[str, list[Mapping[str, Any]]] = {}
+    for path in device_tables():
+        for c in json.loads(path.read_text(encoding="utf-8"))["classes"]:
+            if c.get("before") not in names:
+                raise ValueError(f"{path}: {c['failure']} is before {c.get('before')!r}, no class")
+            before.setdefault(c["before"], []).append(c)
+    merged = [d for c in core for d in (*before.get(c["failure"], ()), c)]
+    return tuple(_failure_class(c) for c in merged)
 
 
 def classify(row: Mapping[str, Any]) -> FailureClass:
@@ -432,19 +453,14 @@ def _values(
 
 
 def _at_full_size(
-    kind: str | None,
+    note: Mapping[str, str] | None,
     row: Mapping[str, Any],
     config: Mapping[str, Any],
     changes: Mapping[str, Any],
 ) -> str | None:
-    if kind == "routed_rows":
-        return routed_rows_note(row.get("error_message") or "", config, changes)
+    if note and note.get("note") == "routed_rows":
+        return routed_rows_note(row.get("error_message") or "", config, changes, note)
     return None
-
-
-_OFFSETS = re.compile(r"offsets \[([\d,\s]+)\]")
-_ROWS = re.compile(r"divisible by (\d+), got (\d+)")
-_ALIGN = re.compile(r"divisible by (\d+)")
 
 
 def full_size_value(key: str, config: Mapping[str, Any], changes: Mapping[str, Any]) -> Any:
@@ -461,11 +477,16 @@ def full_size_value(key: str, config: Mapping[str, Any], changes: Mapping[str, A
 
 
 def routed_rows_note(
-    message: str, config: Mapping[str, Any], changes: Mapping[str, Any]
+    message: str,
+    config: Mapping[str, Any],
+    changes: Mapping[str, Any],
+    patterns: Mapping[str, str],
 ) -> str | None:
-    """The grouped matmul's routing precondition at full size: whether the tiny input's rows
-    alone decide it, and what a full-size batch meets."""
-    align_m = _ALIGN.search(message)
+    """A grouped matmul's routing precondition at full size: whether the tiny input's rows
+    alone decide it, and what a full-size batch meets. `patterns` read the device's error
+    text (its class's `at_full_size`): `align` (the multiple required), `offsets` (each
+    expert's offset, comma-separated) and `rows` (the multiple and the rows it got)."""
+    align_m = re.search(patterns["align"], message)
     if align_m is None:
         return None
     align = int(align_m.group(1))
@@ -485,7 +506,7 @@ def routed_rows_note(
         else f"a full-size batch routes tokens x experts-per-token rows, a multiple of {align} "
         "once padded"
     )
-    offsets = _OFFSETS.search(message)
+    offsets = re.search(patterns["offsets"], message)
     if offsets is not None:
         values = [int(v) for v in offsets.group(1).replace(" ", "").split(",") if v]
         shown = ", ".join(map(str, values[:8]))
@@ -495,7 +516,7 @@ def routed_rows_note(
             f"router decides those ({shown} here) at every size, so the default is blocked at "
             "full size as well"
         )
-    got = _ROWS.search(message)
+    got = re.search(patterns["rows"], message)
     if got is not None:
         return (
             f"the tiny input routed {got.group(2)} rows; {full}; each expert's offset must be "

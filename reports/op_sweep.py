@@ -260,7 +260,7 @@ class OpSweepQuery(RunsQuery):
         return self.memo("summary_by_op", run_id, build, dtype)  # type: ignore[no-any-return]
 
     def denominators(self, run_id: str) -> dict[str, Any]:
-        """The run's results counted as TorchNeuron reported its August 2026 run: total,
+        """The run's results counted as a device team reports an upstream test run: total,
         skipped by PyTorch's applicability, skipped by the device (and how many of those for ops
         with no native lowering), passed, failed, wrong; per dtype and in total."""
 

@@ -2,10 +2,9 @@
 
 PyTorch's accelerator autocast (CUDA's, and TorchNeuron's, which registers the same op lists
 for AutocastPrivateUse1: torch_neuronx/csrc/amp/autocast_mode.cpp) is a list of ops, each with a
-cast policy, plus a kernel that bans `binary_cross_entropy` under autocast.
-`scripts/extract_autocast_policy.py` wrote TorchNeuron's to
-`runners/data/profiles/torchneuron-2026-04-21/autocast-policy.txt` (one `op<TAB>policy` line per
-registration, with the source lines). `register` gives each listed op a kernel at an autocast
+cast policy, plus a kernel that bans `binary_cross_entropy` under autocast. A device's policy
+is a file in its folder (one `op<TAB>policy` line per registration, with the source lines; the
+neuron device's is TorchNeuron's, written by `scripts/extract_autocast_policy.py`). `register` gives each listed op a kernel at an autocast
 dispatch key that does what PyTorch's `WrapFunction_` does for its policy (ATen's
 autocast_mode.h): with that autocast key excluded, cast the eligible arguments, then call the op
 again through the dispatcher. An op not in the list falls through (autocast leaves it alone).

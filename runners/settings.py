@@ -103,25 +103,36 @@ def _device_identity(name: str, known: Mapping[str, Any]) -> dict[str, Any]:
 _BUILT: dict[tuple[int, DeviceChoice], Device] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DeviceChoice:
-    """The device a run asked for: its registry name and options. Its row identity is the
-    built device's (name, emulated or real, profile and the profile's hash)."""
+    """The device a run asked for: its registry name, `strict`, and the options of its own
+    that the run gave (`Device.options`: `DeviceChoice(name, profile=...)`),
+    whatever device declares them. Its row identity is the built device's (name, emulated or
+    real, profile and the profile's hash)."""
 
     name: str = field(default="cpu", metadata=row(encode=_device_identity))
     strict: bool = field(default=False, metadata=row())  # a CPU fallback is an error
-    profile: str | None = None  # a bundled profile or a file (its hash is in the identity)
-    compile_mode: str | None = None  # what the compiler does with an op it cannot lower
+    # (keyword, value) of each option given, sorted: what the device's `create` is built with
+    given: tuple[tuple[str, Any], ...] = ()
+
+    def __init__(
+        self,
+        name: str = "cpu",
+        strict: bool = False,
+        given: tuple[tuple[str, Any], ...] = (),
+        **options: Any,
+    ):
+        """`options`: the device's own, by keyword (`given`: the same as pairs, as
+        `dataclasses.replace` passes them); one not given (None, empty) is left out."""
+        merged = {**dict(given), **options}
+        _set(self, "name", name)
+        _set(self, "strict", bool(strict))
+        _set(self, "given", tuple(sorted((k, v) for k, v in merged.items() if v)))
 
     def options(self) -> dict[str, Any]:
         """The options the device registry builds it with (only those asked for)."""
-        options: dict[str, Any] = {}
-        if self.strict:
-            options["strict"] = True
-        if self.profile:
-            options["profile"] = self.profile
-        if self.compile_mode:
-            options["compile_mode"] = self.compile_mode
+        options: dict[str, Any] = {"strict": True} if self.strict else {}
+        options.update(self.given)
         return options
 
     def build(self) -> Device:

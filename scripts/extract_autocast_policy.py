@@ -13,7 +13,7 @@ with both sources' line numbers.
         > autocast_mode.cpp
     python scripts/extract_autocast_policy.py --torchneuron autocast_mode.cpp \\
         --commit 98154b867aa24562a3213e520d9ad7fd41032291 \\
-        --out runners/data/profiles/torchneuron-2026-04-21/autocast-policy.txt
+        --out runners/devices/neuron/data/profiles/torchneuron-2026-04-21/autocast-policy.txt
 
 `--aten-header` defaults to the installed torch's `include/ATen/autocast_mode.h` (the op lists
 TorchNeuron's kernels are compiled from are those of the torch it is built against).

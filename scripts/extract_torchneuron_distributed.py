@@ -2,7 +2,7 @@
 (github.com/parmoham-aws/test-repo-parmoham). Writes one data file; copies no code, runs nothing
 of the snapshot (every fact is read with `ast` or `json`).
 
-`distributed.json` (beside the op profile, runners/data/profiles/torchneuron-2026-04-21/):
+`distributed.json` (beside the op profile, runners/devices/neuron/data/profiles/torchneuron-2026-04-21/):
 - `backend`: the name and devices `dist.Backend.register_backend` gets, and the class
   (torch_neuronx/distributed/backend.py);
 - `one_device_per_process`: the assertion its runtime set-up makes;

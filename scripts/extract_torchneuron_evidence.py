@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "runners" / "data" / "profiles" / "torchneuron-2026-04-21"
+DEFAULT_OUT = (
+    ROOT / "runners" / "devices" / "neuron" / "data" / "profiles" / "torchneuron-2026-04-21"
+)
 DECOMPOSITIONS = "torch_neuronx/neuron_dynamo_backend/decompositions.py"
 MLIR_OPS = "torch_neuronx/python_ops/torch_mlir/ops"
 PYTHON_OPS = "torch_neuronx/python_ops"

@@ -24,7 +24,7 @@ from runners.outcome import ModelOutcome, failed_before, skipped
 from runners.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from model_configs.sizing import ModelSize
+    from sizing.measure import ModelSize
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Planned:
     model_type: str | None = None
     quantization: str | None = None  # the method a quantized checkpoint needs (its rows say it)
     plan_key: str | None = None  # the key of what it was planned from (`sweep.plans`)
-    size: ModelSize | None = None  # the model at full size (`model_configs.sizing`)
+    size: ModelSize | None = None  # the model at full size (`sizing.measure`)
 
     def slim(self) -> Planned:
         return replace(self, resolved=None)
@@ -99,8 +99,8 @@ def plan_entry(
     from model_configs.quantization import method_of_entry
     from model_configs.resolve import resolve_entry
     from model_configs.shrink import shrink
-    from model_configs.sizing import size_model
     from runners import faults
+    from sizing.measure import size_model
 
     planned = Planned(entry=entry, resolved=resolved)
     try:

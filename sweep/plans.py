@@ -141,7 +141,7 @@ def plan_record(planned: Planned) -> str:
 def planned_from(record: str, entry: CatalogEntry) -> Planned | None:
     """The plan a record holds, for `entry` (today's catalog fields: rank, downloads); None
     when the record cannot give back the very plan it was made from."""
-    from model_configs.sizing import ModelSize
+    from sizing.measure import ModelSize
 
     try:
         data = json.loads(record)

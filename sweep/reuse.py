@@ -29,6 +29,7 @@ import json
 import platform
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from typing import Any
 from ground.errors import UsageError
 from ground.schema import Status
 from reports.store import Store
+from sizing.hardware import HARDWARE_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a task key and a plan key mean. A new version whenever a key would map the same content to
@@ -44,20 +46,29 @@ ROOT = Path(__file__).resolve().parent.parent
 # 2: tiny configs in canonical form (`Adapter.canonical`), a tiny model's hash names the ops.
 KEY_VERSION = 2
 # What decides a row: resolving, shrinking, building and running a model (with their data
-# files), the stages' status vocabulary and error signatures, and the mapping of an outcome to
-# rows. Not: the driver, executors, writer, reports and dashboard, which move rows or read them.
+# files), the stages' status vocabulary and error signatures, the failure classes that pick the
+# alternatives a failing model runs again with (the core table here, each device's in its folder
+# under runners/), and the mapping of an outcome to rows. Not: the driver, executors, writer,
+# reports and dashboard, which move rows or read them.
+# A plan (`sweep/plans.py`, keyed by this hash too) holds each model's size at full size, so the
+# measure (`sizing/measure.py`) is here; the rest of `sizing/` (the hardware model, the formula,
+# the rows) is applied by the driver to each run's sizing rows and decides no task's rows.
 CODE = (
     "model_configs",
     "runners",
+    "sizing/measure.py",
     "ground/schema.py",
     "ground/errors.py",
+    "ground/next_steps.py",
+    "ground/data/next_steps.json",
     "sweep/plan.py",
     "sweep/rows.py",
 )
 CODE_SUFFIXES = (".py", ".json", ".txt", ".yaml")
-# In those folders but deciding no task's rows: the hardware data and the cores-needed formula,
-# which the driver applies to each run's sizing rows (a corrected figure reruns no model).
-NOT_CODE = frozenset({"runners/hardware.py", "runners/data/hardware.json"})
+# In those folders but deciding no task's rows: each device's hardware figures, kept in the
+# device's folder and read by `sizing.hardware` for the sizing rows (a corrected figure reruns
+# no model).
+NOT_CODE = (f"runners/devices/*/{HARDWARE_FILE}",)
 # Run settings that are not part of a task's content: the catalog (a model's content is its
 # resolved config, in the shrunk config's hash) and where the run was made.
 # The dtype is each task's own (a run may sweep several): `KeyContext.key` adds it.
@@ -65,10 +76,9 @@ NOT_IN_KEY = frozenset({"catalog", "catalog_hash", "project_version", "dtype"})
 NOT_REUSED = frozenset({Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value})
 
 
-@cache
-def code_hash() -> str:
-    """sha256 of the code that decides a row (`CODE`), file by file in path order."""
-    digest = hashlib.sha256()
+def code_files() -> list[Path]:
+    """The files of `CODE` (less `NOT_CODE`), in path order within each entry."""
+    out = []
     for name in CODE:
         path = ROOT / name
         files = (
@@ -77,9 +87,19 @@ def code_hash() -> str:
             else sorted(p for p in path.rglob("*") if p.suffix in CODE_SUFFIXES)
         )
         for f in files:
-            if "__pycache__" in f.parts or str(f.relative_to(ROOT)) in NOT_CODE:
+            rel = f.relative_to(ROOT).as_posix()
+            if "__pycache__" in f.parts or any(fnmatch(rel, p) for p in NOT_CODE):
                 continue
-            digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+            out.append(f)
+    return out
+
+
+@cache
+def code_hash() -> str:
+    """sha256 of the code that decides a row (`code_files`), file by file."""
+    digest = hashlib.sha256()
+    for f in code_files():
+        digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 

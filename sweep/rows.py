@@ -1,6 +1,6 @@
 """Turn one model's outcome into store rows (results + per-op fallbacks + the alternatives it was
 run again with + its config pair), and its full-size config's sizing into the sizing table's
-rows."""
+rows (`sizing.rows`)."""
 
 from __future__ import annotations
 
@@ -168,68 +168,20 @@ def sizing_rows(
     context: int | None = None,
     batch: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The sizing rows of a model's full-size config: its facts, and the cores needed on each
-    hardware type of the run's device (`runners.hardware`; one row without hardware for a
-    device with none, or a sizing that failed). None planned: no rows."""
-    from runners import hardware
+    """The sizing rows of a model's full-size config on the run's device (`sizing.rows`).
+    None planned: no rows."""
+    from sizing.rows import sizing_rows as rows_of
 
     size = planned.size
     if size is None or planned.config_hash is None:
         return []
-    base: dict[str, Any] = {
-        "run_id": run.run_id,
-        "config_hash": planned.config_hash,
-        "config_source": (planned.spec.config_source if planned.spec else None)
+    return rows_of(
+        size,
+        run_id=run.run_id,
+        device=run.device,
+        config_hash=planned.config_hash,
+        config_source=(planned.spec.config_source if planned.spec else None)
         or planned.config_source,
-        "architecture": size.architecture,
-        "status": size.status,
-        "error_type": size.error_type,
-        "error_message": size.error_message,
-        "parameters": size.parameters,
-        "buffers": size.buffers,
-        **{f"bytes_{d}": size.bytes_at(d) for d in ("fp32", "bf16", "fp16", "fp8")},
-        "kv_bytes_per_token": _kv_bytes(size.kv_elements_per_token),
-        "kv_window_bytes_per_token": _kv_bytes(size.kv_window_elements_per_token),
-        "sliding_window": size.sliding_window,
-        "attention_heads": size.attention_heads,
-        "kv_heads": size.kv_heads,
-        "lora_parameters": size.lora_parameters,
-        "sizing_s": size.sizing_s,
-    }
-    machines = hardware.hardware_for(run.device) if size.ok else []
-    if not machines:
-        return [base]
-    rows = []
-    for hw in machines:
-        need = hardware.cores_needed(
-            size,
-            hw,
-            context=context or hardware.SERVE_CONTEXT,
-            batch=batch or hardware.SERVE_BATCH,
-        )
-        rows.append(
-            {
-                **base,
-                "hardware": hw.name,
-                "primary_hardware": hw.primary,
-                "core_memory_bytes": hw.core_memory_bytes,
-                "cores_per_chip": hw.cores_per_chip,
-                "cores_per_instance": hw.cores_per_instance,
-                "serve_context": need.serve_context,
-                "serve_batch": need.serve_batch,
-                "serve_bytes": need.serve_bytes,
-                "finetune_bytes": need.finetune_bytes,
-                "lora_bytes": need.lora_bytes,
-                "serve_cores": need.serve_cores,
-                "finetune_cores": need.finetune_cores,
-                "lora_cores": need.lora_cores,
-                "note": need.note,
-            }
-        )
-    return rows
-
-
-def _kv_bytes(elements: int | None) -> int | None:
-    from runners.hardware import KV_BYTES
-
-    return None if elements is None else elements * KV_BYTES
+        context=context,
+        batch=batch,
+    )

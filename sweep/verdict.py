@@ -1,6 +1,6 @@
 """What one model's stage rows add up to, in words: the verdict line of `hfsweep check`
 ("fails at compile: aten::X", "passes every stage ..."), and the next step to take (the
-next-step table of `ground.next_steps`: `--compile-mode eager`, the `pip install` a missing
+next-step table of `ground.next_steps`: a device option that runs the graph eagerly, the `pip install` a missing
 package needs, a longer timeout, "passes with experts_implementation='batched_mm'").
 
 Pure functions over row dicts (the results schema's columns): no torch, nothing run.

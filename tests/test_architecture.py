@@ -11,18 +11,24 @@ count too: a plug-in named by string is still a dependency. For circles they do 
 that names its plug-ins by string, and plug-ins that ask the registry for another plug-in, do not
 import each other when either is imported.
 
-Rules (docs/architecture.md, the design card): no circle anywhere in the six folders; `sweep` ->
-`runners` -> `model_configs` -> `ground`; everything may use `ground`, which uses none of the
-others; `reports` (the reading side) uses only `ground` and the stage declarations (the stage
-registry and each group's declaration, which import only `ground`), and nothing below the sweep
-uses `reports`; `dashboard` imports only `reports` and `ground` (and only the CLI, in `sweep`, imports
-`dashboard`, to serve it).
+Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders;
+`sweep` -> `runners` -> `model_configs` -> `ground`, and `sweep` -> `sizing` -> `model_configs`;
+everything may use `ground`, which uses none of the others; `reports` (the reading side) uses
+only `ground` and the stage declarations (the stage registry and each group's declaration,
+which import only `ground`), and nothing below the sweep uses `reports`; `dashboard` imports
+only `reports` and `ground` (and only the CLI, in `sweep`, imports `dashboard`, to serve it).
 A stage group is one package, `runners/stages/<group>/`: its declaration in its `__init__.py`,
 named by one registry entry; no file outside `runners/stages/` declares a stage (its group,
 needs, help: `StageDecl`, a hand-written tuple of stages, a `*_STAGES` table).
 A library is one package, `model_configs/libraries/<name>/`: only the registry names it (a lazy
 target), another library's package imports it only where `LIBRARY_DEPENDENCIES` says why, and
 the library's own Python package is imported only inside it (and where `IMPORTS_LIBRARY` says why).
+Sizing is one package, `sizing/`: it asks the adapter what only the library knows (no library
+config field named in it, no library imported), and reads each device's hardware figures by
+path from the device's folder, the only place they are.
+A device is one folder, `runners/devices/<name>/`: what only it knows (its `knowledge` and its
+options' flags) is in no product file outside that folder (a text search of code, data and
+templates, not an import rule: this one imports the device registry).
 """
 
 from __future__ import annotations
@@ -34,11 +40,19 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("sweep", "runners", "model_configs", "reports", "dashboard", "ground")
+FOLDERS = ("sweep", "runners", "sizing", "model_configs", "reports", "dashboard", "ground")
 # Which folders each folder may import from (besides itself).
 MAY_IMPORT = {
-    "sweep": {"runners", "model_configs", "reports", "dashboard", "ground"},  # serves the dashboard
+    "sweep": {
+        "runners",
+        "sizing",
+        "model_configs",
+        "reports",
+        "dashboard",
+        "ground",
+    },  # serves the dashboard
     "runners": {"model_configs", "ground"},
+    "sizing": {"model_configs", "ground"},  # a device's hardware figures: read by path
     "model_configs": {"ground"},
     "reports": {"ground", "runners.stages"},  # the stage declarations only (stage_declarations())
     "dashboard": {"reports", "ground"},
@@ -76,6 +90,36 @@ IMPORTS_LIBRARY = {
     "through "
     "transformers' own Trainer and TrainingArguments (what they test), inside the stages only",
 }
+# Sizing: one package, the hardware figures in the device folders.
+SIZING = "sizing/"
+HARDWARE_FILE = "hardware.json"
+# The sizing modules outside `sizing/`, each with why: the contract and the reading side.
+SIZING_ELSEWHERE = {
+    "ground/sizing_columns.py": "the contract of what a model's summary row holds of the sizing "
+    "table, which the reading side (reports/, ground/fmt.py) reads and may not import sizing/ for",
+    "reports/sizing.py": "the reading side: the sizing table read back",
+    "reports/render/sizing.py": "the reading side: a model's sizing rows as text",
+}
+# Config fields and methods only a library knows (what its adapter's `attention_layout` and
+# `lora_targets` read): never named in the sizing package.
+LIBRARY_FIELDS = frozenset(
+    {
+        "get_text_config",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_hidden_layers",
+        "num_layers",
+        "head_dim",
+        "qk_head_dim",
+        "v_head_dim",
+        "layer_types",
+        "use_sliding_window",
+        "attention_chunk_size",
+        "model_type",
+        "get_output_embeddings",
+        "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING",
+    }
+)
 _NEURON = re.compile(
     r"(?i)(?<![a-z])neuron(?!s)"
 )  # neuron, neuron-emulated, torch_neuronx; not neurons
@@ -318,6 +362,98 @@ def f(neuron_options): ...
 """
     hits = [h.split(": ", 1)[1] for h in neuron_in_code(code)]
     assert hits == ["runners.devices.neuron.compiler", "neuron", "neuron", "neuron_options"]
+
+
+# ---- what only a device knows --------------------------------------------------------------
+# Each device is one folder, runners/devices/<name>/, and declares what only it knows
+# (`Device.knowledge`: its environment variables and error texts; its options' flags). No
+# product file outside its folder (code, data, templates) may hold one of those strings; its
+# name as a reader's example or default may stay (docs/architecture.md, "Devices").
+DEVICES_DIR = "runners/devices/"
+
+
+def device_homes() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Registered device -> (its folder, relative to the root; what only it knows). Imports the
+    registry and the device classes (which import no torch), unlike the rules above."""
+    import inspect
+
+    from runners.devices import device_class, device_knowledge
+
+    out = {}
+    for name, strings in device_knowledge().items():
+        home = Path(inspect.getfile(device_class(name))).resolve().parent
+        out[name] = (
+            home.relative_to(Path(__file__).resolve().parent.parent).as_posix() + "/",
+            strings,
+        )
+    return out
+
+
+def product_files(root: Path) -> list[Path]:
+    """Every text file of the six folders (code, data, templates), caches left out."""
+    return [
+        p
+        for folder in FOLDERS
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in {".pyc", ".png"}
+    ]
+
+
+def knowledge_outside(root: Path, homes: Mapping[str, tuple[str, tuple[str, ...]]]) -> list[str]:
+    """`file: device knows 'string'` for each product file outside a device's folder that
+    holds what only that device knows."""
+    wrong = []
+    for path in product_files(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for name, (home, strings) in homes.items():
+            if not rel.startswith(home):
+                wrong += [f"{rel}: {name} knows {s!r}" for s in strings if s in text]
+    return sorted(set(wrong))
+
+
+def test_a_device_s_knowledge_stays_in_its_folder():
+    """Issue 36: outside runners/devices/<name>/, no product file names a device's own
+    environment variables, error texts or options: the core asks the device (its options, its
+    next-step classes, its op declarations), and the device's data lives in its folder."""
+    homes = device_homes()
+    assert all(home.startswith(DEVICES_DIR) and home != DEVICES_DIR for home, _ in homes.values())
+    assert homes["neuron"][1], "the neuron device declares what only it knows"
+    wrong = knowledge_outside(ROOT, homes)
+    assert wrong == [], "a device's knowledge outside its folder:\n" + "\n".join(wrong)
+
+
+def test_the_knowledge_rule_sees_a_leak_in_code_and_data(tmp_path):
+    homes = {"foo": ("runners/devices/foo/", ("FOO_SECRET_ENV", "--foo-mode"))}
+    (tmp_path / "runners" / "devices" / "foo" / "data").mkdir(parents=True)
+    (tmp_path / "ground" / "data").mkdir(parents=True)
+    (tmp_path / "runners" / "devices" / "foo" / "data" / "x.json").write_text('"FOO_SECRET_ENV"')
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "x.py").write_text('HELP = "foo: the default (e.g. --device foo)"\n')
+    assert knowledge_outside(tmp_path, homes) == []
+    (tmp_path / "ground" / "data" / "steps.json").write_text('{"step": "set FOO_SECRET_ENV=1"}')
+    (tmp_path / "sweep" / "x.py").write_text('p.add_argument("--foo-mode")\n')
+    assert knowledge_outside(tmp_path, homes) == [
+        "ground/data/steps.json: foo knows 'FOO_SECRET_ENV'",
+        "sweep/x.py: foo knows '--foo-mode'",
+    ]
+
+
+def test_every_device_is_a_folder_of_its_own():
+    """A registry entry names a package, runners.devices.<folder> (or a module inside it), and
+    a folder under runners/devices/ is a registered device's or holds no device."""
+    from runners.devices import DEVICES
+
+    folders = {t.split(":")[0].split(".")[2] for t in DEVICES.values()}
+    for target in DEVICES.values():
+        module = target.split(":")[0]
+        assert module.startswith("runners.devices.") and module.count(".") >= 2, target
+        assert (ROOT / DEVICES_DIR / module.split(".")[2] / "__init__.py").is_file(), target
+    packages = {p.parent.name for p in (ROOT / DEVICES_DIR).glob("*/__init__.py")}
+    assert packages == folders
 
 
 def library_of(module: str) -> str | None:
@@ -670,3 +806,65 @@ def test_a_new_stage_is_one_folder_and_one_registry_line(tmp_path, monkeypatch):
         monkeypatch.undo()
         registry.forget()
     assert "idle" not in registry.stages_help()
+
+
+def _names_in_code(source: str) -> set[str]:
+    """Identifiers, attributes, imported modules and name-like strings of `source`."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.update([node.module or "", *(a.name for a in node.names)])
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docs
+            and not any(c.isspace() for c in node.value)
+        ):
+            found.add(node.value)
+    return found
+
+
+def test_sizing_asks_the_adapter_what_only_the_library_knows():
+    """Issue 36: the sizing package reads no library's config fields and imports no library
+    (nor peft): the adapter's `attention_layout` and `lora_targets` say them."""
+    libraries = set(_library_imports()) | {"peft"}
+    wrong = []
+    for path in sorted((ROOT / SIZING).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        names = _names_in_code(path.read_text(encoding="utf-8"))
+        wrong += [f"{rel}: {n}" for n in sorted(names & LIBRARY_FIELDS)]
+        wrong += [f"{rel}: imports {n}" for n in sorted(names) if n.split(".")[0] in libraries]
+    assert wrong == [], "library knowledge in the sizing package:\n" + "\n".join(wrong)
+    graph = import_graph()
+    assert "model_configs.libraries" in graph["sizing.measure"]  # the reader sees the ask
+
+
+def test_sizing_is_one_package_and_the_hardware_figures_live_with_their_device():
+    """Sizing's modules are in `sizing/` only, and each device's hardware figures are one file
+    in its own folder (`runners/devices/<name>/data/hardware.json`), the files the loader reads."""
+    from sizing.hardware import DEVICES_DIR, hardware_files
+
+    elsewhere = sorted(
+        p.relative_to(ROOT).as_posix()
+        for folder in FOLDERS
+        if folder + "/" != SIZING
+        for p in (ROOT / folder).rglob("*.py")
+        if "sizing" in p.stem or "hardware" in p.stem
+    )
+    assert elsewhere == sorted(SIZING_ELSEWHERE), "sizing outside its package"
+    found = sorted(
+        p.relative_to(ROOT).as_posix()
+        for folder in FOLDERS
+        for p in (ROOT / folder).rglob(HARDWARE_FILE)
+    )
+    assert found == sorted(p.relative_to(ROOT).as_posix() for p in hardware_files().values())
+    assert DEVICES_DIR == ROOT / "runners" / "devices"
+    assert {"neuron", "cuda"} <= set(hardware_files())

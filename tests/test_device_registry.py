@@ -32,6 +32,38 @@ def test_registry_names() -> None:
         get_device("nueron")
 
 
+def test_the_cli_offers_the_options_the_devices_declare() -> None:
+    """`hfsweep`'s device and model groups are what the registered devices declare; the
+    values given reach the device's constructor through `DeviceChoice`, whatever they are."""
+    import argparse
+
+    from runners.devices import device_class, device_options
+    from runners.settings import DeviceChoice
+    from sweep.commands import options
+
+    declared = {o.flag: o for o in device_options()}
+    assert set(declared) == {o.flag for name in DEVICES for o in device_class(name).options}
+    p = argparse.ArgumentParser()
+    options.add_device_arguments(p)
+    options.add_model_arguments(p)
+    flags = {a for action in p._actions for a in action.option_strings}
+    assert set(declared) <= flags
+    given = [f"{flag}={o.choices[-1] if o.choices else 'x'}" for flag, o in declared.items()]
+    choice = options.device_choice(p.parse_args(["--device", "neuron", "--strict", *given]))
+    expect = {o.keyword: o.choices[-1] if o.choices else "x" for o in declared.values()}
+    assert choice == DeviceChoice("neuron", strict=True, **expect)
+    assert choice.options() == {"strict": True, **expect}
+    # an option not given is not passed: the device's own default applies
+    assert options.device_choice(p.parse_args([])).options() == {}
+    assert DeviceChoice("cpu", profile=None) == DeviceChoice("cpu")
+    # it crosses processes and is copied as settings are (pickle, dataclasses.replace)
+    import dataclasses
+    import pickle
+
+    assert pickle.loads(pickle.dumps(choice)) == choice
+    assert dataclasses.replace(choice, strict=False).options() == expect
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_unavailable_device_raises_device_error() -> None:
     with pytest.raises(DeviceError, match="not available") as info:

@@ -20,7 +20,16 @@ from tests.distributed_support import run_ranks
 from tests.neuron_support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "runners" / "data" / "profiles" / "torchneuron-2026-04-21" / "distributed.json"
+DATA = (
+    ROOT
+    / "runners"
+    / "devices"
+    / "neuron"
+    / "data"
+    / "profiles"
+    / "torchneuron-2026-04-21"
+    / "distributed.json"
+)
 SNAPSHOT = Path("/work/.mirror/parmoham-aws+test-repo-parmoham/repo")
 
 

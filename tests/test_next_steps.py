@@ -1,4 +1,4 @@
-"""The next-step table (ground/data/next_steps.json): every failure class has one line to act
+"""The next-step table (ground/data/next_steps.json with each device's classes merged in): every failure class has one line to act
 on, the right class answers each kind of row, a precondition says what the full-size model
 meets, and a step run with another implementation says "passes with ..." (pure functions)."""
 
@@ -229,15 +229,20 @@ OFFSETS = (
 
 
 def test_the_routing_precondition_says_it_is_not_the_tiny_size_and_what_full_size_meets() -> None:
-    # gpt-oss: 4 experts per token at full size (the shrink kept 2)
-    note = routed_rows_note(OFFSETS, {"num_experts_per_tok": 2}, {"num_experts_per_tok": [4, 2]})
+    # gpt-oss: 4 experts per token at full size (the shrink kept 2); the device's class gives
+    # the patterns that read its error text
+    patterns = next(c.at_full_size for c in classes() if c.failure == "kernel_precondition")
+    assert patterns is not None
+    note = routed_rows_note(
+        OFFSETS, {"num_experts_per_tok": 2}, {"num_experts_per_tok": [4, 2]}, patterns
+    )
     assert note is not None
     assert note.startswith("not the tiny input's size: its 128 routed rows are a multiple of 128")
     assert "tokens x 4 rows (top-4), a multiple of 128 for any multiple of 32 tokens" in note
     assert "(35, 56, 88, 128 here)" in note and "blocked at full size as well" in note
     # the row count alone: what a full-size batch meets (top-8 -> 16 tokens)
     rows_only = "t must be divisible by 128, got 8 (the rows routed to the experts)"
-    note = routed_rows_note(rows_only, {"text_config": {"num_experts_per_tok": 8}}, {})
+    note = routed_rows_note(rows_only, {"text_config": {"num_experts_per_tok": 8}}, {}, patterns)
     assert note is not None and "the tiny input routed 8 rows" in note
     assert "a multiple of 128 for any multiple of 16 tokens" in note
     failure = {
@@ -349,3 +354,34 @@ def test_a_tp_stage_without_a_plan_does_not_decide_a_models_next_step():
         {"stage": "tp", "status": "skip", "reason": SkipReason.NO_TP_PLAN.value},
     ]
     assert next_steps.deciding_row(rows)["status"] == Status.PASS.value
+
+
+def test_a_device_s_classes_are_merged_before_the_class_they_name(tmp_path, monkeypatch) -> None:
+    """A device's folder declares its classes; the table places each before the core class
+    its `before` names, and one naming no class is refused (not silently dropped)."""
+    import json
+
+    table = tmp_path / "foo" / "data" / "next_steps.json"
+    table.parent.mkdir(parents=True)
+    foo = {
+        "failure": "foo_kernel",
+        "title": "t",
+        "match": {"error_type": ["FooKernelError"]},
+        "step": "s",
+        "reason": "r",
+        "before": "timeout",
+    }
+    table.write_text(json.dumps({"classes": [foo]}))
+    monkeypatch.setattr(next_steps, "DEVICE_TABLES", tmp_path)
+    classes.cache_clear()
+    try:
+        names = [c.failure for c in classes()]
+        assert names[names.index("timeout") - 1] == "foo_kernel"
+        assert "kernel_precondition" not in names  # only what the device folders declare
+        assert classify({"status": "fail", "error_type": "FooKernelError"}).failure == "foo_kernel"
+        table.write_text(json.dumps({"classes": [{**foo, "before": "no_such_class"}]}))
+        classes.cache_clear()
+        with pytest.raises(ValueError, match="no_such_class"):
+            classes()
+    finally:
+        classes.cache_clear()

@@ -1,10 +1,10 @@
-"""The nightly recipes of docs/nightly.md, run as written there as far as this machine allows: the cron
-line (its schedule checked, its command run by /bin/sh in cron's near-empty environment) and
-the `ray job submit` example (on a head node started here, with its dashboard, on loopback and
-free ports, token auth, a local S3-compatible server), as the night after one run in place.
-What is changed is said where it is: paths, `--top 2 --stages load`, the Hub offline, and a
-model made to fail on the second night (the fault hook), which must end the night with exit 4
-and name the model."""
+"""The nightly recipes of docs/nightly.md, run as written there as far as this machine allows:
+the cron line (its schedule checked, its command run by /bin/sh in cron's near-empty
+environment, one night into its log) and the `ray job submit` example (on a head node started
+here, with its dashboard, on loopback and free ports, token auth, a local S3-compatible server),
+as the night after one run in place. What is changed is said where it is: paths, `--top 2
+--stages load`, the Hub offline, and a model made to fail in the job's night (the fault hook),
+which must end that night with exit 4 and name the model."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_valid_cron_field():
     assert not valid_cron_field("*/0", 0, 59)
 
 
-def test_the_docs_cron_line_runs_two_nights_and_alerts(tmp_path):
+def test_the_docs_cron_line_runs_a_night_into_its_log(tmp_path):
     lines = [line for line in fenced("crontab") if not line.lstrip().startswith("#")]
     assert len(lines) == 1
     fields = lines[0].split(None, 5)
@@ -109,15 +109,14 @@ def test_the_docs_cron_line_runs_two_nights_and_alerts(tmp_path):
         )
         return proc.returncode
 
+    # One night: the line's schedule, shell, paths and redirection are what is under test here.
+    # What a second night adds (the diff, the alert, exit 4) is tests/test_nightly.py's, and
+    # the `ray job submit` recipe below ends a series that way too.
     assert night() == 0, log.read_text()[-3000:]
-    assert "the series' first night" in log.read_text()
-    assert night(HFSWEEP_TEST_FAULTS=FAIL_SECOND) == 4, log.read_text()[-3000:]
     text = log.read_text()
-    assert "ALERT: 1 model(s) passed last night and fail tonight" in text
-    assert f"{SECOND}: passed -> fail at load (RuntimeError)" in text
-    assert f"  {SECOND}  passed -> failed" in text  # the diff names it
-    assert (tmp_path / "site" / "index.html").is_file()
-    assert json.loads((tmp_path / "site" / "nightly.json").read_text())["alert"] is True
+    assert "the series' first night" in text
+    assert "site: " in text and (tmp_path / "site" / "index.html").is_file()
+    assert json.loads((tmp_path / "site" / "nightly.json").read_text())["alert"] is False
 
 
 # ---- ray job submit ---------------------------------------------------------------------------

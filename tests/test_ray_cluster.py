@@ -1,7 +1,9 @@
 """A real two-node Ray cluster on loopback (token auth, as Ray 2.60 sets it up), joined with
 `hfsweep run --address` and a store on S3 (a local S3-compatible server, reached through the AWS
 variables), as the README's cluster section runs it: plan and model tasks run on both nodes,
-every row lands in the object store, and the report at the end of the run reads it back."""
+every row lands in the object store, and the report at the end of the run reads it back. On
+the same machine, `hfsweep run` without `--address` starts its own embedded Ray instead of
+joining that cluster."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 
 from reports.store import Store
 from runners import containment
-from tests.conftest import HFSWEEP, ROOT, forget_cluster, write_catalog
+from tests.conftest import HFSWEEP, ROOT, forget_cluster, ray_address_file, write_catalog
 from tests.s3_support import BUCKET, local_s3
 
 # One cluster on a fixed port for the module: its tests share one xdist worker.
@@ -126,3 +128,29 @@ def test_a_driver_without_token_mode_is_refused(two_node_cluster):
     assert "InvalidAuthToken" in proc.stderr or "AuthenticationError" in proc.stderr, proc.stderr[
         -2000:
     ]
+
+
+def test_the_embedded_ray_ignores_a_ray_start_cluster_on_the_machine(tmp_path, two_node_cluster):
+    """Ray's bare `ray.init()` connects to the cluster whose address `ray start` left on the
+    machine (and refuses the embedded Ray's CPU count there): without `--address` the driver
+    starts its own embedded Ray, whatever cluster runs beside it."""
+    marker = ray_address_file()  # where a bare `ray.init()` looks for a cluster
+    assert marker.read_text().strip().endswith(f":{PORT}")
+    catalog = write_catalog(
+        tmp_path / "c.csv",
+        [{"model_id": "org/gpt2", "library_name": "transformers", "model_type_hint": "gpt2"}],
+    )
+    store = tmp_path / "store"
+    env = {k: v for k, v in two_node_cluster.items() if not k.startswith("RAY_AUTH")}
+    proc = subprocess.run(
+        [*HFSWEEP, "run", "--catalog", str(catalog), "--top", "1", "--store", str(store)]
+        + ["--run-id", "r", "--stages", "load", "--num-cpus", "1", "--no-report"],
+        cwd=ROOT,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = Store(store).read("results", "r").to_pylist()
+    assert [r["status"] for r in rows] == ["pass"]

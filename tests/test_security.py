@@ -30,7 +30,16 @@ from sweep.plan import plan_entry
 from tests.conftest import ROOT, write_catalog
 from tests.store_writes import write_model_rows
 
-PACKAGES = ("sweep", "model_configs", "runners", "reports", "dashboard", "ground", "bench")
+PACKAGES = (
+    "sweep",
+    "model_configs",
+    "runners",
+    "sizing",
+    "reports",
+    "dashboard",
+    "ground",
+    "bench",
+)
 STAGES = ["load", "forward"]
 
 # ---- remote code -----------------------------------------------------------------------------

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from ground.schema import SizingStatus
-from model_configs import sizing
-from model_configs.sizing import ModelSize, size_model
 from model_configs.spec import CatalogEntry, ResolvedConfig
-from runners import hardware
 from runners.stages import default_stages
+from sizing import cores, hardware, measure
+from sizing.measure import ModelSize, size_model
 from sweep.plan import plan_entry
 from tests.conftest import HFSWEEP, ROOT
 
@@ -151,8 +150,8 @@ def test_mistral_sliding_window_caps_its_kv_cache(tmp_path):
     assert size.kv_window_elements_per_token == 32 * 8 * 256
     assert size.sliding_window == 4096
     # past the window, the cache no longer grows
-    at_4k = hardware.kv_cache_bytes(size, 4096, 1)
-    assert hardware.kv_cache_bytes(size, 32768, 1) == at_4k == 4096 * 2 * 32 * 8 * 256
+    at_4k = cores.kv_cache_bytes(size, 4096, 1)
+    assert cores.kv_cache_bytes(size, 32768, 1) == at_4k == 4096 * 2 * 32 * 8 * 256
 
 
 def test_tied_weights_are_counted_once(tmp_path):
@@ -166,8 +165,8 @@ def test_tied_weights_are_counted_once(tmp_path):
 def expected_serve_cores(size: ModelSize, hw: hardware.Hardware) -> int:
     """The documented formula, written again from docs/sizing.md."""
     weights = 2 * size.float_elements
-    kv = 2 * size.kv_elements_per_token * hardware.SERVE_CONTEXT * hardware.SERVE_BATCH
-    usable = hw.core_memory_bytes * (1 - hardware.RUNTIME_RESERVE)
+    kv = 2 * size.kv_elements_per_token * cores.SERVE_CONTEXT * cores.SERVE_BATCH
+    usable = hw.core_memory_bytes * (1 - cores.RUNTIME_RESERVE)
     t = 1
     while True:
         heads_ok = size.attention_heads % t == 0
@@ -185,14 +184,14 @@ def test_formula_on_trainium(tmp_path):
     assert trn2.primary and trn2.core_memory_bytes == 24 << 30 and trn2.cores_per_chip == 4
     assert trn2.cores_per_instance == 64 and trn2.cores_per_domain == 256
     assert trn1.core_memory_bytes == 16 << 30 and trn1.cores_per_instance == 32
-    need = hardware.cores_needed(size, trn2)
+    need = cores.cores_needed(size, trn2)
     assert need.serve_cores == expected_serve_cores(size, trn2) == 1
     # 16 bytes a parameter and 20% of the bf16 weights: 122.7 GiB over 21.6 GiB cores
     assert need.finetune_bytes == size.bytes_at("bf16") + 14 * size.parameters + int(
         0.2 * size.bytes_at("bf16")
     )
     assert need.finetune_cores == 8
-    assert hardware.cores_needed(size, trn1).serve_cores == expected_serve_cores(size, trn1) == 2
+    assert cores.cores_needed(size, trn1).serve_cores == expected_serve_cores(size, trn1) == 2
 
 
 def test_heads_decide_the_degree():
@@ -208,11 +207,11 @@ def test_heads_decide_the_degree():
         attention_heads=14,
         kv_heads=2,
     )
-    assert hardware.degrees(big, hw) == [1, 2]
-    need = hardware.cores_needed(big, hw)
+    assert cores.degrees(big, hw) == [1, 2]
+    need = cores.cores_needed(big, hw)
     assert need.serve_cores is None and "dividing 14 heads" in need.note
     small = replace(big, parameters=10**9, float_elements=10**9)
-    assert hardware.cores_needed(small, hw).serve_cores == 1
+    assert cores.cores_needed(small, hw).serve_cores == 1
 
 
 def test_kv_heads_are_replicated_past_their_count():
@@ -227,23 +226,56 @@ def test_kv_heads_are_replicated_past_their_count():
         attention_heads=32,
         kv_heads=4,
     )
-    assert hardware.degrees(size, hw) == [1, 2, 4, 8, 16, 32]  # 64 does not divide 32 heads
-    need = hardware.cores_needed(size, hw, context=100_000, batch=4)
+    assert cores.degrees(size, hw) == [1, 2, 4, 8, 16, 32]  # 64 does not divide 32 heads
+    need = cores.cores_needed(size, hw, context=100_000, batch=4)
     # the KV cache (800 GB) needs its 4 heads spread: each rank keeps one head, a quarter
     assert need.serve_cores is None
     assert "replicated" in need.note
 
 
 def test_every_hardware_figure_names_its_source():
-    data = json.loads(hardware.DATA_FILE.read_text())
-    for name, h in data["hardware"].items():
-        for key in ("chip_memory", "physical_cores_per_chip", "lnc", "instance", "largest_domain"):
-            source = h[key]["source"]
-            assert ("url" in source and "title" in source) or "definition" in source, (name, key)
-            if "unverified" not in source and "definition" not in source:
-                assert source["url"].startswith("https://awsdocs-neuron."), (name, key)
-    assert {h.name for h in hardware.hardware_for("neuron")} == {"trn1", "trn2", "trn3"}
-    assert hardware.hardware_for("cpu") == []
+    """Each device's figures, in its own folder (`runners/devices/<name>/data/hardware.json`)."""
+    files = hardware.hardware_files()
+    assert sorted(files) == ["cuda", "neuron"]
+    for device, path in files.items():
+        data = json.loads(path.read_text())
+        assert data["primary"] in data["hardware"], device
+        for name, h in data["hardware"].items():
+            for key in (
+                "chip_memory",
+                "physical_cores_per_chip",
+                "lnc",
+                "instance",
+                "largest_domain",
+            ):
+                source = h[key]["source"]
+                assert ("url" in source and "title" in source) or "definition" in source, (
+                    name,
+                    key,
+                )
+                if "unverified" not in source and "definition" not in source:
+                    assert source["url"].startswith("https://awsdocs-neuron."), (name, key)
+    assert [h.name for h in hardware.hardware_for("neuron")] == ["trn2", "trn1", "trn3"]
+    assert [h.primary for h in hardware.hardware_for("neuron")] == [True, False, False]
+    trn3 = hardware.hardware_for("neuron")[2]
+    assert trn3.unverified == ("LNC",)  # its page gives no default LNC
+    assert hardware.hardware_for("cuda")[0].name == "h100-80gb"
+    assert all(h.unverified for h in hardware.hardware_for("cuda"))  # NVIDIA's pages unread
+    assert hardware.hardware_for("cpu") == hardware.hardware_for("../data") == []
+
+
+def test_the_content_key_covers_the_measure_not_the_hardware_figures():
+    """A plan holds the size (the measure and the adapters' answers are in the key); a
+    corrected hardware figure or formula reruns no model, though the device folders that hold
+    the figures are in the key."""
+    from sweep import reuse
+
+    files = {f.relative_to(ROOT).as_posix() for f in reuse.code_files()}
+    assert {"sizing/measure.py", "model_configs/libraries/transformers/full_size.py"} <= files
+    assert "runners/devices/neuron/compiler.py" in files
+    figures = {p.relative_to(ROOT).as_posix() for p in hardware.hardware_files().values()}
+    assert figures and not figures & files
+    assert not {"sizing/hardware.py", "sizing/cores.py", "sizing/rows.py"} & files
 
 
 def test_a_config_claiming_absurd_sizes_is_refused_before_a_build(tmp_path):
@@ -265,12 +297,12 @@ def test_a_build_that_raises_is_an_error_as_raised(tmp_path):
 
 def test_a_build_of_too_many_modules_is_stopped(tmp_path, monkeypatch):
     planned = planned_from(LLAMA_31_8B, tmp_path)
-    monkeypatch.setattr(sizing, "MAX_MODULES", 100)
-    sizing._CACHE.clear()
+    monkeypatch.setattr(measure, "MAX_MODULES", 100)
+    measure._CACHE.clear()
     size = size_model(planned.resolved, planned.spec)
     assert size.status == SizingStatus.ERROR.value
     assert size.error_type == "TooManyModules"
-    sizing._CACHE.clear()
+    measure._CACHE.clear()
 
 
 def test_a_library_without_a_builder_is_unsupported(tmp_path):
@@ -420,6 +452,10 @@ def test_lora_counts_peft_targets_of_any_two_dimensional_weight():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from model_configs.libraries import get_adapter
+
     with torch.device("meta"):
         model = GPT2LMHeadModel(GPT2Config())
-    assert sizing.lora_parameters(model, "gpt2") == 12 * sizing.LORA_RANK * (768 + 3 * 768)
+    targets = get_adapter("transformers").lora_targets(model)
+    assert targets.modules == {"c_attn"} and targets.excluded == (model.lm_head,)
+    assert measure.lora_parameters(model, targets) == 12 * measure.LORA_RANK * (768 + 3 * 768)

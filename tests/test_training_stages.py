@@ -27,7 +27,8 @@ from sweep.commands.options import stage_list
 from tests.neuron_support import forked
 
 TRAIN = ["load", "forward", "backward", "optimizer", "optimizer_fused", "amp", "lora"]
-PROFILES = Path(__file__).resolve().parent.parent / "runners" / "data" / "profiles"
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ROOT / "runners" / "devices" / "neuron" / "data" / "profiles"
 
 
 def tiny(model_type: str, arch: str | None = None):
@@ -194,7 +195,7 @@ def test_autocast_policy_matches_the_installed_aten_lists() -> None:
 
     spec = importlib.util.spec_from_file_location(
         "extract_autocast_policy",
-        PROFILES.parent.parent.parent / "scripts" / "extract_autocast_policy.py",
+        ROOT / "scripts" / "extract_autocast_policy.py",
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up

@@ -16,6 +16,7 @@ import json
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +30,37 @@ TABLES = Path("data") / "tables.json"  # a library's tables, inside its package
 
 class NotSizable(Exception):
     """No full-size spec for this library or this kind of spec (`Adapter.full_size_spec`)."""
+
+
+@dataclass(frozen=True)
+class KVCacheLayout:
+    """The layers a generating model's KV cache spans, as its library's config says."""
+
+    full_layers: int  # attention layers whose cache grows with every token
+    windowed_layers: int  # layers whose cache stops growing at `window` tokens
+    window: int | None  # tokens a windowed layer keeps (None: no windowed layer)
+    key_dim: int  # per key-value head
+    value_dim: int
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """What only the library knows of a full-size model's attention (`Adapter.attention_layout`):
+    the heads tensor parallelism must divide and, for a model that generates, its KV cache."""
+
+    heads: int | None = None  # attention (query) heads; None: the config names none
+    kv_heads: int | None = None  # key-value heads (the heads where the config names none)
+    kv_cache: KVCacheLayout | None = None  # None: no cache, or a config that does not say
+
+
+@dataclass(frozen=True)
+class LoraTargets:
+    """The layers LoRA adapts by default (`Adapter.lora_targets`): the last names of the
+    modules the library's LoRA targets for the model (None: every Linear layer, as peft's
+    `all-linear`), never one of `excluded` (the output head)."""
+
+    modules: frozenset[str] | None = None
+    excluded: tuple[Any, ...] = ()
 
 
 class NoCompiledGenerate(Exception):
@@ -183,13 +215,24 @@ class Adapter(ABC):
         the same model, unsharded, for its class and dtype)."""
         raise NotImplementedError(f"{self.library} offers no tensor-parallel loading")
 
-    # ----- at full size (model_configs/sizing.py) -----
+    # ----- at full size (sizing/measure.py) -----
     def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
         """The spec of `spec`'s model (its class, the part it runs) with the model's own
-        unshrunk config from `resolved`, for `model_configs.sizing` to build on the `meta`
+        unshrunk config from `resolved`, for `sizing.measure` to build on the `meta`
         device with `build_model`. Default: NotSizable (a library that shrinks inside its
         build or builds from other files cannot say)."""
         raise NotSizable(f"no full-size builder for {self.library} models")
+
+    def attention_layout(self, model: Any, *, kv_cache: bool) -> AttentionLayout:
+        """The attention heads of `model` (built from `full_size_spec`) and, with `kv_cache`
+        (a model that generates), the layers its KV cache spans, read from its config the
+        library's way. Default: nothing known (no heads to divide, no cache)."""
+        return AttentionLayout()
+
+    def lora_targets(self, model: Any) -> LoraTargets:
+        """The modules of `model` LoRA adapts at the library's default settings. Default:
+        every Linear layer."""
+        return LoraTargets()
 
     # ----- generate compiled (the generate_compiled stage) -----
     def compiled_generate(
@@ -234,6 +277,15 @@ class Adapter(ABC):
         `known_failures` table of the library's `data/tables.json`)."""
         table = library_tables(inspect.getfile(type(self))).get("known_failures", {})
         return {k: v for k, v in table.items() if not k.startswith("_")}
+
+
+def config_int(config: Any, name: str) -> int | None:
+    """`config.name` where it is a positive int (a size a config names), else None."""
+    try:
+        value = getattr(config, name, None)
+    except Exception:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def no_config(message: str, model_id: str | None) -> ConfigError:

@@ -17,6 +17,7 @@ from ground.errors import DeviceError, UnknownNameError
 
 if TYPE_CHECKING:
     from runners.devices.base import Device
+    from runners.devices.options import DeviceOption
 
 DEVICES: dict[str, str] = {
     "cpu": "runners.devices.cpu:CpuDevice",
@@ -74,6 +75,27 @@ def prepare_process_env(name: str, options: dict[str, Any] | None = None) -> boo
 
 def device_names() -> list[str]:
     return sorted(DEVICES)
+
+
+def device_options(group: str | None = None) -> list[DeviceOption]:
+    """The options every registered device declares (`Device.options`), each flag once, in
+    the registry's order; `group`: only those offered with `device` or with `model`."""
+    seen: dict[str, DeviceOption] = {}
+    for name in DEVICES:
+        for option in device_class(name).options:
+            if seen.setdefault(option.flag, option) != option:
+                raise ValueError(f"{name} declares {option.flag} unlike another device does")
+    return [o for o in seen.values() if group is None or o.group == group]
+
+
+def device_knowledge() -> dict[str, tuple[str, ...]]:
+    """Registered name -> what only that device knows: its `knowledge` (environment
+    variables, error texts) and its options' flags."""
+    return {
+        name: tuple(device_class(name).knowledge)
+        + tuple(o.flag for o in device_class(name).options)
+        for name in DEVICES
+    }
 
 
 def get_device(name: str, **options: Any) -> Device:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import inspect
 from abc import ABC
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ground.errors import DeviceError
 from runners.devices import collective_log
 from runners.devices.collective_log import CollectiveLog
+from runners.devices.options import DeviceOption
 
 if TYPE_CHECKING:
     import torch
@@ -143,6 +145,11 @@ class Device(ABC):
     compile_mode: str | None = None  # what the compile backend does with an unlowerable op
     compile_dynamic: ClassVar[bool | None] = None  # the backend's `dynamic` (None: default)
     availability_hint: ClassVar[str] = ""  # what to do when `is_available()` is False
+    # keywords of its constructor beyond `strict`, given on the command line (options.py)
+    options: ClassVar[tuple[DeviceOption, ...]] = ()
+    # strings only this device knows (its environment variables, error texts); no product file
+    # outside its folder may hold them, nor its options' flags (tests/test_architecture.py)
+    knowledge: ClassVar[tuple[str, ...]] = ()
     # Modules a model process imports for this device on first use: a parent that forks its
     # model processes imports them once, before forking (`runners.warm.warm_parent`).
     preload_modules: ClassVar[tuple[str, ...]] = ()
@@ -164,6 +171,13 @@ class Device(ABC):
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    @classmethod
+    def data_file(cls, name: str) -> Path | None:
+        """`name` in the device's own folder's `data/` (the folder of the module that defines
+        the class: `runners/devices/<name>/`), None where it has no such file."""
+        path = Path(inspect.getfile(cls)).resolve().parent / "data" / name
+        return path if path.is_file() else None
 
     @classmethod
     def process_env(cls, options: Mapping[str, Any] | None = None) -> dict[str, str]:

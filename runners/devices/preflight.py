@@ -1,22 +1,21 @@
 """One check of the device before any model runs: a sweep on a broken device stops with one error.
 
 `check_device` builds the device the run asked for and does what every model will do first:
-set it up (the emulator's torch version; the real package importable, TorchNeuron and not the
-legacy XLA package), then one tiny op and its backward on the device. A failure raises one
-`DeviceCheckError` with a hint: an environment error (exit code 3, as for any environment that
-keeps failing), and nothing is written, so the same command runs every model once the device is
-fixed.
+set it up (what the device's own `setup` checks: its package, its versions), then one tiny op
+and its backward on the device. A failure raises one `DeviceCheckError` with a hint: an
+environment error (exit code 3, as for any environment that keeps failing), and nothing is
+written, so the same command runs every model once the device is fixed.
 
 The caller's process keeps no device state (the emulated backend, once installed, would break
 the forked model processes), so the check runs in a child: forked from the caller where the
-caller has loaded torch already (the op sweep's driver; a driver whose device's module loads it,
-as the neuron device's does; a `--local` driver, warmed first as its first task would warm it),
+caller has loaded torch already (the op sweep's driver; a driver whose device's module loads it;
+a `--local` driver, warmed first as its first task would warm it),
 which takes a fraction of a second, else a fresh interpreter (1-3 s of imports). A device whose
 children must be fresh interpreters (`fresh_interpreter`) is checked in one too. The fork
 leaves the caller's heap to the caller (`runners.supervisor.frozen_heap`).
 
-It also sets the environment the device needs before torch is imported (MPS's CPU fallback
-switch) in this process, so that the Ray workers and model processes started after it inherit it.
+It also sets the environment the device needs before torch is imported (its `process_env`) in
+this process, so that the Ray workers and model processes started after it inherit it.
 
     python -m runners.devices.preflight DEVICE '{"strict": true}'   # prints JSON
 """

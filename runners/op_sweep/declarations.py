@@ -1,7 +1,11 @@
 """What a device declares it does not run, for the op sweep: dtypes it lacks and OpInfos it skips.
 
-The declarations are data (`runners/data/op_sweep/device_declarations.json`, one entry per device
-name, each with its reason), optionally extended by a user's file of the same shape.
+The declarations are data in each device's folder (`runners/devices/<name>/data/
+op_declarations.json`: `unsupported_dtypes`, dtype name -> why; `skips`, each an `opinfo`, a
+`reason` and optionally its `dtypes` and `phase`), optionally extended by a user's file of the
+same shape (`--skips FILE`: one device's entry, or a mapping of device names to entries). A
+sample they exclude is a row with status `skip`: reason `device_unsupported_feature` (a tensor
+of an unsupported dtype) or `device_declared` (an entry of `skips`).
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ground.errors import UsageError
+from ground.errors import UnknownNameError, UsageError
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "op_sweep" / "device_declarations.json"
+BUNDLED = "op_declarations.json"  # in each device's folder's data/
 PHASES = ("forward", "backward")
 
 
@@ -85,12 +89,22 @@ def _read(path: Path) -> Any:
         raise UsageError(f"{path} is not valid JSON: {exc}") from None
 
 
+def bundled_file(device: str) -> Path | None:
+    """Device `device`'s own declarations (None: it declares nothing, or no such device)."""
+    from runners.devices import device_class
+
+    try:
+        return device_class(device).data_file(BUNDLED)
+    except UnknownNameError:
+        return None
+
+
 def load_declarations(device: str, extra: str | Path | None = None) -> DeviceDeclarations:
     """The bundled declarations for `device` (by name, `neuron:0` -> `neuron`), merged with
     `extra`: a file holding one entry, or a mapping of device names to entries."""
     name = device.split(":", 1)[0]
-    bundled = _read(DATA)
-    base = _entry(name, bundled.get(name, {}), str(DATA))
+    path = bundled_file(name)
+    base = _entry(name, _read(path), str(path)) if path else DeviceDeclarations(device=name)
     if extra is None:
         return base
     raw = _read(Path(extra))

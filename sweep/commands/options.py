@@ -5,7 +5,8 @@
   one to write into must not be a file; each answers one clear error (exit 2);
 - `add_job_arguments` / `job_settings`: `--store`, `--run-id`, `--address`, `--num-cpus`,
   `--local`, `--retries`, `--no-report` (the sweeps: `run`, `ops`);
-- `add_device_arguments` / `device_choice`: `--device`, `--profile`, and `--strict` where it
+- `add_device_arguments` / `device_choice`: `--device`, the options the devices declare
+  (`runners.devices.device_options`), and `--strict` where it
   applies (`run`, `check`, `ops`);
 - `add_limit_arguments`: `--timeout` and `--memory-limit` (each command says per what);
 - `add_model_arguments` / `model_settings`: the model task's settings (`run`, `check`).
@@ -31,16 +32,6 @@ from runners.settings import (
     dtype_names,
 )
 from sweep.settings import JobSettings
-
-PROFILE_HELP = (
-    "neuron: a bundled profile (default torchneuron-2026-04-21, TorchNeuron's registrations; "
-    "torch-mlir, torch-xla) or a file of ATen op names"
-)
-COMPILE_MODES = ("raise", "eager", "partition")
-COMPILE_MODE_HELP = (
-    "neuron: a graph op the compiler cannot lower raises (default, as TorchNeuron), runs the "
-    "graph eagerly, or (emulated only) partitions it"
-)
 
 
 def add_store_argument(p: argparse.ArgumentParser) -> None:
@@ -127,20 +118,42 @@ def job_settings(args: argparse.Namespace) -> JobSettings:
 
 
 def add_device_arguments(p: argparse.ArgumentParser, *, strict: bool = True) -> None:
+    from runners.devices import device_names
+
     group = p.add_argument_group("the device")
-    group.add_argument("--device", default="cpu", help="cpu, cuda, mps, neuron (default cpu)")
-    group.add_argument("--profile", help=PROFILE_HELP)
+    group.add_argument("--device", default="cpu", help=f"{', '.join(device_names())} (default cpu)")
+    _add_device_options(group, "device")
     if strict:
         group.add_argument("--strict", action="store_true", help="a CPU fallback is an error")
 
 
+def _add_device_options(group: Any, where: str) -> None:
+    """The options the registered devices declare for `where` (`device` or `model`)."""
+    from runners.devices import device_options
+
+    for option in device_options(where):
+        group.add_argument(
+            option.flag, dest=option.keyword, choices=option.choices, help=option.help
+        )
+
+
+def _compile_backends() -> str:
+    """`inductor on cpu, cuda, ...; X on y`: each registered device's compile backend."""
+    from runners.devices import device_class, device_names
+
+    by: dict[str, list[str]] = {}
+    for name in device_names():
+        by.setdefault(device_class(name).compile_backend, []).append(name)
+    return "; ".join(f"{backend} on {', '.join(names)}" for backend, names in by.items())
+
+
 def device_choice(args: argparse.Namespace) -> DeviceChoice:
-    return DeviceChoice(
-        name=args.device,
-        strict=bool(getattr(args, "strict", False)),
-        profile=args.profile or None,
-        compile_mode=getattr(args, "compile_mode", None),
-    )
+    """The device and the options of its own the command line gave (those of its groups the
+    command offers)."""
+    from runners.devices import device_options
+
+    given = tuple((o.keyword, getattr(args, o.keyword, None)) for o in device_options())
+    return DeviceChoice(args.device, strict=bool(getattr(args, "strict", False)), given=given)
 
 
 def add_limit_arguments(p: argparse.ArgumentParser, *, timeout: float, per: str) -> None:
@@ -184,10 +197,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         help="ranks of the distributed stages (ddp, fsdp, tp), one process each on the device "
         f"(default {DEFAULT_WORLD_SIZE})",
     )
-    group.add_argument("--compile-mode", choices=COMPILE_MODES, help=COMPILE_MODE_HELP)
+    _add_device_options(group, "model")
     group.add_argument(
         "--compile-backend",
-        help="torch.compile backend (default: the device's: inductor on cpu/cuda, neuron on neuron)",
+        help=f"torch.compile backend (default: the device's: {_compile_backends()})",
     )
     group.add_argument(
         "--alternatives",
@@ -212,7 +225,7 @@ def _positive_int(text: str) -> int:
 
 def add_sizing_arguments(p: argparse.ArgumentParser) -> None:
     """What the full-size serving memory assumes (docs/sizing.md)."""
-    from runners.hardware import SERVE_BATCH, SERVE_CONTEXT
+    from sizing.cores import SERVE_BATCH, SERVE_CONTEXT
 
     group = p.add_argument_group("at full size (docs/sizing.md)")
     group.add_argument(

@@ -10,7 +10,13 @@ from typing import Any
 from ground.errors import ConfigError
 from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import from_file
-from model_configs.libraries.base import Adapter, NotSizable, save_pretrained_round_trip
+from model_configs.libraries.base import (
+    Adapter,
+    AttentionLayout,
+    NotSizable,
+    config_int,
+    save_pretrained_round_trip,
+)
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 
 
@@ -71,6 +77,14 @@ class DiffusersAdapter(Adapter):
         if class_name != spec.architecture:
             raise NotSizable(f"the tiny spec builds {spec.architecture}, the config {class_name}")
         return replace(spec, config={**default_config(class_name), **config}, changes={})
+
+    def attention_layout(self, model: Any, *, kv_cache: bool) -> AttentionLayout:
+        """The heads the component's config names where it is one number (a denoiser's
+        transformer); no KV cache (a diffusers model generates no tokens)."""
+        config = getattr(model, "config", None)
+        heads = config_int(config, "num_attention_heads")
+        kv_heads = config_int(config, "num_key_value_heads") or heads
+        return AttentionLayout(heads=heads, kv_heads=kv_heads if heads else None)
 
     def build_model(self, spec: TinySpec) -> Any:
         from model_configs.libraries.diffusers import build

@@ -20,7 +20,7 @@ from typing import Any
 
 from ground.errors import ConfigError
 from ground.schema import ConfigSource, SkipReason
-from model_configs.libraries.base import Adapter, library_tables
+from model_configs.libraries.base import Adapter, AttentionLayout, LoraTargets, library_tables
 from model_configs.libraries.diffusers.adapter import DiffusersAdapter
 from model_configs.libraries.diffusers.shrink import DATA_DIR
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
@@ -90,6 +90,12 @@ class SingleFileAdapter(Adapter):
     def full_size_spec(self, resolved: ResolvedConfig, spec: TinySpec) -> TinySpec:
         """The diffusers class the name maps to, at the config `default_config` resolved."""
         return self._diffusers.full_size_spec(replace(resolved, library="diffusers"), spec)
+
+    def attention_layout(self, model: Any, *, kv_cache: bool) -> AttentionLayout:
+        return self._diffusers.attention_layout(model, kv_cache=kv_cache)
+
+    def lora_targets(self, model: Any) -> LoraTargets:
+        return self._diffusers.lora_targets(model)
 
     def build_model(self, spec: TinySpec) -> Any:
         return self._diffusers.build_model(spec)

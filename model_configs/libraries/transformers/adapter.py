@@ -10,7 +10,13 @@ from typing import Any
 from ground.errors import ConfigError
 from ground.schema import ConfigSource, SkipReason
 from model_configs.config_files import from_file
-from model_configs.libraries.base import Adapter, NoCompiledGenerate, save_pretrained_round_trip
+from model_configs.libraries.base import (
+    Adapter,
+    AttentionLayout,
+    LoraTargets,
+    NoCompiledGenerate,
+    save_pretrained_round_trip,
+)
 from model_configs.libraries.transformers.canonical import CANONICAL
 from model_configs.spec import CatalogEntry, ResolvedConfig, TinySpec
 
@@ -99,6 +105,16 @@ class TransformersAdapter(Adapter):
         config = dict(resolved.config)
         config.pop("quantization_config", None)
         return replace(spec, config=config, changes={})
+
+    def attention_layout(self, model: Any, *, kv_cache: bool) -> AttentionLayout:
+        from model_configs.libraries.transformers import full_size
+
+        return full_size.attention_layout(model, kv_cache=kv_cache)
+
+    def lora_targets(self, model: Any) -> LoraTargets:
+        from model_configs.libraries.transformers import full_size
+
+        return full_size.lora_targets(model)
 
     def build_model(self, spec: TinySpec) -> Any:
         from model_configs.libraries.transformers import build, quantized

@@ -1,5 +1,5 @@
 """TorchNeuron's autocast on the emulated `neuron` device: its policy (`runners/autocast_policy.py`,
-data `runners/data/profiles/torchneuron-2026-04-21/autocast-policy.txt`) registered at the
+data `runners/devices/neuron/data/profiles/torchneuron-2026-04-21/autocast-policy.txt`) registered at the
 AutocastPrivateUse1 key, as TorchNeuron registers it (torch_neuronx/csrc/amp/autocast_mode.cpp);
 every other op falls through."""
 

@@ -1,6 +1,6 @@
 """What TorchNeuron's process group does with each c10d collective, as data (no torch).
 
-Read from `distributed.json` (runners/data/profiles/torchneuron-2026-04-21/, written by
+Read from `distributed.json` (runners/devices/neuron/data/profiles/torchneuron-2026-04-21/, written by
 scripts/extract_torchneuron_distributed.py from the snapshot; its `source` names the commit):
 which collectives `ProcessGroupNeuron` implements, which raise NotImplementedError always or for
 some arguments, which it does not define, the reductions and all-to-all group sizes its kernels

@@ -56,10 +56,10 @@ from runners.devices.neuron.evidence import (
     verdict,
     weakest,
 )
+from runners.devices.neuron.options import COMPILE_MODES
 from runners.devices.neuron.profiles import DeviceProfile, load_profile
 
 BACKEND_NAME = "neuron"
-COMPILE_MODES = ("raise", "eager", "partition")
 DEFAULT_COMPILE_MODE = "raise"  # TorchNeuron's released default
 FALLBACK_EXECUTION_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 

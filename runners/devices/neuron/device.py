@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.devices.base import Device
+from runners.devices.neuron.options import OPTIONS
 
 PACKAGE = "torch_neuronx"  # TorchNeuron's Python package
 # The origin of the emulated device's stand-in for it (`stand_in.py`), never TorchNeuron.
@@ -35,6 +36,20 @@ class NeuronDevice(Device):
     process_group_backend = "neuron"  # ProcessGroupNeuron: TorchNeuron's, or the emulator's
     compile_dynamic = False  # TorchNeuron's backend forces dynamic=False: a new shape recompiles
     preload_modules = ("runners.devices.neuron.compiler",)
+    options = OPTIONS
+    knowledge = (
+        # TorchNeuron's environment variables
+        "TORCH_NEURONX_SKIP_OP_PRECONDITIONS",
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION",
+        "TORCH_NEURONX_ATEN_GMM_ALIGN",
+        "TORCH_NEURONX_MLIR_ATEN_OPS",
+        # its error texts (and the emulator's, which repeat them)
+        "Dynamic shapes detected",
+        "not supported on Neuron",
+        "_grouped_mm precondition",
+        "validate_offs",
+        "Non-scalar tensor",
+    )
 
     def autocast_policy_file(self) -> Path:
         from runners.devices.neuron.autocast import POLICY_FILE

@@ -38,7 +38,7 @@ from typing import Any
 from ground.schema import EVIDENCE_STRENGTH, CompileEvidence
 from runners.devices.aten_names import base_name, overload_name
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"
+DATA_DIR = Path(__file__).resolve().parent / "data" / "profiles"
 FILES = {
     CompileEvidence.DECOMPOSED: ("torchneuron-2026-04-21/compile-decomposed.txt",),
     CompileEvidence.REGISTERED: ("torchneuron-2026-04-21/compile-registered.txt",),

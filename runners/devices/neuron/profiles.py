@@ -1,6 +1,6 @@
 """Device profiles: which ATen ops the neuron device runs natively, read from data files.
 
-The bundled profiles live in `runners/data/profiles/` (its README gives their provenance). The
+The bundled profiles live in `runners/devices/neuron/data/profiles/` (its README gives their provenance). The
 default, `torchneuron-2026-04-21`, is TorchNeuron's own registrations, read from a snapshot of
 its source; `torch-mlir` and `torch-xla` are public lowering lists kept as selectable stand-ins.
 A user profile is any text file of op names, one per line.
@@ -26,7 +26,7 @@ from pathlib import Path
 from ground.errors import DeviceError
 from runners.devices.aten_names import base_name, overload_name
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "data" / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parent / "data" / "profiles"
 SNAPSHOT = "torchneuron-2026-04-21"  # TorchNeuron source snapshot, commit 98154b8 (2026-04-21)
 DEFAULT_PROFILE = SNAPSHOT
 ALIASES = {"torchneuron": SNAPSHOT}

@@ -32,7 +32,7 @@ from runners.devices.base import torch_version
 
 # beside the snapshot's profile data (profiles.py imports evidence.py, which reads this module)
 DATA_FILE = (
-    Path(__file__).resolve().parents[2]
+    Path(__file__).resolve().parent
     / "data"
     / "profiles"
     / "torchneuron-2026-04-21"

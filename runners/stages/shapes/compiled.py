@@ -8,7 +8,7 @@
   compiles a graph again (one graph per input shape), `dynamic` when it reuses one,
   `data_dependent` when the graph breaks at an op whose output size depends on values (the
   op named), `rejected` when the device's compiler refuses a later shape (the stage fails
-  with its error: TorchNeuron's "Dynamic shapes detected ..." on the emulated neuron);
+  with its error: the emulated neuron device's static-shape error, as TorchNeuron's);
 - `generate_compiled`: greedy `generate` with a static KV cache and the forward compiled by
   the device's backend, the library's own way (`Adapter.compiled_generate`; transformers':
   `cache_implementation="static"` and a `CompileConfig`), twice: the first call warms up, the second's recompiles are recorded (0

@@ -1,28 +1,22 @@
-"""The hardware behind each device and the cores a full-size model needs on it.
+"""The cores a full-size model needs on one hardware type: the formula of docs/sizing.md.
 
-`runners/data/hardware.json` lists, per hfsweep device (`neuron`, `cuda`), the hardware types it
-runs on (Trainium1, 2 and 3; common GPUs), each figure with its source: memory per chip, cores
-per chip, the logical-core configuration (LNC), the cores of one instance and of the largest
-scale-up domain. `cores_needed` turns a model's size (`model_configs.sizing.ModelSize`) into
-memory and the smallest tensor-parallel degree that holds it, by the formula of docs/sizing.md,
-whose constants are the names below. No torch here: the driver computes the rows.
+`cores_needed` turns a model's size (`sizing.measure.ModelSize`) into the memory to serve it,
+fine-tune it in full and train LoRA on it, and the smallest tensor-parallel degree that holds
+each on a hardware type (`sizing.hardware.Hardware`), whose constants are the names below.
+No torch here: the driver computes the rows.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sizing.hardware import Hardware
+
 if TYPE_CHECKING:
-    from model_configs.sizing import ModelSize
+    from sizing.measure import ModelSize
 
-DATA_FILE = Path(__file__).resolve().parent / "data" / "hardware.json"
-UNITS = {"GiB": 1 << 30, "GB": 10**9}
-
-# ---- the formula's constants (docs/sizing.md) --------------------------------------------
+# The formula's constants (docs/sizing.md).
 SERVE_CONTEXT = 4096  # tokens of context each served sequence holds in its KV cache
 SERVE_BATCH = 1  # sequences served at once
 SERVE_BYTES = 2  # bf16 weights and KV cache
@@ -43,81 +37,9 @@ TRAINED_BYTES = SERVE_BYTES + GRADIENT_BYTES + MASTER_BYTES + ADAM_MOMENTS * MOM
 RUNTIME_RESERVE = 0.1
 
 
-@dataclass(frozen=True)
-class Hardware:
-    """One hardware type, its figures derived as docs/sizing.md says."""
-
-    name: str
-    title: str
-    chip_memory_bytes: int
-    physical_cores_per_chip: int
-    lnc: int  # physical cores per logical core (the default configuration)
-    instance: str
-    instance_chips: int
-    domain: str  # the largest scale-up domain (an UltraServer, an NVLink server)
-    domain_chips: int
-    primary: bool = False
-    unverified: tuple[str, ...] = ()  # figures no page read here confirms
-
-    @property
-    def cores_per_chip(self) -> int:
-        return max(1, self.physical_cores_per_chip // self.lnc)
-
-    @property
-    def core_memory_bytes(self) -> int:
-        return self.chip_memory_bytes // self.cores_per_chip
-
-    @property
-    def usable_core_bytes(self) -> int:
-        return int(self.core_memory_bytes * (1 - RUNTIME_RESERVE))
-
-    @property
-    def cores_per_instance(self) -> int:
-        return self.instance_chips * self.cores_per_chip
-
-    @property
-    def cores_per_domain(self) -> int:
-        return self.domain_chips * self.cores_per_chip
-
-
-@functools.cache
-def _data() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DATA_FILE.read_text())
-    return data
-
-
-def _hardware(name: str, primary: bool) -> Hardware:
-    h = _data()["hardware"][name]
-    memory = h["chip_memory"]
-    figures = {
-        "chip memory": memory,
-        "cores per chip": h["physical_cores_per_chip"],
-        "LNC": h["lnc"],
-        "instance": h["instance"],
-        "largest domain": h["largest_domain"],
-    }
-    return Hardware(
-        name=name,
-        title=h["title"],
-        chip_memory_bytes=int(memory["value"] * UNITS[memory["unit"]]),
-        physical_cores_per_chip=int(h["physical_cores_per_chip"]["value"]),
-        lnc=int(h["lnc"]["value"]),
-        instance=h["instance"]["name"],
-        instance_chips=int(h["instance"]["chips"]),
-        domain=h["largest_domain"]["name"],
-        domain_chips=int(h["largest_domain"]["chips"]),
-        primary=primary,
-        unverified=tuple(k for k, v in figures.items() if "unverified" in v.get("source", {})),
-    )
-
-
-def hardware_for(device: str) -> list[Hardware]:
-    """The hardware types of an hfsweep device, its primary one first (none for cpu, mps)."""
-    entry = _data()["devices"].get(device)
-    if entry is None:
-        return []
-    names = [entry["primary"], *(n for n in entry["hardware"] if n != entry["primary"])]
-    return [_hardware(n, n == entry["primary"]) for n in names]
+def usable_core_bytes(hw: Hardware) -> int:
+    """What one core of `hw` holds for the model: its memory less `RUNTIME_RESERVE`."""
+    return int(hw.core_memory_bytes * (1 - RUNTIME_RESERVE))
 
 
 @dataclass(frozen=True)
@@ -135,9 +57,6 @@ class CoresNeeded:
     finetune_cores: int | None
     lora_cores: int | None
     note: str | None = None
-
-    def fits_instance(self, cores: int | None) -> bool:
-        return cores is not None and cores <= self.hardware.cores_per_instance
 
 
 def kv_cache_bytes(size: ModelSize, context: int, batch: int) -> int:
@@ -190,7 +109,7 @@ def cores_needed(
         return 1 / t if not kv_heads or kv_heads % t == 0 else 1 / kv_heads
 
     allowed = degrees(size, hw)
-    limit = hw.usable_core_bytes
+    limit = usable_core_bytes(hw)
     serve_cores = _smallest(lambda t: weights / t + kv * kv_share(t), allowed, limit)
     finetune_cores = _smallest(lambda t: finetune / t, allowed, limit)
     lora_cores = _smallest(lambda t: lora / t, allowed, limit)

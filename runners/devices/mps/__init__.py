@@ -45,6 +45,7 @@ def fallbacks_from_warnings(messages: Iterable[str]) -> Counter[str]:
 
 class MpsDevice(Device):
     name = "mps"
+    knowledge = (FALLBACK_ENV,)
     compile_backend = "inductor"
     availability_hint = (
         "MPS needs Apple silicon and a torch build with MPS; try --device cpu or neuron."

@@ -5,20 +5,23 @@ A `meta` build makes every module and parameter with its shape and no memory, so
 - parameters, each shared (tied) parameter counted once, and buffers;
 - the bytes of weights and buffers at fp32, bf16, fp16 and fp8 (floating-point tensors at the
   dtype's width, other buffers at their own);
-- for a model that generates, the KV cache per token from its decoder config: per attention
-  layer `kv_heads x (key head dim + value head dim)` elements, layers with a sliding or
+- for a model that generates, the KV cache per token from the layout its adapter gives: per
+  attention layer `kv_heads x (key head dim + value head dim)` elements, layers with a sliding or
   chunked window apart (their cache stops growing at the window), layers without attention
   (Mamba, linear attention) none; the cross-attention cache of encoder-decoder models is not
   counted (it grows with the encoder's input, not the generated tokens);
 - attention heads and KV heads (what tensor parallelism must divide);
-- LoRA's trainable parameters at peft's default rank on peft's default target modules for the
-  model type (every Linear layer but the output head where peft names none).
+- LoRA's trainable parameters at peft's default rank on the library's default target modules
+  (peft's for a transformers model type; every Linear layer but the output head where it names
+  none).
+The heads, the KV cache's layers and the LoRA targets are what only the library knows: its
+adapter says them (`Adapter.attention_layout`, `Adapter.lora_targets`).
 What is built is the library adapter's `full_size_spec`: the class the tiny spec builds with
 the model's own unshrunk config (transformers; sentence-transformers' backbone; diffusers'
 denoiser, and the diffusers class a single file maps to). A library whose adapter gives none
 (timm, open_clip, Chronos, pyannote, SpeechBrain, YOLO: they shrink inside their build or build
 from other files) is `unsupported`.
-The formula that turns these into memory and cores is `runners.hardware` (docs/sizing.md).
+The formula that turns these into memory and cores is `sizing.cores` (docs/sizing.md).
 
 Guards, before anything is built: a config whose largest size-like integer is past
 `MAX_FULL_DIMENSION` is `refused`; a build that registers more than `MAX_MODULES` modules is
@@ -38,7 +41,7 @@ from ground.errors import safe_text
 from ground.schema import SizingStatus
 from model_configs.build import build_on_meta, largest_dimension
 from model_configs.libraries import get_adapter
-from model_configs.libraries.base import NotSizable
+from model_configs.libraries.base import AttentionLayout, LoraTargets, NotSizable
 from model_configs.spec import ResolvedConfig, TinySpec
 
 # The largest integer a full-size config may hold where it may be a size: above Llama 4's
@@ -176,11 +179,9 @@ def _measure(model: Any, spec: TinySpec, seconds: float) -> ModelSize:
             float_buffers += b.numel()
         else:
             other_bytes += b.numel() * b.element_size()
-    config = getattr(model, "config", None)
-    text = _text_config(config)
-    heads = _int(text, "num_attention_heads")
-    kv_heads = _int(text, "num_key_value_heads") or heads
-    kv = _kv_cache(text, heads, kv_heads) if spec.generative and text is not None else None
+    adapter = get_adapter(spec.library)
+    attention = adapter.attention_layout(model, kv_cache=spec.generative)
+    kv = _kv_elements(attention)
     return ModelSize(
         SizingStatus.OK.value,
         spec.architecture,
@@ -191,102 +192,42 @@ def _measure(model: Any, spec: TinySpec, seconds: float) -> ModelSize:
         kv_elements_per_token=kv[0] if kv else None,
         kv_window_elements_per_token=kv[1] if kv else None,
         sliding_window=kv[2] if kv else None,
-        attention_heads=heads,
-        kv_heads=kv_heads if heads else None,
-        lora_parameters=lora_parameters(model, _model_type(config)),
+        attention_heads=attention.heads,
+        kv_heads=attention.kv_heads,
+        lora_parameters=lora_parameters(model, adapter.lora_targets(model)),
         sizing_s=seconds,
     )
 
 
-def _text_config(config: Any) -> Any:
-    """The decoder's config of a (multimodal) config, or the config itself."""
-    if config is None:
+def _kv_elements(attention: AttentionLayout) -> tuple[int, int, int | None] | None:
+    """(KV cache elements per token in layers without a window, in layers with one, the
+    window): `kv_heads x (key head dim + value head dim)` per layer."""
+    cache = attention.kv_cache
+    if cache is None or not attention.kv_heads:
         return None
-    get = getattr(config, "get_text_config", None)
-    if callable(get):
-        try:
-            return get(decoder=True)
-        except Exception:  # a config whose sub-configs do not say
-            return config
-    return config
-
-
-def _int(config: Any, name: str) -> int | None:
-    try:
-        value = getattr(config, name, None)
-    except Exception:
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _kv_cache(
-    text: Any, heads: int | None, kv_heads: int | None
-) -> tuple[int, int, int | None] | None:
-    """(elements per token in layers without a window, in layers with one, the window)."""
-    layers = _int(text, "num_hidden_layers") or _int(text, "num_layers")
-    if not layers or not heads or not kv_heads:
-        return None  # no attention to cache (Mamba), or a config that does not say
-    head_dim = _int(text, "head_dim") or (_int(text, "hidden_size") or 0) // heads
-    nope, rope = _int(text, "qk_nope_head_dim"), _int(text, "qk_rope_head_dim")
-    key_dim = _int(text, "qk_head_dim") or ((nope or 0) + (rope or 0)) or head_dim
-    value_dim = _int(text, "v_head_dim") or head_dim
-    per_layer = kv_heads * (key_dim + value_dim)
+    per_layer = attention.kv_heads * (cache.key_dim + cache.value_dim)
     if not per_layer:
         return None
-    window = _int(text, "sliding_window")
-    chunk = _int(text, "attention_chunk_size")
-    types = getattr(text, "layer_types", None)
-    if isinstance(types, (list, tuple)) and types:
-        kinds = [str(t) for t in types[:layers]]
-        attention = [k for k in kinds if "attention" in k and "linear" not in k]
-        windowed = [k for k in attention if k.startswith(("sliding", "chunked"))]
-        if "chunked_attention" in windowed and chunk:
-            window = chunk
-        full = len(attention) - len(windowed)
-        if windowed and not window:  # a window the config does not size: count it in full
-            full, windowed = len(attention), []
-        return full * per_layer, len(windowed) * per_layer, window if windowed else None
-    if window and getattr(text, "use_sliding_window", True) is not False:
-        return 0, layers * per_layer, window
-    return layers * per_layer, 0, None
+    return cache.full_layers * per_layer, cache.windowed_layers * per_layer, cache.window
 
 
-def _model_type(config: Any) -> str | None:
-    value = getattr(config, "model_type", None)
-    return value if isinstance(value, str) else None
-
-
-def lora_parameters(model: Any, model_type: str | None, rank: int = LORA_RANK) -> int:
+def lora_parameters(model: Any, targets: LoraTargets, rank: int = LORA_RANK) -> int:
     """LoRA's trainable parameters: `rank x (in + out)` per targeted layer with a 2-D weight
-    (peft's default targets for the model type, Linear or transformers' Conv1D; where peft
-    names none, every Linear layer but the output head, as peft's `all-linear` picks)."""
+    (the named targets, Linear or transformers' Conv1D; where none are named, every Linear
+    layer), the excluded modules (the output head) left out."""
     import torch
 
-    targets: set[str] | None = None
-    try:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-
-        found = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type or "")
-        targets = set(found) if found else None
-    except ImportError:  # peft not installed: every Linear layer
-        targets = None
-    head = None
-    get_output = getattr(model, "get_output_embeddings", None)
-    if callable(get_output):
-        try:
-            head = get_output()
-        except Exception:
-            head = None
+    excluded = {id(m) for m in targets.excluded}
     total = 0
     for name, module in model.named_modules():
-        if module is head:
+        if id(module) in excluded:
             continue
         weight = getattr(module, "weight", None)
-        if targets is None:
+        if targets.modules is None:
             if isinstance(module, torch.nn.Linear):
                 total += rank * (module.in_features + module.out_features)
         elif (
-            name.rsplit(".", 1)[-1] in targets
+            name.rsplit(".", 1)[-1] in targets.modules
             and isinstance(weight, torch.Tensor)
             and weight.dim() == 2
         ):
