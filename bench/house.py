@@ -106,22 +106,7 @@ def duplicate_pairs(root: Path) -> str:
     return "; ".join(lines)
 
 
-def part_circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
-    """Import circles between the parts of each folder: a module stands for its part (the
-    folder's sub-folder it is in, else itself), so `reports.render.text` importing
-    `reports.coverage` and `reports.coverage` importing `ground.fmt` is a circle
-    `reports.coverage <-> reports.render`."""
-
-    def part(module: str) -> str:
-        return ".".join(module.split(".")[:2])
-
-    parts: dict[str, set[str]] = {}
-    for module, targets in graph.items():
-        here = part(module)
-        parts.setdefault(here, set()).update(
-            part(t) for t in targets if part(t) != here and t.split(".")[0] == here.split(".")[0]
-        )
-    return arch.circles(parts)
+part_circles = arch.part_circles
 
 
 def reports_imports(graph: dict[str, frozenset[str]]) -> dict[str, int]:

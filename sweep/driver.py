@@ -20,7 +20,7 @@ Guarantees:
 - what is not the model's doing (system faults: the environment failing in the child, a lost
   worker, node or object, a SIGKILL from outside) is retried and never recorded: a model it
   keeps hitting has no rows (a rerun runs it) and the run ends with one error (exit 3);
-- a device that fails its check before any model runs (`runners.devices.preflight`) stops the
+- a device that fails its check before any model runs (`runners.preflight`) stops the
   run with one error (exit 3) before anything is written;
 - one driver per run id (`reports.locks`); a resume must match every setting that changes a
   row (`ModelRun.row_settings`); damaged part files are put aside and their models run again.

@@ -72,7 +72,7 @@ def nightly_catalog(
             "the Hub is offline (HF_HUB_OFFLINE=1): cannot refresh the catalog",
             hint="unset HF_HUB_OFFLINE, or give --catalog bundled or a catalog file",
         )
-    from model_configs.catalog import refresh_catalog
+    from model_configs.catalog_refresh import refresh_catalog
 
     n = top or 1000
     out = folder / f"hub-{dt.date.today().isoformat()}-top{n}.csv"

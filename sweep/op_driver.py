@@ -6,7 +6,7 @@ damaged-part quarantine, resume check, run row, writer and progress line), the s
 (Ray or local) and fault policy (`sweep.executors`); each group runs in supervised child
 processes (`runners.op_sweep.isolation`, on `runners.supervisor`). Guarantees, as for the model
 sweep:
-- a device that fails its check before any sample runs (`runners.devices.preflight`) stops the
+- a device that fails its check before any sample runs (`runners.preflight`) stops the
   run with one error (exit 3) before anything is written;
 - every OpInfo x dtype asked for gets its rows (skips included), one per sample and phase;
 - a group's rows are written in one part file once the group is done, flushed by the writer's

@@ -19,7 +19,7 @@ run already has (a resume) to say what the run row and the progress line count. 
   rows yet) or `interrupted`. Before its first row, every other table of the store that the run
   has no part of yet gets a part of no rows (`Store.create_tables`): whatever a run wrote,
   every table of the store is a dataset a reader can open, rows or none.
-- The device check (`runners.devices.preflight`): a device that fails it stops the run with one
+- The device check (`runners.preflight`): a device that fails it stops the run with one
   error (exit 3) before anything is written. A driver given a stand-in task body (tests and
   benches of the driver) runs no task on the device and skips it. Where this process runs the
   tasks itself (`--local`), it is warmed first (`warm`: what the first task would import), so
@@ -177,7 +177,7 @@ class RunSession:
     def __enter__(self) -> RunSession:
         self.run_id = check_run_id(self.job.run_id) if self.job.run_id else new_run_id()
         if self.check_device:
-            from runners.devices.preflight import check_device
+            from runners.preflight import check_device
             from runners.supervisor import fresh_interpreter
 
             name, options = self.device.name, self.device.options()

@@ -11,7 +11,8 @@ count too: a plug-in named by string is still a dependency. For circles they do 
 that names its plug-ins by string, and plug-ins that ask the registry for another plug-in, do not
 import each other when either is imported.
 
-Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders;
+Rules (docs/architecture.md, the design card): no circle anywhere in the seven folders, nor
+between the parts of a folder (its sub-folders and top-level modules);
 `sweep` -> `runners` -> `model_configs` -> `ground`, and `sweep` -> `sizing` -> `model_configs`;
 everything may use `ground`, which uses none of the others; `reports` (the reading side) uses
 only `ground` and the stage declarations (the stage registry and each group's declaration,
@@ -242,6 +243,35 @@ def _without_known(graph: Mapping[str, Collection[str]]) -> dict[str, set[str]]:
 def test_no_import_circles():
     found = circles(_without_known(import_graph()))
     assert found == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def part_circles(graph: Mapping[str, Collection[str]]) -> list[list[str]]:
+    """Import circles between the parts of each folder: a module stands for its part (the
+    folder's sub-folder it is in, else itself), so `reports.render.text` importing
+    `reports.coverage` and `reports.coverage` importing `reports.render.fmt` is a circle
+    `reports.coverage <-> reports.render` (bench/house.py counts them too)."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = part(module)
+        parts.setdefault(here, set()).update(
+            part(t) for t in targets if part(t) != here and t.split(".")[0] == here.split(".")[0]
+        )
+    return circles(parts)
+
+
+def test_no_import_circles_between_a_folders_parts():
+    """A folder's sub-folders and top-level modules import one another one way: the devices'
+    folder does not import the supervisor that starts their children (the device check is
+    `runners/preflight.py`), the adapters read the bundled catalog from a module that does not
+    fetch from the Hub (`model_configs/catalog_refresh.py`)."""
+    found = part_circles(import_graph())
+    assert found == [], "circles between a folder's parts:\n" + "\n".join(
+        " <-> ".join(c) for c in found
+    )
 
 
 def _may_import(a: str, b: str) -> bool:

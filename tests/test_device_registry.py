@@ -227,8 +227,8 @@ def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
 def test_device_check_before_a_sweep(monkeypatch) -> None:
     """One check in a child forked from this process (it has torch loaded, no device set up):
     the device set up, one op and its backward; no fresh interpreter is started."""
-    from runners.devices import preflight
-    from runners.devices.preflight import DeviceCheckError, check_device
+    from runners import preflight
+    from runners.preflight import DeviceCheckError, check_device
 
     assert "torch" in sys.modules
     monkeypatch.setattr(preflight, "_fresh", lambda *a: pytest.fail("a fresh interpreter"))
@@ -244,7 +244,7 @@ def test_device_check_before_a_sweep(monkeypatch) -> None:
 
 FRESH_CHECK = """
 import json, sys
-from runners.devices.preflight import DeviceCheckError, check_device
+from runners.preflight import DeviceCheckError, check_device
 report = check_device("neuron", {"profile": "torch-mlir"})
 try:
     check_device("neuron", {"compile_mode": "lazy"})
@@ -269,8 +269,8 @@ def test_a_driver_without_torch_checks_in_a_fresh_interpreter_and_stays_without(
 def test_a_forked_check_that_hangs_or_dies_is_one_device_error(monkeypatch) -> None:
     """The child is forked after the patches below: it hangs (never answers) or dies (exits
     without a word); each is one DeviceCheckError (exit 3), and the child is gone."""
-    from runners.devices import preflight
-    from runners.devices.preflight import DeviceCheckError, check_device
+    from runners import preflight
+    from runners.preflight import DeviceCheckError, check_device
 
     monkeypatch.setattr(preflight, "_fresh", lambda *a: pytest.fail("a fresh interpreter"))
 
@@ -301,7 +301,7 @@ def test_a_driver_killed_while_its_check_runs_takes_the_check_with_it(tmp_path) 
         """
         import os, sys, time
         import torch
-        from runners.devices import preflight
+        from runners import preflight
 
         def probe(name, options):
             with open(sys.argv[1] + ".tmp", "w") as fh:

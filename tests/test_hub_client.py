@@ -15,7 +15,8 @@ import pytest
 
 from ground.errors import HubError
 from ground.schema import Stage, Status
-from model_configs.catalog import load_catalog, refresh_catalog
+from model_configs.catalog import load_catalog
+from model_configs.catalog_refresh import refresh_catalog
 from model_configs.hub import (
     RECORD_NAME,
     HubClient,

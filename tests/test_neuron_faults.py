@@ -37,7 +37,7 @@ def _statuses(outcome) -> dict[str, str]:
 def test_the_devices_refusals_are_the_models_results():
     from runners.devices.base import FallbackDisallowed
     from runners.devices.neuron.compiler import UnlowerableOpError
-    from runners.devices.preflight import DeviceCheckError
+    from runners.preflight import DeviceCheckError
 
     assert not is_environment_error(FallbackDisallowed(op="aten::digamma.out"))
     assert not is_environment_error(UnlowerableOpError(op="aten::clone"))

@@ -136,7 +136,7 @@ LOCAL_DRIVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from runners.devices import preflight
+    from runners import preflight
     def fresh(*args):
         raise SystemExit("the device check started a fresh interpreter")
     preflight._fresh = fresh

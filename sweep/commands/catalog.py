@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ground import settings
     from ground.errors import UsageError
-    from model_configs.catalog import load_catalog, refresh_catalog
+    from model_configs.catalog import load_catalog
+    from model_configs.catalog_refresh import refresh_catalog
 
     if args.action == "show":
         catalog = load_catalog(args.catalog)

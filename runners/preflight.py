@@ -17,7 +17,7 @@ leaves the caller's heap to the caller (`runners.supervisor.frozen_heap`).
 It also sets the environment the device needs before torch is imported (its `process_env`) in
 this process, so that the Ray workers and model processes started after it inherit it.
 
-    python -m runners.devices.preflight DEVICE '{"strict": true}'   # prints JSON
+    python -m runners.preflight DEVICE '{"strict": true}'   # prints JSON
 """
 
 from __future__ import annotations
@@ -126,18 +126,18 @@ def _died(name: str, exitcode: int | None, tail: str) -> DeviceCheckError:
     return DeviceCheckError(
         f"The check of device {name!r} died before reporting (exit {exitcode}): {tail}",
         device=name,
-        hint="Run `python -m runners.devices.preflight " + name + "` to see the whole output.",
+        hint="Run `python -m runners.preflight " + name + "` to see the whole output.",
     )
 
 
 def _fresh(name: str, options: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """The check in a fresh interpreter (`python -m runners.devices.preflight`)."""
+    """The check in a fresh interpreter (`python -m runners.preflight`)."""
     from functools import partial
 
     from runners import containment
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
-    command = [sys.executable, "-m", "runners.devices.preflight", name, json.dumps(options)]
+    command = [sys.executable, "-m", "runners.preflight", name, json.dumps(options)]
     try:
         done = subprocess.run(
             command,
@@ -217,7 +217,7 @@ def _pythonpath() -> str:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m runners.devices.preflight DEVICE [OPTIONS_JSON]", file=sys.stderr)
+        print("usage: python -m runners.preflight DEVICE [OPTIONS_JSON]", file=sys.stderr)
         return 2
     name = argv[0]
     options = json.loads(argv[1]) if len(argv) > 1 else {}
