@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from ground.errors import DeviceError, UnknownNameError, is_environment_error
+from ground.errors import DeviceError, UnknownNameError
 from runners.devices import DEVICES, get_device
 from runners.devices.base import FallbackLog, collecting
 from runners.devices.cpu import CpuDevice
@@ -223,23 +223,46 @@ def test_a_process_without_torch_sets_the_switch_and_forks() -> None:
     assert done.stdout.split() == ["False", "1"]
 
 
-@pytest.mark.slow
-def test_device_check_before_a_sweep(monkeypatch) -> None:
-    """One check in a child forked from this process (it has torch loaded, no device set up):
-    the device set up, one op and its backward; no fresh interpreter is started."""
-    from runners import preflight
-    from runners.preflight import DeviceCheckError, check_device
+FORKED_CHECK = """
+import json, sys
+import torch
+from runners import preflight
+from runners.preflight import DeviceCheckError, check_device
 
-    assert "torch" in sys.modules
-    monkeypatch.setattr(preflight, "_fresh", lambda *a: pytest.fail("a fresh interpreter"))
-    report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
-    assert report.device == "neuron" and report.emulated
-    assert report.profile == "torch-mlir" and report.compile_mode == "eager"
-    assert check_device("cpu").emulated is False
-    with pytest.raises(DeviceCheckError, match="cannot run models") as info:
-        check_device("neuron", {"compile_mode": "lazy"})
-    assert info.value.hint and info.value.exit_code == 3 and is_environment_error(info.value)
-    assert torch._C._get_privateuse1_backend_name() == "privateuseone"  # none stayed here
+def fresh(*args):
+    sys.exit("a fresh interpreter, not a fork")
+
+preflight._fresh = fresh
+report = check_device("neuron", {"profile": "torch-mlir", "compile_mode": "eager"})
+cpu = check_device("cpu")
+try:
+    check_device("neuron", {"compile_mode": "lazy"})
+except DeviceCheckError as exc:
+    error = [exc.message, bool(exc.hint), exc.exit_code]
+print(json.dumps([report.device, report.emulated, report.profile, report.compile_mode,
+                  cpu.emulated, error, torch._C._get_privateuse1_backend_name()]))
+"""
+
+
+@pytest.mark.slow
+def test_device_check_before_a_sweep() -> None:
+    """One check in a child forked from a process that has torch loaded and no device set up
+    (as a `--local` driver or the op sweep's is): the device set up, one op and its backward;
+    no fresh interpreter is started, and no device stays set up in the parent. The parent is a
+    fresh interpreter: a test worker may have run a backward pass in-process already, after
+    which no neuron backend can be installed in its forks."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    device, emulated, profile, mode, cpu_emulated, error, backend = json.loads(
+        done.stdout.strip().splitlines()[-1]
+    )
+    assert (device, emulated, profile, mode) == ("neuron", True, "torch-mlir", "eager")
+    assert cpu_emulated is False
+    message, hint, exit_code = error
+    assert "cannot run models" in message and hint and exit_code == 3
+    assert backend == "privateuseone"  # none stayed in the parent
 
 
 FRESH_CHECK = """
