@@ -525,23 +525,28 @@ VERSION_FIELDS = LIBRARY_VERSION_FIELDS + tuple(
     n for n in PROVENANCE_FIELDS if n not in ("hostname", "command")
 )
 
+# The first columns of both sweeps' run tables (runs, op_runs): the run's lifecycle and its device.
+RUN_HEAD_FIELDS = (
+    pa.field("run_id", pa.string(), nullable=False),
+    # running | finished | interrupted (stopped early) | incomplete (what the environment kept
+    # from running has no rows yet: the same command runs it)
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("started_at", pa.timestamp("us", tz="UTC")),
+    pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("device", pa.string()),
+    pa.field("device_emulated", pa.bool_()),
+    pa.field("device_profile", pa.string()),
+    pa.field("device_profile_hash", pa.string()),
+    # the torch the device's profile was written for (an emulated device's: the snapshot's
+    # pyproject), and the torch the row ran on: where they differ, a verdict about a name
+    # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
+    pa.field("device_profile_torch", pa.string()),
+    pa.field("device_torch", pa.string()),
+)
+
 RUNS_SCHEMA = pa.schema(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        # running | finished | interrupted (stopped early) | incomplete (models the environment
-        # kept from running have no rows yet: the same command runs them)
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("started_at", pa.timestamp("us", tz="UTC")),
-        pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("device", pa.string()),
-        pa.field("device_emulated", pa.bool_()),
-        pa.field("device_profile", pa.string()),
-        pa.field("device_profile_hash", pa.string()),
-        # the torch the device's profile was written for (an emulated device's: the snapshot's
-        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
-        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
-        pa.field("device_profile_torch", pa.string()),
-        pa.field("device_torch", pa.string()),
+        *RUN_HEAD_FIELDS,
         # the run's dtypes, comma-separated in the order asked (`run_dtypes`); a run row written
         # before a run could sweep several dtypes holds one
         pa.field("dtype", pa.string()),
@@ -650,20 +655,7 @@ OP_SUMMARY_SCHEMA = pa.schema(
 
 OP_RUNS_SCHEMA = pa.schema(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        # running | finished | interrupted | incomplete (as the runs table's)
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("started_at", pa.timestamp("us", tz="UTC")),
-        pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("device", pa.string()),
-        pa.field("device_emulated", pa.bool_()),
-        pa.field("device_profile", pa.string()),
-        pa.field("device_profile_hash", pa.string()),
-        # the torch the device's profile was written for (an emulated device's: the snapshot's
-        # pyproject), and the torch the row ran on: where they differ, a verdict about a name
-        # newer than the profile is unverified (CompileEvidence.NEWER_THAN_PROFILE)
-        pa.field("device_profile_torch", pa.string()),
-        pa.field("device_torch", pa.string()),
+        *RUN_HEAD_FIELDS,
         pa.field("strict", pa.bool_()),  # a CPU fallback is an error
         pa.field("dtypes", pa.string()),  # comma-separated
         pa.field("inputs", pa.string()),  # sample | reference (OpInfo's sample_inputs or more)

@@ -16,20 +16,11 @@ from typing import Any
 
 import pytest
 
+from runners.devices.neuron.collectives import DATA_FILE as DATA
 from tests.distributed_support import run_ranks
 from tests.neuron_support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = (
-    ROOT
-    / "runners"
-    / "devices"
-    / "neuron"
-    / "data"
-    / "profiles"
-    / "torchneuron-2026-04-21"
-    / "distributed.json"
-)
 SNAPSHOT = Path("/work/.mirror/parmoham-aws+test-repo-parmoham/repo")
 
 

@@ -22,19 +22,10 @@ from reports.query import StoreQuery
 from reports.render import text
 from reports.store import Store
 from reports.summary import run_report
+from runners.devices.neuron.skew import DATA_FILE as DATA
 from tests.report_store_builder import ALL_PASS, _run, _write, rows_for
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = (
-    ROOT
-    / "runners"
-    / "devices"
-    / "neuron"
-    / "data"
-    / "profiles"
-    / "torchneuron-2026-04-21"
-    / "torch-skew.json"
-)
 SNAPSHOT = Path("/work/.mirror/parmoham-aws+test-repo-parmoham/repo")
 # a torch 2.10 wheel (`pip download --no-deps torch==2.10.0`), for rerunning the script
 OLD_WHEEL = Path(os.environ.get("HFSWEEP_TORCH_210_WHEEL", "/nonexistent"))

@@ -184,6 +184,21 @@ def funnel_section(report: dict[str, Any]) -> Section:
     )
 
 
+def stage_columns(first: str) -> list[str]:
+    """The header of `stage_rows`' table, its first column named `first`."""
+    return [
+        first,
+        "passed",
+        "% models",
+        "% downloads",
+        "no fallback",
+        "% dl no fallback",
+        "failed",
+        "not run",
+        "skipped",
+    ]
+
+
 def stage_rows(lines: list[dict[str, Any]]) -> list[list[str]]:
     """A stage group's table: per stage that has rows, its label, passed (count, % of models,
     % of downloads), no fallback (count, % of downloads), failed, not run, skipped."""
@@ -241,17 +256,7 @@ def fine_tune_section(report: dict[str, Any]) -> Section:
     return Section(
         "fine_tune",
         "Fine-tuning: can I train on the device?",
-        [
-            "training stage",
-            "passed",
-            "% models",
-            "% downloads",
-            "no fallback",
-            "% dl no fallback",
-            "failed",
-            "not run",
-            "skipped",
-        ],
+        stage_columns("training stage"),
         rows,
         notes,
     )
@@ -905,17 +910,7 @@ def stage_group_section(key: str, report: dict[str, Any]) -> Section:
     return Section(
         key,
         g["title"],
-        [
-            "stage",
-            "passed",
-            "% models",
-            "% downloads",
-            "no fallback",
-            "% dl no fallback",
-            "failed",
-            "not run",
-            "skipped",
-        ],
+        stage_columns("stage"),
         rows,
         [
             f"Base: the {fmt.count(g['models'])} models of the run "
