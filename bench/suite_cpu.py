@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         by_file[line["test"].split("::")[0]] += line["cpu_s"]
     charged = sum(line["cpu_s"] for line in lines)
-    print(f"\npytest exit {proc.returncode}; {len(lines)} tests; wall {wall:.0f} s")
+    procs = sum(line.get("procs", 0) for line in lines)
+    print(f"\npytest exit {proc.returncode}; {len(lines)} tests; wall {wall:.0f} s; lines in {out}")
+    print(f"processes started by tests (seen by the sampler): {procs:,}")
     print(
         f"machine: {(busy1 - busy0) / ticks:,.0f} CPU s busy over the run "
         f"({(busy1 - busy0) / max(total1 - total0, 1):.1%} of its cores); "

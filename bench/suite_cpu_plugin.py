@@ -76,6 +76,7 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
         line = {
             "test": nodeid,
             "cpu_s": round(cpu, 2),
+            "procs": sum(1 for k in _seen if k not in base),
             "wall_s": round(time.monotonic() - _test["start"], 2),
         }
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
