@@ -25,6 +25,10 @@ from tests.store_writes import completed_models
 STAGES = ["load", "forward"]
 RUN = RunContext("r", "cpu", False, None, None, "fp32")
 SETTINGS = ModelSettings(stages=tuple(STAGES))
+# The writer's flush interval: the rows reach the store when the test flushes (one part, not one
+# per model: 300 parquet parts written and read back cost seconds, and the loop never reads the
+# store; flushes on the writer's timer are tests/test_driver_faults.py's and test_op_sweep_faults.py's)
+AT_THE_END = 3600.0
 
 
 def at(dtype: str) -> ModelSettings:
@@ -93,7 +97,9 @@ def test_streamed_dedup_runs_each_tiny_model_once(tmp_path, groups: int) -> None
     store = Store(tmp_path / "s")
     ex = ScrambledExecutor(groups)
     with Ledger() as ledger:
-        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
+        loop = RunLoop(
+            ex, ledger, RowWriter(store, "r", AT_THE_END), RUN, settings_at=at, plan_batch=8
+        )
         loop.run_entries(iter(entry(i) for i in range(1, n + 1)))
         assert not ledger.open  # every opened task ran
         unique = ledger.unique
@@ -137,7 +143,7 @@ def test_planning_shows_on_the_progress_line(tmp_path, capsys, monkeypatch) -> N
         loop = RunLoop(
             ScrambledExecutor(3),
             ledger,
-            RowWriter(Store(tmp_path / "s"), "r", 0.0),
+            RowWriter(Store(tmp_path / "s"), "r", AT_THE_END),
             RUN,
             settings_at=at,
             plan_batch=8,
@@ -156,7 +162,9 @@ def test_without_dedup_every_model_runs(tmp_path) -> None:
     store = Store(tmp_path / "s")
     ex = ScrambledExecutor(groups=2)
     with Ledger(dedup=False) as ledger:
-        loop = RunLoop(ex, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=4)
+        loop = RunLoop(
+            ex, ledger, RowWriter(store, "r", AT_THE_END), RUN, settings_at=at, plan_batch=4
+        )
         loop.run_entries(iter(entry(i) for i in range(1, 21)))
     loop.writer.flush()
     rows = store.read("results", "r").to_pylist()
@@ -185,14 +193,18 @@ def test_a_resumed_run_does_not_run_a_group_again(tmp_path) -> None:
     store = Store(tmp_path / "s")
     first = ScrambledExecutor(groups=10)
     with Ledger() as ledger:
-        loop = RunLoop(first, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
+        loop = RunLoop(
+            first, ledger, RowWriter(store, "r", AT_THE_END), RUN, settings_at=at, plan_batch=8
+        )
         loop.run_entries(iter(entry(i) for i in range(1, 61)))
     loop.writer.flush()
     done = completed_models(store, "r")
     again = ScrambledExecutor(groups=10)
     with Ledger() as ledger:
         assert ledger.resume(store, "r") == 10
-        loop = RunLoop(again, ledger, RowWriter(store, "r", 0.0), RUN, settings_at=at, plan_batch=8)
+        loop = RunLoop(
+            again, ledger, RowWriter(store, "r", AT_THE_END), RUN, settings_at=at, plan_batch=8
+        )
         loop.run_entries(iter(e for i in range(1, 201) if (e := entry(i)).model_id not in done))
     loop.writer.flush()
     assert again.ran == []  # every group already ran in the first attempt
