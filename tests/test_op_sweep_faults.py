@@ -3,7 +3,12 @@ tested the same way (`tests/test_driver_faults.py`): rows flushed on a timer, on
 id, a resume that matches every setting that changes an op row, damaged part files put aside
 and their groups run again, a driver killed at any moment resumed without loss or duplicates,
 and a group the environment stops retried, then given up without rows, never written as
-`crash`."""
+`crash`.
+
+The exit code 3 and the kill need real `hfsweep ops` processes; the refused second driver and
+the resume after the kill call the CLI's own function in the test's process
+(`tests/cli_here.py`), which saves the interpreter, torch and OpInfo database each process
+pays (about 10 CPU s); exit 2 of a real process is tests/test_op_sweep_run.py's."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from runners.settings import DeviceChoice, OpSettings
 from sweep.executors import fault_policy
 from sweep.op_driver import OpOutcome, run_op_sweep
 from sweep.settings import JobSettings, OpRun
+from tests.cli_here import hfsweep_here
 from tests.conftest import HFSWEEP, ROOT
 from tests.kill_support import kill_while_waiting
 
@@ -105,22 +111,19 @@ def test_op_rows_reach_the_store_on_the_timer_while_another_group_runs(tmp_path)
 # ---- one driver per run ---------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_a_second_op_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_path):
+def test_a_second_op_driver_on_the_same_run_is_refused_with_a_clear_message(
+    tmp_path, capsys, monkeypatch
+):
     store = tmp_path / "store"
     with RunLock(Store(store), "r"):
         with pytest.raises(RunLocked, match="being written by another driver"):
             run_op_sweep(config(store), run_fn=passing)
-        proc = subprocess.run(
-            [*HFSWEEP, "ops", "--local", "--ops", "abs", "--dtypes", "fp32"]
-            + ["--store", str(store), "--run-id", "r", "--no-report"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    assert proc.returncode == 2
-    assert "being written by another driver" in proc.stderr and "Traceback" not in proc.stderr
+        cli = hfsweep_here(
+            capsys, monkeypatch, "ops", "--local", "--ops", "abs", "--dtypes", "fp32",
+            "--store", str(store), "--run-id", "r", "--no-report",
+        )  # fmt: skip
+    assert cli.returncode == 2
+    assert "being written by another driver" in cli.stderr and "Traceback" not in cli.stderr
     assert not units(store)  # the refused driver wrote nothing
     run_op_sweep(config(store), run_fn=passing)  # released: the run goes on
     assert exactly_once(store)
@@ -275,21 +278,24 @@ def test_the_ops_cli_says_what_got_no_rows_and_exits_3(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path):
+def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path, capsys, monkeypatch):
     """The driver is killed while its last group waits in its first sample (a `wait` fault that
     is never released) and once a flush reached the store: mid-run on any machine, however
     fast its groups finish (before: killed after the first rows, which on a fast machine came
-    after the last group)."""
-    ops = "abs,neg,exp,sin,cos,tan,sinh,cosh"
+    after the last group). The same command then resumes it, in this process (the CLI's
+    function: what is left of the killed driver in the store and its lock is the point)."""
+    ops = "abs,neg,exp,cosh"
     store, state = tmp_path / "store", tmp_path / "faults"
-    cmd = [*HFSWEEP, "ops", "--local", "--ops", ops, "--dtypes", "fp32,bf16", "--group-size", "1"]
-    cmd += ["--store", str(store), "--run-id", "k", "--no-report"]
+    args = ["ops", "--local", "--ops", ops, "--dtypes", "fp32,bf16", "--group-size", "1"]
+    args += ["--store", str(store), "--run-id", "k", "--no-report"]
     waiting = {"at": "sample", "match": "cosh", "fault": "wait"}
     stored = lambda: units(store, "k")  # noqa: E731
-    kill_while_waiting(cmd, env=dict(os.environ), state=state, rule=waiting, stored=stored)
+    kill_while_waiting(
+        [*HFSWEEP, *args], env=dict(os.environ), state=state, rule=waiting, stored=stored
+    )
     before = units(store, "k")
     assert "cosh" not in {k[0] for k in before}  # killed mid-run: the waiting group has no rows
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = hfsweep_here(capsys, monkeypatch, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     after = units(store, "k")
     assert all(n == 1 for n in after.values()), [k for k, n in after.items() if n > 1][:5]

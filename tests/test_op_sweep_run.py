@@ -1,7 +1,13 @@
 """The op sweep end to end on a few OpInfos (the fast subset CI runs): `hfsweep ops` on `cpu` is a
 self-check (all native, nothing wrong), on the emulated neuron device every row says so and the
 fallbacks are charged to the ops that caused them; a sample that crashes or hangs is a row;
-declared skips, resume and the Ray driver."""
+declared skips, resume and the Ray driver.
+
+Each `hfsweep ops` process pays an interpreter, `import torch` and PyTorch's OpInfo database
+before its first sample (about 10 CPU s), so the CPU runs call the CLI's own function in the
+test's process (`tests/cli_here.py`); real processes hold what only a process shows: the
+emulated neuron sweep (exit 0; its children are forked from a process that ran no backward) and
+a bad argument (exit 2), here, and exit 3 and a killed driver in tests/test_op_sweep_faults.py."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import pytest
 from ground.errors import UnknownNameError, UsageError
 from ground.schema import OP_SKIP_PYTORCH, OpSkipReason
 from reports.store import Store
+from tests.cli_here import Ran, hfsweep_here
 from tests.conftest import HFSWEEP
 
 FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put,kthvalue"
@@ -27,6 +34,16 @@ def _ops(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*HFSWEEP, "ops", *args], capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+@pytest.fixture
+def ops_here(capsys, monkeypatch):
+    """`hfsweep ops ARGS` in the test's process (the CPU only: `tests/cli_here.py`)."""
+
+    def run(*args: str) -> Ran:
+        return hfsweep_here(capsys, monkeypatch, "ops", *args)
+
+    return run
 
 
 def _rows(store: Path) -> list[dict]:
@@ -86,9 +103,9 @@ def test_declarations(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
+def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path, ops_here) -> None:
     store = tmp_path / "store"
-    out = _ops("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
+    out = ops_here("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Op sweep: denominators" in out.stdout
     # softmax has a with_dtype variant: 9 OpInfos of the 8 names, at the three default dtypes
@@ -121,7 +138,7 @@ def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
+def test_emulated_neuron_end_to_end(tmp_path: Path, capsys, monkeypatch) -> None:
     store = tmp_path / "store"
     out = _ops(
         "--ops", FAST_OPS, "--dtypes", "fp32,bf16", "--device", "neuron", "--local",
@@ -141,16 +158,14 @@ def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
     for r in ran:  # the per-row count is the distinct fallback overloads of its ops
         assert r["fallback_op_count"] == len({f for d in r["dispatched"] for f in d["fallbacks"]})
     assert {r["status"] for r in rows} <= {"pass", "skip", "fail", "wrong", "not_run"}
-    # the report reads it back and labels it emulated
-    report = subprocess.run(
-        [*HFSWEEP, "report", "--store", str(store)], capture_output=True, text=True, timeout=120
-    )
+    # the report reads it back and labels it emulated (the CLI's function, in this process)
+    report = hfsweep_here(capsys, monkeypatch, "report", "--store", str(store))
     assert report.returncode == 0, report.stderr[-1000:]
     assert "Op sweep: denominators" in report.stdout and "EMULATED" in report.stdout
 
 
 @pytest.mark.slow
-def test_declared_skips_and_resume(tmp_path: Path) -> None:
+def test_declared_skips_and_resume(tmp_path: Path, ops_here) -> None:
     store = tmp_path / "store"
     skips = tmp_path / "skips.json"
     skips.write_text(
@@ -163,7 +178,7 @@ def test_declared_skips_and_resume(tmp_path: Path) -> None:
     )
     args = ["--ops", "sum,add", "--dtypes", "fp32,bf16", "--device", "cpu", "--local"]
     args += ["--store", str(store), "--run-id", "resume-me", "--skips", str(skips)]
-    first = _ops(*args)
+    first = ops_here(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     rows = _rows(store)
     sums = [
@@ -176,24 +191,26 @@ def test_declared_skips_and_resume(tmp_path: Path) -> None:
     bf16_add = [r for r in rows if r["opinfo"] == "add" and r["dtype"] == "bf16"]
     assert bf16_add and all(r["reason"] == "device_unsupported_feature" for r in bf16_add)
     assert "skipped by the device" in first.stdout
-    again = _ops(*args)
+    again = ops_here(*args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "4 OpInfo x dtype already done, 0 rows written" in again.stderr
     assert len(_rows(store)) == len(rows)
-    other = _ops("--ops", "sum", "--dtypes", "fp32", "--device", "cpu", "--local", "--store",
+    other = ops_here("--ops", "sum", "--dtypes", "fp32", "--device", "cpu", "--local", "--store",
                  str(store), "--run-id", "resume-me")  # fmt: skip
     assert other.returncode == 2 and "dtypes=fp32,bf16" in other.stderr
 
 
-@pytest.mark.slow
-def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
-    out = _ops("--ops", "nn.functional.layernorm", "--store", str(tmp_path / "s"))
+def test_bad_input_is_one_clear_error(tmp_path: Path, ops_here) -> None:
+    out = ops_here("--ops", "nn.functional.layernorm", "--store", str(tmp_path / "s"))
     assert out.returncode == 2
     assert "Unknown OpInfo name" in out.stderr and "Traceback" not in out.stderr
+    listed = ops_here("--list", "--ops", "normal")
+    assert listed.returncode == 0 and "normal.number_mean" in listed.stdout
+    # a real process: the exit code `hfsweep ops` ends with on bad input (before any import
+    # of torch, so it costs about a second)
     out = _ops("--dtypes", "fp64", "--store", str(tmp_path / "s"))
     assert out.returncode == 2 and "unknown dtype 'fp64'" in out.stderr
-    listed = _ops("--list", "--ops", "normal")
-    assert listed.returncode == 0 and "normal.number_mean" in listed.stdout
+    assert "Traceback" not in out.stderr and not (tmp_path / "s").exists()
 
 
 # ---- isolation ----------------------------------------------------------------------------------
