@@ -96,8 +96,9 @@ WARM_GROUP = pytest.mark.xdist_group("warm_parent_cases")  # one worker reads on
 
 @pytest.fixture(scope="module")
 def warm_cases() -> dict:
+    # the three cases' work in one process: a guard twice theirs, against a hang, not a speed
     done = subprocess.run(
-        [sys.executable, "-c", WARM_CASES], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", WARM_CASES], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
