@@ -23,6 +23,7 @@ from runners.devices.neuron.profiles import BUNDLED, DEFAULT_PROFILE, base_name,
 from runners.devices.neuron.real import dispatch_entry, fallbacks_from_events
 from tests.conftest import ROOT
 from tests.neuron_support import forked
+from tests.warm_fork import run_code
 
 
 def test_registry_names() -> None:
@@ -245,15 +246,15 @@ print(json.dumps([report.device, report.emulated, report.profile, report.compile
 
 
 @pytest.mark.slow
+@forked
 def test_device_check_before_a_sweep() -> None:
     """One check in a child forked from a process that has torch loaded and no device set up
     (as a `--local` driver or the op sweep's is): the device set up, one op and its backward;
     no fresh interpreter is started, and no device stays set up in the parent. The parent is a
-    fresh interpreter: a test worker may have run a backward pass in-process already, after
-    which no neuron backend can be installed in its forks."""
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    process of its own forked from this `@forked` test's (tests/warm_fork.py), which never ran
+    a backward pass: a test worker may have run one in-process already, after which no neuron
+    backend can be installed in its forks."""
+    done = run_code(FORKED_CHECK)
     assert done.returncode == 0, done.stderr[-3000:]
     device, emulated, profile, mode, cpu_emulated, error, backend = json.loads(
         done.stdout.strip().splitlines()[-1]

@@ -5,11 +5,6 @@ recorded as unverified), and backward traces on the device that raise (once a pr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
@@ -23,8 +18,9 @@ from runners.devices.neuron.compiler import (
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.stages.core.compile import RecompileWatch
 from runners.stages.engine import failing_op
-from tests.conftest import ROOT, TINY_LLAMA
+from tests.conftest import TINY_LLAMA
 from tests.neuron_support import forked, tiny_model
+from tests.warm_fork import run_cli, run_code
 
 POSITIVE = ("registered", "decomposed", "tested", "torch-mlir")  # evidence that an op lowers
 
@@ -289,24 +285,21 @@ def test_backend_python_is_not_traced_by_dynamo(neuron: NeuronEmulatedDevice) ->
 
 
 @pytest.mark.slow
+@forked
 def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
     """`hfsweep check` on the emulated device: the compile row says which mode ran, and what
     its verdicts rest on, under the default profile and under torch-mlir's (whose evidence is
-    the compiler's, whatever runs natively in eager mode)."""
+    the compiler's, whatever runs natively in eager mode). Each check is a process of its own,
+    forked from this warm one (tests/warm_fork.py)."""
     import json
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_LLAMA))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for mode, profile in (("raise", ["--profile", "torch-mlir"]), ("eager", [])):
-        done = subprocess.run(
-            [sys.executable, "-m", "sweep", "check", str(config), "--device", "neuron"]
+        done = run_cli(
+            ["check", str(config), "--device", "neuron"]
             + ["--stages", "load,compile", "--compile-mode", mode, *profile, "--format", "json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            env={"HF_HUB_OFFLINE": "1"},
         )
         assert done.returncode == 0, done.stderr[-2000:]
         rows = {r["stage"]: r for r in json.loads(done.stdout)["stages"]}
@@ -318,8 +311,10 @@ def test_check_cli_reports_the_compile_mode(tmp_path) -> None:
         assert rows["compile"]["unverified_ops"] is None
 
 
+@forked
 def test_emulator_refuses_another_torch() -> None:
-    code = textwrap.dedent(
+    """In a process of its own (forked: tests/warm_fork.py) whose torch says it is 2.13."""
+    done = run_code(
         """
         import torch
         torch.__version__ = "2.13.0"
@@ -330,9 +325,6 @@ def test_emulator_refuses_another_torch() -> None:
         except DeviceError as exc:
             print("refused:", exc.message, "|", exc.hint)
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert "refused:" in done.stdout and "2.14" in done.stdout

@@ -6,9 +6,6 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -19,8 +16,8 @@ from runners.devices import get_device
 from runners.devices.base import FallbackDisallowed
 from runners.devices.neuron.emulated import NeuronEmulatedDevice
 from runners.devices.neuron.profiles import DeviceProfile, base_name, load_profile
-from tests.conftest import ROOT
 from tests.neuron_support import forked, tiny_model
+from tests.warm_fork import run_code
 
 
 @pytest.fixture(scope="module")
@@ -375,9 +372,11 @@ def test_registry_returns_emulated_with_user_profile(tmp_path) -> None:
     assert isinstance(get_device("neuron-emulated", strict=True), NeuronEmulatedDevice)
 
 
+@forked
 def test_install_is_first_wins_in_a_fresh_process() -> None:
-    """Another PrivateUse1 backend owning the process is refused with a DeviceError."""
-    code = textwrap.dedent(
+    """Another PrivateUse1 backend owning the process is refused with a DeviceError (in a
+    process of its own: a fork of this warm test process, tests/warm_fork.py)."""
+    done = run_code(
         """
         import torch
         torch.utils.rename_privateuse1_backend("other")
@@ -389,9 +388,6 @@ def test_install_is_first_wins_in_a_fresh_process() -> None:
         except DeviceError as exc:
             print("refused:", exc)
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert "refused:" in done.stdout and "'other'" in done.stdout
@@ -454,8 +450,11 @@ def test_native_op_is_not_limited_by_the_borrowed_cpu_kernel(neuron: NeuronEmula
     assert info.value.op == "aten::histc"  # type: ignore[attr-defined]
 
 
+@forked
 def test_install_after_a_backward_is_refused_clearly() -> None:
-    code = textwrap.dedent(
+    """In a process of its own (a fork of this warm test process, which never ran a backward
+    pass: tests/warm_fork.py)."""
+    done = run_code(
         """
         import torch
         leaf = torch.ones(1, requires_grad=True)
@@ -467,9 +466,6 @@ def test_install_after_a_backward_is_refused_clearly() -> None:
         except DeviceError as exc:
             print("refused:", exc, exc.hint)
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert "refused: A backward pass ran" in done.stdout

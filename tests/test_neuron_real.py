@@ -1,44 +1,44 @@
 """The real TorchNeuron adapter against a stand-in `torch_neuronx` (tests/fixtures): fallbacks from
 get_fallback_ops / get_executed_ops / clear_op_tracking around each stage, strict mode naming
 the op, TorchNeuron's compile switch left at its default unless asked, the legacy XLA package
-refused. Each case runs in a fresh interpreter (the stand-in installs a PrivateUse1 backend)."""
+refused. Each case runs in a process of its own (the stand-in installs a PrivateUse1 backend):
+a child forked from a `@forked` test's warm process, the stand-in first on its path
+(tests/warm_fork.py), as a fresh interpreter with it on PYTHONPATH would run it."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, TINY_LLAMA
+from tests.neuron_support import forked
+from tests.warm_fork import Finished, run_cli, run_code
 
 STANDIN = FIXTURES / "torch_neuronx_standin"
 
 
-def run_python(code: str, *, path: Path = STANDIN, env: dict | None = None, timeout: int = 300):
-    environment = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    environment.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_python(code: str, *, path: Path = STANDIN, env: dict | None = None) -> Finished:
+    """`python -c CODE` with `path` first on the path and TorchNeuron's compile switch unset
+    (unless `env` sets it), in a child forked from this (`@forked`) test's process."""
+    environment = {
+        "PYTHONPATH": f"{path}{os.pathsep}{ROOT}",
+        "HF_HUB_OFFLINE": "1",
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": None,
+        **(env or {}),
+    }
+    return run_code(code, path=[path], env=environment)
 
 
-def last_json(done: subprocess.CompletedProcess) -> dict:
+def last_json(done: Finished) -> dict:
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@forked
 def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
     done = run_python(
         """
@@ -71,35 +71,28 @@ def test_fallbacks_come_from_torchneuron_tracking_per_stage() -> None:
 
 
 @pytest.mark.slow
+@forked
 def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
     """`hfsweep check` on the real adapter: fallback rows from TorchNeuron's tracking; strict
     fails the stage naming the op; a compile mode sets TorchNeuron's own variable."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_LLAMA))
-    base = ["-m", "sweep", "check", str(config), "--device", "neuron", "--format", "json"]
+    base = ["check", str(config), "--device", "neuron", "--format", "json"]
     env = {
         "PYTHONPATH": f"{STANDIN}{os.pathsep}{ROOT}",
         "STANDIN_PROFILE": "torch-mlir",  # training ops fall back under this list
         "HF_HUB_OFFLINE": "1",
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": None,
     }
     results = {}
-    # one check per set of settings (each is a process that imports torch and transformers);
-    # the compile mode changes the compile stage only
+    # one check per set of settings, each a process forked from this warm one; the compile
+    # mode changes the compile stage only
     plain_stages = "load,forward,backward,optimizer,optimizer_fused,compile"
     for name, extra in {
         "plain": ["--stages", plain_stages, "--compile-mode", "eager"],
         "strict": ["--stages", "load,forward,backward", "--strict"],
     }.items():
-        environment = {**os.environ, **env}
-        environment.pop("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", None)
-        done = subprocess.run(
-            [sys.executable, *base, *extra],
-            cwd=ROOT,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_cli([*base, *extra], path=[STANDIN], env=env)
         assert done.stdout, done.stderr[-3000:]
         results[name] = json.loads(done.stdout)
     plain = {r["stage"]: r for r in results["plain"]["stages"]}
@@ -122,6 +115,7 @@ def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@forked
 def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     done = run_python(
         """
@@ -161,6 +155,7 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
     "version, has_api, refused",
     [("2.9.0.2.11.19482", False, "legacy XLA-based"), ("0.1.0", False, "has no get_fallback_ops")],
 )
+@forked
 def test_legacy_or_foreign_torch_neuronx_is_refused(
     tmp_path: Path, version: str, has_api: bool, refused: str
 ) -> None:
@@ -189,9 +184,10 @@ def test_legacy_or_foreign_torch_neuronx_is_refused(
     assert refused in message and "neuron-emulated" in hint
 
 
-def _sweep_with_legacy_package(tmp_path: Path, *command: str) -> subprocess.CompletedProcess:
-    """`python -m sweep COMMAND --device neuron --local --store STORE --no-report` where the
-    stand-in is installed as the legacy XLA torch-neuronx (2.5.1)."""
+def _sweep_with_legacy_package(tmp_path: Path, *command: str) -> Finished:
+    """`hfsweep COMMAND --device neuron --local --store STORE --no-report` where the stand-in is
+    installed as the legacy XLA torch-neuronx (2.5.1), in a child forked from this (`@forked`)
+    test's process."""
     legacy = tmp_path / "legacy"
     shutil.copytree(STANDIN / "torch_neuronx", legacy / "torch_neuronx")
     meta = legacy / "torch_neuronx-2.5.1.2.4.0.dist-info"
@@ -199,18 +195,16 @@ def _sweep_with_legacy_package(tmp_path: Path, *command: str) -> subprocess.Comp
     (meta / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: torch-neuronx\nVersion: 2.5.1.2.4.0\n"
     )
-    environment = {**os.environ, "PYTHONPATH": f"{legacy}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "sweep", *command, "--device", "neuron", "--local"]
+    environment = {"PYTHONPATH": f"{legacy}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
+    return run_cli(
+        [*command, "--device", "neuron", "--local"]
         + ["--store", str(tmp_path / "store"), "--no-report"],
-        cwd=ROOT,
+        path=[legacy],
         env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
 
 
+@forked
 def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> None:
     """`hfsweep run` on a machine with the legacy package: one error, exit 3 (the environment),
     nothing written."""
@@ -220,6 +214,7 @@ def test_preflight_refuses_the_legacy_package_before_any_row(tmp_path: Path) -> 
     assert not (tmp_path / "store" / "results").exists()
 
 
+@forked
 def test_the_op_sweep_checks_the_device_before_any_row(tmp_path: Path) -> None:
     """`hfsweep ops` enters the same run lifecycle as `hfsweep run`, its device check included:
     with the legacy package, one error, exit 3, no run row and no op rows."""
