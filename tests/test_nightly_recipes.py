@@ -132,6 +132,7 @@ def free_port() -> int:
 
 
 MARK = "HFSWEEP_TEST_JOB_CLUSTER"
+RAY_START_TRIES = 3  # as the driver tries an embedded Ray's start
 
 
 def kill_marked(value: str) -> None:
@@ -167,7 +168,6 @@ def head_with_dashboard(tmp_path):
     hfsweep on its PATH, inside a local S3-compatible server's variables."""
     with local_s3() as aws:
         ray_bin = Path(HFSWEEP[0]).with_name("ray")
-        port, dashboard = free_port(), free_port()
         env = {
             **os.environ,
             **aws,
@@ -180,25 +180,40 @@ def head_with_dashboard(tmp_path):
             MARK: secrets.token_hex(8),
         }
         env.pop("HFSWEEP_TEST_FAULTS", None)
-        start = [
-            str(ray_bin),
-            "start",
-            "--head",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=1",  # one worker runs the night's two models: concurrency is not the point
-            "--include-dashboard=true",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            # the defaults may be taken by another Ray on this machine
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            "--disable-usage-stats",
-        ]
+        port = dashboard = 0
+
+        def start() -> subprocess.CompletedProcess:
+            nonlocal port, dashboard
+            port, dashboard = free_port(), free_port()
+            argv = [
+                str(ray_bin),
+                "start",
+                "--head",
+                f"--port={port}",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=1",  # one worker for the night's models: concurrency is not the point
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={dashboard}",
+                # the defaults may be taken by another Ray on this machine
+                f"--dashboard-agent-listen-port={free_port()}",
+                f"--dashboard-agent-grpc-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}",
+                f"--metrics-export-port={free_port()}",
+                "--disable-usage-stats",
+            ]
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
         try:
-            proc = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
+            for _ in range(RAY_START_TRIES):
+                proc = start()
+                # Ray's fixed 30 s for the raylet to register, missed on a busy machine: the
+                # machine's problem, not the recipe's; start again (as the driver does for an
+                # embedded Ray, sweep/executors/ray_cluster.py: start_embedded)
+                if proc.returncode == 0 or "timed out during startup" not in proc.stderr:
+                    break
+                kill_marked(env[MARK])
+                forget_cluster(port)
             assert proc.returncode == 0, proc.stderr[-2000:]
             yield {k: v for k, v in env.items() if k != MARK}, dashboard
         finally:
