@@ -18,6 +18,7 @@ from runners.alternatives import candidates, switches, try_alternatives, worth_t
 from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 from runners.settings import ModelSettings
 from runners.stages import default_stages
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT
 from tests.neuron_support import forked
 
@@ -128,7 +129,8 @@ def test_the_sweep_stores_alternatives_as_rows_of_their_own_and_reads_them_back(
     assert {r["implementation"] for r in alternatives} == {"experts_implementation=batched_mm"}
     assert [r["status"] for r in alternatives] == ["pass"] * 3
     assert Store(store).runs()[0]["alternatives"] == "auto"
-    lookup = hfsweep("lookup", model, "--store", str(store))
+    # the readers: the CLI's function in this process (their answers are under test)
+    lookup = hfsweep_in_process("lookup", model, "--store", str(store))
     assert lookup.returncode == 1, lookup.stdout + lookup.stderr  # the default fails
     assert "next: passes with experts_implementation='batched_mm' (run:" in lookup.stdout
     assert (
@@ -136,9 +138,11 @@ def test_the_sweep_stores_alternatives_as_rows_of_their_own_and_reads_them_back(
         "--implementation experts_implementation=batched_mm"
     ) in lookup.stdout
     assert "at full size: not the tiny input's size" in lookup.stdout
-    data = json.loads(hfsweep("lookup", model, "--store", str(store), "--format", "json").stdout)
+    data = json.loads(
+        hfsweep_in_process("lookup", model, "--store", str(store), "--format", "json").stdout
+    )
     assert data["next_step"]["proven"] == "experts_implementation=batched_mm"
-    report = hfsweep("report", "--store", str(store))
+    report = hfsweep_in_process("report", "--store", str(store))
     assert "1 with experts_implementation=batched_mm" in report.stdout
     # a reuse copies the task's alternatives with its results
     from sweep.reuse import lead_outcomes

@@ -1,4 +1,7 @@
-"""`hfsweep report / diff / lookup / dashboard` as a user runs them: exit codes and output."""
+"""`hfsweep report / diff / lookup / dashboard` as a user runs them: exit codes and output.
+The CLI's function in this process (tests/cli_in_process.py) for most answers; a process of
+its own where the process is the point: the store from the environment, a bad-usage exit
+status, the dashboard's server."""
 
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_in_process import hfsweep_in_process as hfsweep
 from tests.conftest import HFSWEEP, ROOT
 from tests.report_store_builder import EVIL_ID, build_hand_store
 
 
-def hfsweep(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def hfsweep_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The `hfsweep` script in a process of its own (the other tests call its function)."""
     return subprocess.run(
         [*HFSWEEP, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
     )
@@ -120,8 +125,12 @@ def test_report_errors_exit_2(store: str, tmp_path: Path) -> None:
 def test_report_uses_hfsweep_store_env(store: str) -> None:
     import os
 
-    p = hfsweep("report", "--format", "json", env={**os.environ, "HFSWEEP_STORE": store})
+    p = hfsweep_process("report", "--format", "json", env={**os.environ, "HFSWEEP_STORE": store})
     assert p.returncode == 0 and json.loads(p.stdout)["run_id"] == "r2"
+    # bad usage ends the process with exit status 2 and one line, no traceback
+    p = hfsweep_process("report", "--store", store, "--run", "r9")
+    assert p.returncode == 2 and "no results for run 'r9'" in p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_diff(store: str) -> None:

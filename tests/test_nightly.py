@@ -15,6 +15,7 @@ import pytest
 
 from reports import alerts
 from reports.store import Store
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 
 MODELS = [
@@ -156,12 +157,21 @@ def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
     assert night3["alert"] is False and night3["previous"] == night2["run_id"]
 
 
+def refused(*args: str):
+    """A night refused before it starts, from the CLI's function in this process: the answer
+    and the exit code are under test, not the process (tests/cli_in_process.py)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("HFSWEEP_TEST_FAULTS", None)
+    base = ["nightly", "--device", "neuron", "--stages", "load", "--no-report"]
+    return hfsweep_in_process(*base, *args, env=env)
+
+
 def test_nightly_bad_usage_is_one_line_exit_2(tmp_path):
     (tmp_path / "site").write_text("a file")
-    bad_site = nightly(tmp_path, "--catalog", "bundled", "--site", str(tmp_path / "site"))
+    bad_site = refused("--catalog", "bundled", "--site", str(tmp_path / "site"))
     assert bad_site.returncode == 2 and "is a file, not a folder" in bad_site.stderr
-    bad_series = nightly(tmp_path, "--series", "a/b")
+    bad_series = refused("--series", "a/b")
     assert bad_series.returncode == 2 and "--series 'a/b'" in bad_series.stderr
-    hub = nightly(tmp_path, "--catalog", "hub", "--site", str(tmp_path / "s"))
+    hub = refused("--catalog", "hub", "--site", str(tmp_path / "s"))
     assert hub.returncode == 2 and "the Hub is offline" in hub.stderr
     assert "Traceback" not in bad_site.stderr + bad_series.stderr + hub.stderr

@@ -7,7 +7,7 @@ and a group the environment stops retried, then given up without rows, never wri
 
 The exit code 3 and the kill need real `hfsweep ops` processes; the refused second driver and
 the resume after the kill call the CLI's own function in the test's process
-(`tests/cli_here.py`), which saves the interpreter, torch and OpInfo database each process
+(`tests/cli_in_process.py`), which saves the interpreter, torch and OpInfo database each process
 pays (about 10 CPU s); exit 2 of a real process is tests/test_op_sweep_run.py's."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from runners.settings import DeviceChoice, OpSettings
 from sweep.executors import fault_policy
 from sweep.op_driver import OpOutcome, run_op_sweep
 from sweep.settings import JobSettings, OpRun
-from tests.cli_here import hfsweep_here
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT
 from tests.kill_support import kill_while_waiting
 
@@ -111,15 +111,13 @@ def test_op_rows_reach_the_store_on_the_timer_while_another_group_runs(tmp_path)
 # ---- one driver per run ---------------------------------------------------------------------
 
 
-def test_a_second_op_driver_on_the_same_run_is_refused_with_a_clear_message(
-    tmp_path, capsys, monkeypatch
-):
+def test_a_second_op_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_path):
     store = tmp_path / "store"
     with RunLock(Store(store), "r"):
         with pytest.raises(RunLocked, match="being written by another driver"):
             run_op_sweep(config(store), run_fn=passing)
-        cli = hfsweep_here(
-            capsys, monkeypatch, "ops", "--local", "--ops", "abs", "--dtypes", "fp32",
+        cli = hfsweep_in_process(
+            "ops", "--local", "--ops", "abs", "--dtypes", "fp32",
             "--store", str(store), "--run-id", "r", "--no-report",
         )  # fmt: skip
     assert cli.returncode == 2
@@ -278,7 +276,7 @@ def test_the_ops_cli_says_what_got_no_rows_and_exits_3(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path, capsys, monkeypatch):
+def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path):
     """The driver is killed while its last group waits in its first sample (a `wait` fault that
     is never released) and once a flush reached the store: mid-run on any machine, however
     fast its groups finish (before: killed after the first rows, which on a fast machine came
@@ -295,7 +293,7 @@ def test_a_killed_op_driver_resumes_without_loss_or_duplicates(tmp_path, capsys,
     )
     before = units(store, "k")
     assert "cosh" not in {k[0] for k in before}  # killed mid-run: the waiting group has no rows
-    done = hfsweep_here(capsys, monkeypatch, *args)
+    done = hfsweep_in_process(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     after = units(store, "k")
     assert all(n == 1 for n in after.values()), [k for k, n in after.items() if n > 1][:5]

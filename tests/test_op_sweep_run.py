@@ -5,7 +5,7 @@ declared skips, resume and the Ray driver.
 
 Each `hfsweep ops` process pays an interpreter, `import torch` and PyTorch's OpInfo database
 before its first sample (about 10 CPU s), so the CPU runs call the CLI's own function in the
-test's process (`tests/cli_here.py`); real processes hold what only a process shows: the
+test's process (`tests/cli_in_process.py`); real processes hold what only a process shows: the
 emulated neuron sweep (exit 0; its children are forked from a process that ran no backward) and
 a bad argument (exit 2), here, and exit 3 and a killed driver in tests/test_op_sweep_faults.py."""
 
@@ -23,7 +23,7 @@ import pytest
 from ground.errors import UnknownNameError, UsageError
 from ground.schema import OP_SKIP_PYTORCH, OpSkipReason
 from reports.store import Store
-from tests.cli_here import Ran, hfsweep_here
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP
 
 FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put,kthvalue"
@@ -37,11 +37,11 @@ def _ops(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def ops_here(capsys, monkeypatch):
-    """`hfsweep ops ARGS` in the test's process (the CPU only: `tests/cli_here.py`)."""
+def ops_here():
+    """`hfsweep ops ARGS` in the test's process (the CPU only: `tests/cli_in_process.py`)."""
 
-    def run(*args: str) -> Ran:
-        return hfsweep_here(capsys, monkeypatch, "ops", *args)
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return hfsweep_in_process("ops", *args)
 
     return run
 
@@ -138,7 +138,7 @@ def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path, ops_here) -> No
 
 
 @pytest.mark.slow
-def test_emulated_neuron_end_to_end(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
     store = tmp_path / "store"
     out = _ops(
         "--ops", FAST_OPS, "--dtypes", "fp32,bf16", "--device", "neuron", "--local",
@@ -159,7 +159,7 @@ def test_emulated_neuron_end_to_end(tmp_path: Path, capsys, monkeypatch) -> None
         assert r["fallback_op_count"] == len({f for d in r["dispatched"] for f in d["fallbacks"]})
     assert {r["status"] for r in rows} <= {"pass", "skip", "fail", "wrong", "not_run"}
     # the report reads it back and labels it emulated (the CLI's function, in this process)
-    report = hfsweep_here(capsys, monkeypatch, "report", "--store", str(store))
+    report = hfsweep_in_process("report", "--store", str(store))
     assert report.returncode == 0, report.stderr[-1000:]
     assert "Op sweep: denominators" in report.stdout and "EMULATED" in report.stdout
 

@@ -425,6 +425,7 @@ def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path:
     from dashboard.app import create_app
     from reports.query import StoreQuery
     from reports.store import Store
+    from tests.cli_in_process import hfsweep_in_process
     from tests.conftest import HFSWEEP, ROOT
 
     store = str(tmp_path / "store")
@@ -446,7 +447,8 @@ def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path:
     assert {r["reason"] for r in awq} == {"unsupported_quantization"}
     assert {r["status"] for r in rows if r["model_id"] == SWEPT[0]} == {"pass"}
 
-    report = hfsweep("report", "--store", store, "--run", "q1")
+    # the readers: the CLI's function in this process (their answers are under test)
+    report = hfsweep_in_process("report", "--store", store, "--run", "q1")
     assert report.returncode == 0, report.stderr
     text = report.stdout
     assert "quantized checkpoints" in text and "Quantized checkpoints by method" in text
@@ -455,7 +457,7 @@ def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path:
     assert "3 of the swept models" not in text  # AWQ is skipped: 2 swept, both from defaults
     assert "2 of the swept models" in text
 
-    lookup = hfsweep("lookup", SWEPT[1], "--store", store)
+    lookup = hfsweep_in_process("lookup", SWEPT[1], "--store", store)
     assert lookup.returncode == 1
     assert "skipped (unsupported_quantization)" in lookup.stdout
     assert "quantization: awq" in lookup.stdout

@@ -286,16 +286,11 @@ def test_lookup_and_report_commands(q: StoreQuery) -> None:
     import json
     import subprocess
 
-    from tests.conftest import HFSWEEP, ROOT
+    from tests.cli_in_process import hfsweep_in_process
 
     def hfsweep(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*HFSWEEP, *args, "--store", q.store.uri],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
+        # the CLI's function in this process: its answer and exit code are under test
+        return hfsweep_in_process(*args, "--store", q.store.uri)
 
     p = hfsweep("lookup", "org/qwen-bf16-accuracy")
     assert p.returncode == 1, p.stderr

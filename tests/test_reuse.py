@@ -22,6 +22,7 @@ from sweep import reuse
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from sweep.reuse import KeyContext
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.s3_support import BUCKET, local_s3
 from tests.test_driver_faults import config as driver_config
@@ -387,7 +388,8 @@ def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         assert {c for c in a[k] if a[k][c] != b[k][c]} <= {"run_id", "finished_at", "reused_from"}
-    bad = cli(*common, "--run-id", "three", "--reuse", "nope", "--no-report")
+    # refused before anything runs: the CLI's answer and exit code, from its function here
+    bad = hfsweep_in_process(*common, "--run-id", "three", "--reuse", "nope", "--no-report")
     assert bad.returncode == 2 and "no such run" in bad.stderr and "Traceback" not in bad.stderr
 
 

@@ -2,9 +2,10 @@
 start themselves, reached through the standard AWS variables, as a cluster would reach S3.
 
 Every reader and writer is exercised on an `s3://` URI: the store's own reads and writes, the
-reports (compared with the same store on disk), the dashboard, and `hfsweep run` / resume /
-`report` / `lookup` / `diff` and `hfsweep ops` (with its resume) as subprocesses that know the
-server only from the environment."""
+reports (compared with the same store on disk), the dashboard, and `hfsweep run` / resume and
+`hfsweep ops` (with its resume) as subprocesses that know the server only from the environment;
+`report` / `lookup` / `diff` read it from the environment too, through the CLI's function in
+this process (tests/cli_in_process.py: a fresh process adds nothing the runs do not show)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from reports import coverage, ops
 from reports.models import model_detail
 from reports.query import StoreQuery
 from reports.store import Store
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.report_store_builder import build_hand_store
 from tests.s3_support import BUCKET, local_s3, s3_objects
@@ -45,6 +47,11 @@ def hfsweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
     )
+
+
+def read(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A reading command (report, lookup, diff) in this process, in the same environment."""
+    return hfsweep_in_process(*args, env={**os.environ, **env, "HF_HUB_OFFLINE": "1"})
 
 
 def test_parts_are_written_and_read_through_s3(s3_env) -> None:
@@ -151,16 +158,16 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     p = hfsweep("run", *common, "--top", "2", "--run-id", "s3b", "--no-report", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
 
-    p = hfsweep("report", "--store", uri, "--run", "s3a", "--format", "json", env=s3_env)
+    p = read("report", "--store", uri, "--run", "s3a", "--format", "json", env=s3_env)
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
     assert report["denominators"]["models"] == 4 and report["denominators"]["skipped"] == 1
 
-    p = hfsweep("lookup", "org/llama-b", "--store", uri, env=s3_env)
+    p = read("lookup", "org/llama-b", "--store", uri, env=s3_env)
     assert p.returncode == 0, p.stderr
     assert "hidden_size: 4096 -> 64" in p.stdout  # joined back from the configs table
 
-    p = hfsweep("diff", "s3a", "s3b", "--store", uri, env=s3_env)
+    p = read("diff", "s3a", "s3b", "--store", uri, env=s3_env)
     assert p.returncode == 0, p.stderr
     assert "s3a" in p.stdout and "s3b" in p.stdout
 
@@ -189,7 +196,7 @@ def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
     assert "2 OpInfo x dtype already done, 0 rows written" in p.stderr
     assert store.read("ops", "ops-s3").num_rows == len(rows)
     assert store.read("op_summary", "ops-s3").num_rows == len(summary)
-    p = hfsweep("report", "--store", uri, "--format", "json", env=s3_env)
+    p = read("report", "--store", uri, "--format", "json", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "ops-s3" in p.stdout
     client = TestClient(create_app(uri, refresh_s=0, warm=False))
