@@ -1,8 +1,10 @@
 """The fast part of the fault matrix (`bench/fault_matrix.py --fast`) on real sweeps: one
 trial of every fault type inside a model and inside an op-sweep task (real Ray), a node that
-leaves a real two-node cluster, an environment that keeps failing, and a driver killed with
-SIGKILL at random moments and resumed. Every trial must survive with nothing lost, doubled,
-orphaned or mislabelled; the long trials (20 per fault type, 30 kills) stay in the bench."""
+leaves a real two-node cluster, an environment that keeps failing, and a driver stopped with
+SIGTERM, then killed with SIGKILL (at an explicit point: the run's last model waiting, rows in
+the store), and resumed. Every trial must survive with nothing lost, doubled, orphaned or
+mislabelled; the long trials (20 per fault type, 30 kills at random moments) stay in the
+bench."""
 
 from __future__ import annotations
 
@@ -36,7 +38,11 @@ SECTIONS = {
     },
     "node": {"a node that leaves the cluster"},
     "env": {"environment error that keeps happening"},
-    "kill": {"driver stopped with SIGTERM mid-run", "driver killed (SIGKILL) at a random moment"},
+    # the SIGKILL at an explicit point (its last model waiting, rows stored), then resumed
+    "kill": {
+        "driver stopped with SIGTERM mid-run",
+        "driver killed (SIGKILL) with a task in flight",
+    },
     # the same faults inside op-sweep tasks (planning is the model sweep's alone)
     "ops": {
         "op: segfault in a sample",
