@@ -15,10 +15,13 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
          device does not set up): no row for it, exit 3 naming it, then the same command
          without the fault writes its rows
   kill   one run (embedded Ray) whose driver is first stopped with SIGTERM mid-run (it must
-         stop as on Ctrl-C: exit 143, one line saying how to resume, no stack from Ray), then
-         killed with SIGKILL at a random moment, `--kills` times, each time resumed with the
-         same run id, then finished (its last model waits until the kills are done, so that
-         no kill comes after the run's end)
+         stop as on Ctrl-C: exit 143, one line saying how to resume, no stack from Ray, the run
+         `interrupted`), then killed with SIGKILL at a random moment, `--kills` times, each
+         time resumed with the same run id, then finished (its last model waits until the
+         kills are done, so that no kill comes after the run's end). With `--fast` (CI): one
+         CPU, six models; the SIGTERM while the second model waits, the one SIGKILL at an
+         explicit point (the last model waiting, rows in the store: it has no row, the run
+         stays `running`), then finished (`finished`, every row once)
   ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
          round, one OpInfo per fault type, its first sample faulted (matched by its name),
          beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
@@ -44,7 +47,7 @@ children, what they started, Ray processes of a killed driver), and environment 
 recorded as model results. Target: all survived, 0 lost, 0 duplicated, 0 orphaned, 0 mislabelled.
 
     python bench/fault_matrix.py                       # 20 trials per fault type, 30 kills
-    python bench/fault_matrix.py --fast                # 1 per fault type, 1 kill over 6 models (CI)
+    python bench/fault_matrix.py --fast                # 1 per fault type, 1 SIGTERM, 1 kill (CI)
     python bench/fault_matrix.py --fast --load 2       # beside two CPU-bound processes
     python bench/fault_matrix.py --sections ops,ops-env,ops-kill   # the op sweep's
     python bench/fault_matrix.py --sections kill --kills 50 --seed 7
@@ -723,28 +726,42 @@ def kill_and_resume(
         print(final.stderr[-2000:], file=sys.stderr)
 
 
-def section_kill(kills: int, work: Path, seed: int, models: int) -> list[Line]:
+def section_kill(kills: int, work: Path, seed: int, models: int, fast: bool = False) -> list[Line]:
     rng = random.Random(seed)
     # The kills land at many points of the run (on the 2-core machine 150 models took 19
     # kills of 1-20 s each, with Ray starting again after every one, to finish); the last
     # model waits until the kills are done, so none lands after the run's end, however few
-    # models come before it.
+    # models come before it. `--fast` (CI) runs on one CPU (one Ray worker to start after each
+    # stop, the models one after another), stops the driver with SIGTERM while its second model
+    # waits and kills it with SIGKILL at an explicit point, never a moment that races the
+    # machine's speed: while its last model waits and rows are in the store.
     catalog, ids = write_trial_catalog(work / "kill", models, "kk")
-    waiting = {"at": "stage:load", "match": shrunk_hashes(catalog)[ids[-1]], "fault": "wait"}
+    hashes = shrunk_hashes(catalog)
+    waiting = {"at": "stage:load", "match": hashes[ids[-1]], "fault": "wait"}
     store = work / "kill-store"
-    line = Line("driver killed (SIGKILL) at a random moment")
-    cmd = run_command(catalog, store, "kill", "--num-cpus", "2")
+    cmd = run_command(catalog, store, "kill", "--num-cpus", "1" if fast else "2")
     counts = lambda: pair_counts(read_rows(store, "kill"))  # noqa: E731
-    term = term_and_resume(cmd, counts, work, waiting)
-    kill_and_resume(line, cmd, counts, kills, rng, work, waiting)
+    status = lambda: run_status(store, "kill")  # noqa: E731
+    if fast:
+        term_waiting = {**waiting, "match": hashes[ids[1]]}
+        term = term_and_resume(cmd, counts, work, term_waiting, status)
+        line = Line("driver killed (SIGKILL) with a task in flight")
+        kill_in_flight_and_resume(line, cmd, counts, status, work, waiting, ids[-1])
+    else:
+        term = term_and_resume(cmd, counts, work, waiting, status)
+        line = Line("driver killed (SIGKILL) at a random moment")
+        kill_and_resume(line, cmd, counts, kills, rng, work, waiting)
     rows = read_rows(store, "kill")
     counts = pair_counts(rows)
     missing = sum(1 for m in ids for s in STAGES if counts[(m, s)] == 0)
     line.lost += missing
     line.duplicated = max(line.duplicated, sum(c - 1 for c in counts.values() if c > 1))
     line.mislabelled = sum(1 for r in rows if r["status"] != "pass")
-    if missing:
+    finished = status() == "finished"
+    if missing or not finished:
         line.survived = min(line.survived, line.trials - 1)
+    if not finished:
+        print(f"{line.fault}: the run is {status()!r} at the end, not finished", file=sys.stderr)
     print(
         f"kill section: {line.trials} kills; the final run wrote {len(rows)} rows for {len(ids)} models",
         file=sys.stderr,
@@ -752,14 +769,91 @@ def section_kill(kills: int, work: Path, seed: int, models: int) -> list[Line]:
     return [term, line]
 
 
+def run_status(store: Path, run_id: str) -> str | None:
+    from reports.store import Store
+
+    row = Store(store).run(run_id)
+    return None if row is None else row["status"]
+
+
+def kill_in_flight_and_resume(
+    line: Line,
+    cmd: list[str],
+    counts: Callable[[], Counter],
+    status: Callable[[], str | None],
+    work: Path,
+    waiting: dict[str, Any],
+    held: str,
+) -> None:
+    """One SIGKILL of the driver at an explicit point: once its `waiting` task blocks (the
+    run's last model) and rows are in the store. Nothing that was stored is lost, nothing is
+    doubled, nothing it started is left, the waiting model (`held`) has no row and the run stays
+    `running` (no clean shutdown happened); then the same command finishes it."""
+    mark, state = uuid.uuid4().hex, work / "kill-state"
+    line.trials += 1
+    driver = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(mark, [waiting], state),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed
+    at_point = False
+    while driver.poll() is None and time.monotonic() < deadline:
+        if faults.fired(str(state)) and sum(counts().values()):
+            at_point = True
+            break
+        time.sleep(0.2)
+    before = counts()
+    driver.send_signal(signal.SIGKILL)
+    _, err = driver.communicate()
+    orphans = left_behind(mark, 10.0, driver.pid)
+    now = counts()
+    lost = sum(1 for key, n in before.items() if n and now[key] == 0)
+    dup = sum(n - 1 for n in now.values() if n > 1)
+    early = sum(n for (model, _), n in now.items() if model == held)  # it never got past load
+    line.lost += lost
+    line.duplicated += dup
+    line.orphans += len(orphans)
+    line.mislabelled += early
+    killed = driver.returncode == -signal.SIGKILL
+    left_running = status() == "running"
+    if not (at_point and killed and left_running):
+        print(
+            f"{line.fault}: at the point {at_point}, exit {driver.returncode}, run "
+            f"{status()!r} after the kill\n{err[-2000:]}",
+            file=sys.stderr,
+        )
+    line.survived += int(
+        at_point and killed and left_running and not lost and not dup and not orphans and not early
+    )
+    final = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(uuid.uuid4().hex, None, work),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if final.returncode != 0:
+        line.survived = min(line.survived, line.trials - 1)
+        print(final.stderr[-2000:], file=sys.stderr)
+
+
 def term_and_resume(
-    cmd: list[str], counts: Callable[[], Counter], work: Path, waiting: dict[str, Any]
+    cmd: list[str],
+    counts: Callable[[], Counter],
+    work: Path,
+    waiting: dict[str, Any],
+    status: Callable[[], str | None],
 ) -> Line:
     """SIGTERM to the driver (what cron, a job scheduler or Kubernetes sends) once the `waiting`
     task blocks (its `fired-` file: the run is mid-run, Ray up, whatever the machine's speed):
     it must stop as on Ctrl-C, with exit 143, its rows flushed, one line saying how to resume
-    and no stack from Ray's signal handler, and leave nothing behind; the kill trials after it
-    resume the run."""
+    and no stack from Ray's signal handler, the run `interrupted`, and leave nothing behind;
+    the kill trials after it resume the run."""
     line = Line("driver stopped with SIGTERM mid-run")
     line.trials = 1
     mark, state = uuid.uuid4().hex, work / "term-state"
@@ -787,11 +881,19 @@ def term_and_resume(
     line.duplicated = sum(n - 1 for n in after.values() if n > 1)
     resumable = "--run-id kill" in err and err.count("resume with:") == 1
     no_stack = "SIGTERM received" not in err and "PC: @" not in err
+    interrupted = status() == "interrupted"
     line.survived = int(
-        driver.returncode == 143 and resumable and no_stack and not line.orphans and not line.lost
+        driver.returncode == 143
+        and resumable
+        and no_stack
+        and interrupted
+        and not line.orphans
+        and not line.lost
     )
     if not line.survived:
-        print(f"SIGTERM: exit {driver.returncode}\n{err[-3000:]}", file=sys.stderr)
+        print(
+            f"SIGTERM: exit {driver.returncode}, run {status()!r}\n{err[-3000:]}", file=sys.stderr
+        )
     return line
 
 
@@ -1225,8 +1327,9 @@ def section_trainer(trials: int, work: Path) -> list[Line]:
 ALL_SECTIONS = "model,node,env,kill,ops,ops-env,ops-kill,group,trainer"
 FAST_SECTIONS = "model,node,env,kill,ops"
 # `--fast`'s kill section: its SIGTERM and its one SIGKILL need a run that is under way, not a
-# long one (the last model holds it open); each model more is a second of CPU in CI, and each
-# kill more a driver, an embedded Ray and its workers started again (about 20 s of CPU)
+# long one (the second and the last model hold it open); each model more is a second of CPU in
+# CI, and each kill more a driver, an embedded Ray and its worker started again (about 20 s of
+# CPU)
 KILL_MODELS_FAST = 6
 
 
@@ -1244,7 +1347,7 @@ def run(
             lines += section_env(trials, work)
         elif name == "kill":
             lines += section_kill(
-                kills, work, seed, KILL_MODELS_FAST if fast else max(50, 25 * kills)
+                kills, work, seed, KILL_MODELS_FAST if fast else max(50, 25 * kills), fast
             )
         elif name == "ops":
             lines += section_ops(trials, work)

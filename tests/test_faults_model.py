@@ -192,35 +192,21 @@ def _wait_for(path_glob, state: Path, seconds: float = 600.0) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_a_killed_parent_takes_its_child_with_it(inject):
+def test_a_killed_parent_takes_its_child_with_it_and_the_next_task_sweeps_what_it_left(inject):
     """A worker killed with SIGKILL (force-cancelled, Ray's memory monitor, an operator): the
-    model's child gets SIGKILL from the kernel (PR_SET_PDEATHSIG) instead of running on."""
-    state = inject({"at": "stage:forward", "match": "llama", "fault": "hang"})
-    worker = _worker(state)
-    try:
-        _wait_for("fired-*", state)
-        (child,) = faults.fired(str(state))
-        assert alive(child)
-        worker.kill()
-        worker.wait(10)
-        assert wait_dead(child), "the model's child outlived its parent"
-    finally:
-        worker.kill()
-
-
-@pytest.mark.slow
-def test_the_next_task_sweeps_what_a_dead_workers_model_left(inject):
-    """The child dies with its parent, but a helper it started is reparented and lives on:
-    the registry of children lets the next model task on the node kill that process group."""
+    model's child gets SIGKILL from the kernel (PR_SET_PDEATHSIG) instead of running on. A
+    helper the child started is reparented and lives on: the registry of children lets the
+    next model task on the node kill that process group."""
     state = inject({"at": "stage:forward", "match": "llama", "fault": "spawn"})
     worker = _worker(state)
     try:
         (marker,) = _wait_for("spawned-*", state)
         helper = int(marker.name.split("-")[1])
         (child,) = faults.fired(str(state))
+        assert alive(child)  # the model's child hangs in its stage...
         worker.kill()
         worker.wait(10)
-        assert wait_dead(child)  # the model's child died with its worker...
+        assert wait_dead(child), "the model's child outlived its parent"
         assert alive(helper)  # ...and its helper, reparented, lives on: nobody would kill it
         assert containment.sweep_orphans() >= 1
         assert wait_dead(helper)

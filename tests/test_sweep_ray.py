@@ -1,20 +1,19 @@
-"""The sweep on a real (embedded) Ray: every model gets its rows, dedup, resume after SIGKILL."""
+"""The sweep on a real (embedded) Ray: every model gets its rows, dedup, and a slow task's
+beats. A driver SIGKILLed mid-run (a task in flight, rows in the store) and resumed without
+loss or duplicates is the fault matrix's `kill` section (bench/fault_matrix.py --fast, in
+tests/test_fault_matrix.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections import Counter
 
 import pytest
 
 from reports.store import Store
-from runners import faults
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
-from tests.conftest import HFSWEEP, ROOT, write_catalog
-from tests.kill_support import kill_while_waiting
+from tests.conftest import write_catalog
 from tests.test_driver_faults import config
 
 pytestmark = pytest.mark.slow
@@ -81,57 +80,6 @@ def test_sweep_writes_one_row_per_model_and_stage(tmp_path, ray_session):
     )
     assert again.already_done == len(MODELS) and again.tasks == 0
     assert Store(store).read("results", "r1").num_rows == len(rows)
-
-
-def _part_count(store) -> int:
-    return len(list((store / "results").rglob("part-*.parquet")))
-
-
-def test_killed_driver_resumes_without_loss_or_duplicates(tmp_path):
-    """4 models one by one (--no-dedup, 1 CPU): the driver is SIGKILLed while the last one
-    waits in its load stage (a `wait` fault never released) and once rows reached the store,
-    mid-run whatever the machine's speed; the same command finishes the run."""
-    types = ["llama", "gpt2", "bert", "bart"]
-    many = [
-        {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
-        for i, t in enumerate(types)
-    ]
-    catalog = write_catalog(tmp_path / "catalog.csv", many)
-    store, state = tmp_path / "store", tmp_path / "faults"
-    cmd = [
-        *HFSWEEP,
-        "run",
-        "--catalog",
-        str(catalog),
-        "--top",
-        str(len(many)),
-        "--store",
-        str(store),
-        "--run-id",
-        "killme",
-        "--stages",
-        STAGES,
-        "--num-cpus",
-        "1",
-        "--no-dedup",
-        "--no-report",
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop(faults.ENV, None)
-    waiting = {"at": "stage:load", "match": "bart", "fault": "wait"}
-    stored = lambda: _part_count(store)  # noqa: E731
-    kill_while_waiting(cmd, env=env, state=state, rule=waiting, stored=stored)
-    rows = Store(store).read("results", "killme").to_pylist()
-    assert 0 < len(rows) < len(many) * 3
-    assert "org/m3" not in {r["model_id"] for r in rows}  # the waiting model has no rows
-    assert Store(store).run("killme")["status"] == "running"  # no clean shutdown happened
-
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = Store(store).read("results", "killme").to_pylist()
-    counts = Counter((r["model_id"], r["stage"]) for r in rows)
-    assert len(counts) == len(many) * 3 and set(counts.values()) == {1}
-    assert Store(store).run("killme")["status"] == "finished"
 
 
 def test_a_slow_task_beats_on_a_real_cluster_and_is_not_taken_for_lost(
