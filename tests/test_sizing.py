@@ -162,10 +162,15 @@ def test_tied_weights_are_counted_once(tmp_path):
     assert untied.parameters - size.parameters == 128256 * 4096
 
 
-def expected_serve_cores(size: ModelSize, hw: hardware.Hardware) -> int:
+def expected_serve_cores(
+    size: ModelSize,
+    hw: hardware.Hardware,
+    context: int = cores.SERVE_CONTEXT,
+    batch: int = cores.SERVE_BATCH,
+) -> int:
     """The documented formula, written again from docs/sizing.md."""
     weights = 2 * size.float_elements
-    kv = 2 * size.kv_elements_per_token * cores.SERVE_CONTEXT * cores.SERVE_BATCH
+    kv = 2 * size.kv_elements_per_token * context * batch
     usable = hw.core_memory_bytes * (1 - cores.RUNTIME_RESERVE)
     t = 1
     while True:
@@ -322,36 +327,44 @@ def test_a_size_travels_in_the_plan_record(tmp_path):
 
 
 def test_check_prints_the_published_count_and_the_formula_cores(tmp_path):
-    """Done when: `hfsweep check config.json --device neuron` on a real Llama-3.1-8B config."""
+    """Done when: `hfsweep check config.json --device neuron` on a real Llama-3.1-8B config,
+    here with a serving context and batch of its own (one check: each costs seconds of CPU;
+    the default context's cores are test_formula_on_trainium's)."""
+    from ground import fmt
+    from runners.devices.neuron.emulated import NeuronEmulatedDevice
+    from sweep.rows import RunContext, sizing_rows
+
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_31_8B))
     done = subprocess.run(
-        [*HFSWEEP, "check", str(path), "--device", "neuron", "--stages", "load"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
-    assert "at full size: 8,030,261,248 parameters (8.03B; LlamaForCausalLM" in out
-    size = planned_from(LLAMA_31_8B, tmp_path).size
-    trn2 = hardware.hardware_for("neuron")[0]
-    row = next(line for line in out.splitlines() if line.strip().startswith("trn2"))
-    assert row.split()[4] == str(expected_serve_cores(size, trn2))  # trn2, 24.0, GiB, 4, serve
-    done = subprocess.run(
         [*HFSWEEP, "check", str(path), "--device", "neuron", "--stages", "load",
-         "--format", "json", "--serve-context", "131072", "--serve-batch", "4"],
+         "--serve-context", "131072", "--serve-batch", "4"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout)["full_size"]
-    assert [r["hardware"] for r in rows] == ["trn2", "trn1", "trn3"]
+    out = done.stdout
+    assert "at full size: 8,030,261,248 parameters (8.03B; LlamaForCausalLM" in out
+    planned = planned_from(LLAMA_31_8B, tmp_path)
+    size = planned.size
+    serve_bytes = size.bytes_at("bf16") + 4 * 131072 * 2 * 32 * 8 * 256
+    assert (
+        f"  memory:   serve {fmt.byte_size(serve_bytes)} (bf16, context 131,072, batch 4);" in out
+    )
+    table = [line.split() for line in out.splitlines() if line.startswith("  trn")]
+    assert [r[0] for r in table] == ["trn2", "trn1", "trn3"]
+    trn2 = hardware.hardware_for("neuron")[0]
+    serve_cores = expected_serve_cores(size, trn2, context=131072, batch=4)
+    assert serve_cores > 1 and table[0][4] == str(serve_cores)  # trn2, 24.0, GiB, 4, serve
+    # the rows the text is made of (what --format json prints), to the byte
+    rows = sizing_rows(
+        RunContext.of("check", NeuronEmulatedDevice(), "bf16"), planned, context=131072, batch=4
+    )
     first = rows[0]
+    assert [r["hardware"] for r in rows] == ["trn2", "trn1", "trn3"]
     assert first["parameters"] == 8_030_261_248 and first["primary_hardware"]
     assert first["serve_context"] == 131072 and first["serve_batch"] == 4
     assert first["serve_bytes"] == first["bytes_bf16"] + 4 * 131072 * 2 * 32 * 8 * 256
-    assert first["serve_cores"] > 1
+    assert first["serve_bytes"] == serve_bytes and first["serve_cores"] == serve_cores
 
 
 def test_check_refuses_a_bad_serve_context(tmp_path):
