@@ -109,12 +109,24 @@ def test_fallback_rows_split_by_where_the_op_fell_back() -> None:
     ]
 
 
-def test_training_stages_pass_on_cpu(llama) -> None:
+def test_training_stages_pass_on_cpu(llama, monkeypatch) -> None:
+    """Each passes; and each training stage starts from the loaded weights: one stage's steps
+    leave nothing behind for the next (each compares equal to its own CPU reference)."""
+    seen = []
+    real = training.fresh_copies
+
+    def spy(ctx):
+        model, reference = real(ctx)
+        seen.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
+        return model, reference
+
+    monkeypatch.setattr(training, "fresh_copies", spy)
     rows = by_stage(run_model(llama, device="cpu", stages=TRAIN))
     assert {s: r.status for s, r in rows.items()} == dict.fromkeys(TRAIN, "pass")
     for stage in ("optimizer", "optimizer_fused", "amp", "lora"):
         assert rows[stage].duration_s > 0 and rows[stage].fallbacks == []
         assert rows[stage].step_op_calls is None  # the CPU counts no calls
+    assert len(seen) == 4 and all(torch.equal(seen[0], copy) for copy in seen[1:])
 
 
 def test_training_stages_build_on_backward_not_on_compile(llama, monkeypatch) -> None:
@@ -148,25 +160,6 @@ def test_skips_without_peft_or_a_fused_adamw(llama, monkeypatch) -> None:
     fused = rows["optimizer_fused"]
     assert (fused.status, fused.reason) == ("skip", "device_unsupported_feature")
     assert fused.error_message == "PyTorch has no fused AdamW for device type 'cpu'"
-
-
-def test_training_stages_train_a_fresh_copy(llama, monkeypatch) -> None:
-    """Each training stage starts from the loaded weights: the optimizer stage's steps leave
-    nothing behind for the next stage (both compare equal to their own CPU reference)."""
-    seen = []
-    real = training.fresh_copies
-
-    def spy(ctx):
-        model, reference = real(ctx)
-        seen.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
-        return model, reference
-
-    monkeypatch.setattr(training, "fresh_copies", spy)
-    rows = by_stage(
-        run_model(llama, device="cpu", stages=["load", "forward", "backward", *TRAIN[3:5]])
-    )
-    assert rows["optimizer_fused"].status == "pass"
-    assert len(seen) == 2 and torch.equal(seen[0], seen[1])
 
 
 def test_lora_is_not_applicable_where_peft_has_no_defaults() -> None:
