@@ -126,7 +126,8 @@ def test_training_stages_pass_on_cpu(llama, monkeypatch) -> None:
     for stage in ("optimizer", "optimizer_fused", "amp", "lora"):
         assert rows[stage].duration_s > 0 and rows[stage].fallbacks == []
         assert rows[stage].step_op_calls is None  # the CPU counts no calls
-    assert len(seen) == 4 and all(torch.equal(seen[0], copy) for copy in seen[1:])
+    # optimizer, optimizer_fused and amp (lora wraps a copy of its own with peft)
+    assert len(seen) == 3 and all(torch.equal(seen[0], copy) for copy in seen[1:])
 
 
 def test_training_stages_build_on_backward_not_on_compile(llama, monkeypatch) -> None:
