@@ -26,7 +26,18 @@ from typing import Any
 import pytest
 
 TIMEOUT_S = int(os.environ.get("NEURON_TEST_TIMEOUT_S", "600"))
-PRELOAD = ["torch", "torch._dynamo", "transformers", "runners.devices.neuron.emulated"]
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "transformers",
+    "runners.devices.neuron.emulated",
+    # what most forked tests import next: the engine, the builder and the tiny models' classes
+    "runners.stages.engine",
+    "model_configs.build",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.bert.modeling_bert",
+]
 _ORIGINALS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
