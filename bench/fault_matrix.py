@@ -713,6 +713,12 @@ def kill_and_resume(
         if errored:
             print(err[-2000:], file=sys.stderr)
         line.survived += int(not lost and not dup and not orphans and not errored)
+    finish_run(line, cmd, work)
+
+
+def finish_run(line: Line, cmd: list[str], work: Path) -> None:
+    """The same command without faults, after the kills: it must finish the run (exit 0);
+    otherwise the line's last trial did not survive."""
     final = subprocess.run(
         cmd,
         cwd=ROOT,
@@ -829,17 +835,7 @@ def kill_in_flight_and_resume(
     line.survived += int(
         at_point and killed and left_running and not lost and not dup and not orphans and not early
     )
-    final = subprocess.run(
-        cmd,
-        cwd=ROOT,
-        env=bench_env(uuid.uuid4().hex, None, work),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if final.returncode != 0:
-        line.survived = min(line.survived, line.trials - 1)
-        print(final.stderr[-2000:], file=sys.stderr)
+    finish_run(line, cmd, work)
 
 
 def term_and_resume(

@@ -107,7 +107,9 @@ def _child(
                 os.environ[name] = value
         code = body() or 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        # as the interpreter exits on it: None is 0, a number is the status, anything else is
+        # printed and 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
         if not isinstance(exc.code, int | None):
             print(exc.code, file=sys.stderr)
     except BaseException:
