@@ -10,6 +10,8 @@ import subprocess
 import pytest
 
 from tests.conftest import HFSWEEP, ROOT
+from tests.neuron_support import forked
+from tests.warm_fork import Finished, run_cli
 
 
 def hfsweep(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -23,7 +25,15 @@ def hfsweep(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
+def in_fork(*args: str) -> Finished:
+    """`hfsweep ARGS` in a fork of the warm process of a `@forked` test (tests/warm_fork.py):
+    its own exit status, stdout and stderr, without a fresh interpreter importing torch,
+    transformers and the compile stack again (`test_check_a_local_config_passes` runs the
+    command as a real process)."""
+    return run_cli(list(args), env={"HF_HUB_OFFLINE": "1"})
+
+
+def one_line_error(proc: subprocess.CompletedProcess | Finished) -> str:
     assert "Traceback" not in proc.stderr
     return proc.stderr
 
@@ -65,8 +75,9 @@ def test_check_a_local_config_passes(tmp_path):
 
 
 @pytest.mark.slow
+@forked
 def test_check_a_catalog_model_in_text(tmp_path):
-    proc = hfsweep("check", "google-bert/bert-base-uncased", "--stages", "load,forward,generate")
+    proc = in_fork("check", "google-bert/bert-base-uncased", "--stages", "load,forward,generate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "transformers_default" in proc.stdout
     # generate does not apply to an encoder
@@ -86,8 +97,9 @@ def test_check_a_catalog_model_in_text(tmp_path):
         ("autogluon/chronos-bolt-small", "chronos-forecasting", "ChronosBoltModelForForecasting"),
     ],
 )
+@forked
 def test_check_catalog_models_of_other_libraries_offline(model_id, library, architecture):
-    proc = hfsweep("check", model_id, "--stages", "load,forward,backward", "--format", "json")
+    proc = in_fork("check", model_id, "--stages", "load,forward,backward", "--format", "json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(proc.stdout)["stages"]
     assert [r["status"] for r in rows] == ["pass"] * 3
@@ -97,10 +109,11 @@ def test_check_catalog_models_of_other_libraries_offline(model_id, library, arch
 
 
 @pytest.mark.slow
+@forked
 def test_check_runs_the_training_stages(tmp_path):
     """`--stages training` brings the stages it builds on; a timm model has no peft LoRA
     defaults (a skip that does not fail the check), and trains with AdamW and autocast."""
-    proc = hfsweep(
+    proc = in_fork(
         "check", "timm/mobilenetv3_small_100.lamb_in1k", "--stages", "training", "--format", "json"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -163,10 +176,11 @@ def test_check_malformed_config_exits_2(tmp_path, text, needle):
     assert needle in one_line_error(proc)
 
 
+@forked
 def test_check_unknown_model_type_is_a_skip(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "not_a_real_type", "hidden_size": 8}))
-    proc = hfsweep("check", str(path), "--format", "json")
+    proc = in_fork("check", str(path), "--format", "json")
     assert proc.returncode == 1
     assert {s["reason"] for s in json.loads(proc.stdout)["stages"]} == {"unknown_model_type"}
 
@@ -180,6 +194,7 @@ def test_version():
 @pytest.mark.skipif(
     __import__("torch").cuda.is_available(), reason="the machine has CUDA: the run would run"
 )
+@forked
 def test_a_device_missing_here_exits_3_and_writes_nothing(tmp_path):
     """The README's exit code 3: the device failed before any model ran (an unknown device
     name stays a usage error, 2)."""
@@ -187,7 +202,7 @@ def test_a_device_missing_here_exits_3_and_writes_nothing(tmp_path):
         ["run", "--device", "cuda", "--top", "1", "--local", "--store", str(tmp_path / "s")],
         ["check", "google-bert/bert-base-uncased", "--device", "cuda"],
     ):
-        proc = hfsweep(*args)
+        proc = in_fork(*args)
         assert proc.returncode == 3, proc.stdout + proc.stderr
         # check's progress lines come first (a pipe hears what runs), then the error
         lines = [x for x in one_line_error(proc).splitlines() if not x.startswith("[check] ")]

@@ -24,6 +24,8 @@ from sweep import cli
 from sweep.plan import Planned
 from sweep.rows import RunContext, config_row, model_rows
 from tests.conftest import HFSWEEP, ROOT
+from tests.neuron_support import forked
+from tests.test_cli import in_fork
 from tests.test_runner import tiny
 
 STAGES = ["load", "forward", "backward", "compile", "generate"]
@@ -80,10 +82,11 @@ def test_check_a_malformed_config_exits_2_with_the_place_and_no_model_suffix(tmp
     assert '"hidden_size": 64,}' in proc.stderr and "Traceback" not in proc.stderr
 
 
+@forked
 def test_a_config_without_a_model_type_is_called_so_and_its_skip_said_once(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"hidden_size": 64}))
-    proc = hfsweep("check", str(path))
+    proc = in_fork("check", str(path))
     assert proc.returncode == 1
     assert "not a JSON object" not in proc.stdout
     assert "the config has no model_type (its keys: hidden_size)" in proc.stdout
@@ -94,8 +97,9 @@ def test_a_config_without_a_model_type_is_called_so_and_its_skip_said_once(tmp_p
     assert proc.stderr.splitlines()[0] == "[check] loading torch and the device ..."
 
 
+@forked
 def test_check_names_the_fields_it_shrank_and_the_next_step(tmp_path) -> None:
-    proc = hfsweep("check", "google-bert/bert-base-uncased", "--stages", "load,forward")
+    proc = in_fork("check", "google-bert/bert-base-uncased", "--stages", "load,forward")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "fields shrunk" not in out
@@ -326,8 +330,9 @@ def test_the_id_meant_is_found_in_order() -> None:
     assert find_model("zzz/completely-else", stored, catalog).suggestions == []
 
 
+@forked
 def test_check_refuses_a_switch_the_model_does_not_take() -> None:
-    proc = hfsweep(
+    proc = in_fork(
         "check", "google-bert/bert-base-uncased", "--stages", "load",
         "--implementation", "experts_implementation=batched_mm",
     )  # fmt: skip
@@ -336,5 +341,5 @@ def test_check_refuses_a_switch_the_model_does_not_take() -> None:
         "error: --implementation experts_implementation=batched_mm: BertForMaskedLM takes "
         "attn_implementation (default sdpa)"
     ) in proc.stderr
-    proc = hfsweep("check", "google-bert/bert-base-uncased", "--implementation", "eager")
+    proc = in_fork("check", "google-bert/bert-base-uncased", "--implementation", "eager")
     assert proc.returncode == 2 and "give SWITCH=VALUE" in proc.stderr
