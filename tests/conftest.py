@@ -22,6 +22,15 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# torch single-threaded in every process of the suite (the workers, and the commands, Ray nodes
+# and children they start, which inherit it): the models are tiny, and three workers with their
+# children share two cores, where OpenMP's threads spend their time waiting on one another
+# (tests/test_shrink_transformers.py and tests/test_families_audio.py on a busy machine: 119 CPU
+# s with two threads, 45 with one). A model's own process sets its own (`ModelSettings.threads`).
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+if "torch" in sys.modules:  # imported before this file (by a plugin): too late for the variable
+    sys.modules["torch"].set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
