@@ -1,12 +1,13 @@
 """The fault matrix: every fault type, many trials each, on real sweeps; what survived.
 
 Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
-  model  one sweep on an embedded Ray (2 CPUs, a driver in a subprocess, as `hfsweep run`):
-         `--trials` models per fault type, each with its own config (no two share a task) and
-         its own fault, injected through the test-only hook (`runners/faults.py`) and matched
-         by its shrunk config's hash, beside as many healthy models; then, the run's parts of
-         no rows in two tables truncated to 100 bytes, the same command again (nothing to
-         do, nothing doubled, the parts put aside and pyarrow reading every table)
+  model  one sweep on an embedded Ray (2 CPUs, `--fast` 1; a driver in a subprocess, as
+         `hfsweep run`): `--trials` models per fault type, each with its own config (no two
+         share a task) and its own fault, injected through the test-only hook
+         (`runners/faults.py`) and matched by its shrunk config's hash, beside as many healthy
+         models; then, the run's parts of no rows in two tables truncated to 100 bytes, the
+         same command again (nothing to do, nothing doubled, the parts put aside and pyarrow
+         reading every table)
   node   a real two-node cluster on loopback (token auth): during one sweep the worker node is
          killed (SIGKILL of every process of its `ray start`) whenever it holds a model task,
          and started again, `--trials` times (each model waits in its load stage until the
@@ -22,8 +23,8 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
          CPU, six models; the SIGTERM while the second model waits, the one SIGKILL at an
          explicit point (the last model waiting, rows in the store: it has no row, the run
          stays `running`), then finished (`finished`, every row once)
-  ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
-         round, one OpInfo per fault type, its first sample faulted (matched by its name),
+  ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs, `--fast`
+         1): per round, one OpInfo per fault type, its first sample faulted (matched by its name),
          beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
   ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
   ops-kill  as `kill`, for one op run (`--kills` times; its last OpInfo waits likewise)
@@ -63,6 +64,7 @@ import random
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -243,6 +245,15 @@ def bench_env(mark: str, rules: list[dict[str, Any]] | None, state: Path) -> dic
 
 # ---- model faults ------------------------------------------------------------------------
 
+
+def cpus(fast: bool) -> str:
+    """The embedded Ray's CPUs of the model and op sections: 2 (two workers, tasks side by
+    side); with `--fast` (CI) 1, as the kill section: each fault still hits a task of a real
+    sweep on Ray, and one worker importing torch is started instead of two (a worker killed
+    mid-task is started again either way)."""
+    return "1" if fast else "2"
+
+
 # name, rule (without match), what the model's rows must say: {stage: (status, attempt)}
 # The stage timeout of the model and op sections: long enough that a stage that allocates to
 # its 1 GiB budget ends in `oom` on a machine loaded to several times its cores (at 8 s it once
@@ -321,7 +332,7 @@ MODEL_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool]]
 ]
 
 
-def section_model(trials: int, work: Path) -> list[Line]:
+def section_model(trials: int, work: Path, fast: bool = False) -> list[Line]:
     n_faulty = trials * len(MODEL_FAULTS)
     catalog, ids = write_trial_catalog(work / "model", n_faulty + trials, "mm")
     hashes = shrunk_hashes(catalog)
@@ -339,7 +350,8 @@ def section_model(trials: int, work: Path) -> list[Line]:
         rules.append(rule)
     state, store, mark = work / "model-state", work / "model-store", uuid.uuid4().hex
     env = bench_env(mark, rules, state)
-    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
+    extra = ["--num-cpus", cpus(fast), "--timeout", TIMEOUT, "--memory-limit", "1"]
+    extra += ["--retries", "2"]
     start = time.monotonic()
     proc = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=3600)
     seconds = time.monotonic() - start
@@ -484,25 +496,44 @@ def _kill_session(proc: subprocess.Popen) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
-def _alive_nodes(address: str, env: dict[str, str]) -> int:
-    """How many nodes of the cluster at `address` are alive (0: it does not answer yet)."""
+def _alive_nodes(address: str, env: dict[str, str], n: int = 0, seconds: float = 0.0) -> int:
+    """How many nodes of the cluster at `address` are alive (0: it does not answer yet), once
+    `n` are or `seconds` passed: one driver that connects once and asks the cluster every half
+    second (a driver started per question costs a second and a half of CPU each)."""
     code = (
-        "import sys, ray\n"
+        "import sys, time, ray\n"
         "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-        "print(sum(1 for n in ray.nodes() if n['Alive']))"
+        "alive = lambda: sum(1 for n in ray.nodes() if n['Alive'])\n"
+        "until = time.monotonic() + float(sys.argv[3])\n"
+        "while alive() < int(sys.argv[2]) and time.monotonic() < until:\n"
+        "    time.sleep(0.5)\n"
+        "print(alive())"
     )
     quiet = {k: v for k, v in env.items() if k not in (faults.ENV, faults.STATE_ENV)}
     proc = subprocess.run(
-        [sys.executable, "-c", code, address], env=quiet, capture_output=True, text=True
+        [sys.executable, "-c", code, address, str(n), str(seconds)],
+        env=quiet,
+        capture_output=True,
+        text=True,
     )
     last = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
     return int(last[0]) if last and last[0].isdigit() else 0
 
 
+def _answers(address: str) -> bool:
+    """Whether the head's port takes a connection (before a driver is started to ask it)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_for_nodes(address: str, env: dict[str, str], n: int, seconds: float = 600.0) -> None:
     """Until `n` nodes are alive (the deadline guards against a hang, it is not a speed)."""
     deadline = time.monotonic() + seconds
-    while _alive_nodes(address, env) < n:
+    while not (_answers(address) and _alive_nodes(address, env, n, 120.0) >= n):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the cluster at {address} never had {n} nodes alive")
         time.sleep(1.0)
@@ -933,7 +964,7 @@ def op_keys(rows: list[dict[str, Any]]) -> Counter:
     return Counter((r["opinfo"], r["dtype"], r["sample_index"], r["phase"]) for r in rows)
 
 
-def section_ops(trials: int, work: Path) -> list[Line]:
+def section_ops(trials: int, work: Path, fast: bool = False) -> list[Line]:
     """`trials` rounds of one op sweep (embedded Ray, 2 CPUs) over OpInfos of one group each:
     one OpInfo per fault type, its first sample faulted, beside a healthy one; then the same
     command again (nothing to do, nothing doubled). Every sample of a healthy OpInfo, or of one
@@ -944,7 +975,8 @@ def section_ops(trials: int, work: Path) -> list[Line]:
     healthy = Line("op: (healthy OpInfos beside them)")
     whole = Line("op: (the sweep: driver exit, rerun, processes left)")
     ops = OP_NAMES[: len(OP_FAULTS) + 1]
-    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
+    extra = ["--num-cpus", cpus(fast), "--timeout", TIMEOUT, "--memory-limit", "1"]
+    extra += ["--retries", "2"]
     for t in range(trials):
         state, store, mark = work / f"ops{t}-state", work / f"ops{t}-store", uuid.uuid4().hex
         rules = [{**rule, "match": op} for (_, rule, _), op in zip(OP_FAULTS, ops, strict=False)]
@@ -1336,7 +1368,7 @@ def run(
     for name in sections:
         start = time.monotonic()
         if name == "model":
-            lines += section_model(trials, work)
+            lines += section_model(trials, work, fast)
         elif name == "node":
             lines += section_node(trials, work)
         elif name == "env":
@@ -1346,7 +1378,7 @@ def run(
                 kills, work, seed, KILL_MODELS_FAST if fast else max(50, 25 * kills), fast
             )
         elif name == "ops":
-            lines += section_ops(trials, work)
+            lines += section_ops(trials, work, fast)
         elif name == "ops-env":
             lines += section_ops_env(trials, work)
         elif name == "ops-kill":
