@@ -1,13 +1,12 @@
 """The fault matrix: every fault type, many trials each, on real sweeps; what survived.
 
 Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
-  model  one sweep on an embedded Ray (2 CPUs, `--fast` 1; a driver in a subprocess, as
-         `hfsweep run`): `--trials` models per fault type, each with its own config (no two
-         share a task) and its own fault, injected through the test-only hook
-         (`runners/faults.py`) and matched by its shrunk config's hash, beside as many healthy
-         models; then, the run's parts of no rows in two tables truncated to 100 bytes, the
-         same command again (nothing to do, nothing doubled, the parts put aside and pyarrow
-         reading every table)
+  model  one sweep on an embedded Ray (2 CPUs, a driver in a subprocess, as `hfsweep run`):
+         `--trials` models per fault type, each with its own config (no two share a task) and
+         its own fault, injected through the test-only hook (`runners/faults.py`) and matched
+         by its shrunk config's hash, beside as many healthy models; then, the run's parts of
+         no rows in two tables truncated to 100 bytes, the same command again (nothing to
+         do, nothing doubled, the parts put aside and pyarrow reading every table)
   node   a real two-node cluster on loopback (token auth): during one sweep the worker node is
          killed (SIGKILL of every process of its `ray start`) whenever it holds a model task,
          and started again, `--trials` times (each model waits in its load stage until the
@@ -23,8 +22,8 @@ Sections (default: all; `--fast`: all but `ops-env` and `ops-kill`):
          CPU, six models; the SIGTERM while the second model waits, the one SIGKILL at an
          explicit point (the last model waiting, rows in the store: it has no row, the run
          stays `running`), then finished (`finished`, every row once)
-  ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs, `--fast`
-         1): per round, one OpInfo per fault type, its first sample faulted (matched by its name),
+  ops    the same faults inside op-sweep tasks (`hfsweep ops`, embedded Ray, 2 CPUs): per
+         round, one OpInfo per fault type, its first sample faulted (matched by its name),
          beside a healthy one; `--trials` rounds, each run twice (the rerun does nothing)
   ops-env   as `env`, for op-sweep tasks (`--local`): no row (never `crash`), exit 3
   ops-kill  as `kill`, for one op run (`--kills` times; its last OpInfo waits likewise)
@@ -245,15 +244,6 @@ def bench_env(mark: str, rules: list[dict[str, Any]] | None, state: Path) -> dic
 
 # ---- model faults ------------------------------------------------------------------------
 
-
-def cpus(fast: bool) -> str:
-    """The embedded Ray's CPUs of the model and op sections: 2 (two workers, tasks side by
-    side); with `--fast` (CI) 1, as the kill section: each fault still hits a task of a real
-    sweep on Ray, and one worker importing torch is started instead of two (a worker killed
-    mid-task is started again either way)."""
-    return "1" if fast else "2"
-
-
 # name, rule (without match), what the model's rows must say: {stage: (status, attempt)}
 # The stage timeout of the model and op sections: long enough that a stage that allocates to
 # its 1 GiB budget ends in `oom` on a machine loaded to several times its cores (at 8 s it once
@@ -332,7 +322,7 @@ MODEL_FAULTS: list[tuple[str, dict[str, Any], dict[str, tuple[str, int]], bool]]
 ]
 
 
-def section_model(trials: int, work: Path, fast: bool = False) -> list[Line]:
+def section_model(trials: int, work: Path) -> list[Line]:
     n_faulty = trials * len(MODEL_FAULTS)
     catalog, ids = write_trial_catalog(work / "model", n_faulty + trials, "mm")
     hashes = shrunk_hashes(catalog)
@@ -350,8 +340,7 @@ def section_model(trials: int, work: Path, fast: bool = False) -> list[Line]:
         rules.append(rule)
     state, store, mark = work / "model-state", work / "model-store", uuid.uuid4().hex
     env = bench_env(mark, rules, state)
-    extra = ["--num-cpus", cpus(fast), "--timeout", TIMEOUT, "--memory-limit", "1"]
-    extra += ["--retries", "2"]
+    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
     start = time.monotonic()
     proc = hfsweep_run(catalog, store, "matrix", *extra, env=env, timeout=3600)
     seconds = time.monotonic() - start
@@ -964,7 +953,7 @@ def op_keys(rows: list[dict[str, Any]]) -> Counter:
     return Counter((r["opinfo"], r["dtype"], r["sample_index"], r["phase"]) for r in rows)
 
 
-def section_ops(trials: int, work: Path, fast: bool = False) -> list[Line]:
+def section_ops(trials: int, work: Path) -> list[Line]:
     """`trials` rounds of one op sweep (embedded Ray, 2 CPUs) over OpInfos of one group each:
     one OpInfo per fault type, its first sample faulted, beside a healthy one; then the same
     command again (nothing to do, nothing doubled). Every sample of a healthy OpInfo, or of one
@@ -975,8 +964,7 @@ def section_ops(trials: int, work: Path, fast: bool = False) -> list[Line]:
     healthy = Line("op: (healthy OpInfos beside them)")
     whole = Line("op: (the sweep: driver exit, rerun, processes left)")
     ops = OP_NAMES[: len(OP_FAULTS) + 1]
-    extra = ["--num-cpus", cpus(fast), "--timeout", TIMEOUT, "--memory-limit", "1"]
-    extra += ["--retries", "2"]
+    extra = ["--num-cpus", "2", "--timeout", TIMEOUT, "--memory-limit", "1", "--retries", "2"]
     for t in range(trials):
         state, store, mark = work / f"ops{t}-state", work / f"ops{t}-store", uuid.uuid4().hex
         rules = [{**rule, "match": op} for (_, rule, _), op in zip(OP_FAULTS, ops, strict=False)]
@@ -1368,7 +1356,7 @@ def run(
     for name in sections:
         start = time.monotonic()
         if name == "model":
-            lines += section_model(trials, work, fast)
+            lines += section_model(trials, work)
         elif name == "node":
             lines += section_node(trials, work)
         elif name == "env":
@@ -1378,7 +1366,7 @@ def run(
                 kills, work, seed, KILL_MODELS_FAST if fast else max(50, 25 * kills), fast
             )
         elif name == "ops":
-            lines += section_ops(trials, work, fast)
+            lines += section_ops(trials, work)
         elif name == "ops-env":
             lines += section_ops_env(trials, work)
         elif name == "ops-kill":
