@@ -63,6 +63,7 @@ import random
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -484,25 +485,44 @@ def _kill_session(proc: subprocess.Popen) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
-def _alive_nodes(address: str, env: dict[str, str]) -> int:
-    """How many nodes of the cluster at `address` are alive (0: it does not answer yet)."""
+def _alive_nodes(address: str, env: dict[str, str], n: int = 0, seconds: float = 0.0) -> int:
+    """How many nodes of the cluster at `address` are alive (0: it does not answer yet), once
+    `n` are or `seconds` passed: one driver that connects once and asks the cluster every half
+    second (a driver started per question costs a second and a half of CPU each)."""
     code = (
-        "import sys, ray\n"
+        "import sys, time, ray\n"
         "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-        "print(sum(1 for n in ray.nodes() if n['Alive']))"
+        "alive = lambda: sum(1 for n in ray.nodes() if n['Alive'])\n"
+        "until = time.monotonic() + float(sys.argv[3])\n"
+        "while alive() < int(sys.argv[2]) and time.monotonic() < until:\n"
+        "    time.sleep(0.5)\n"
+        "print(alive())"
     )
     quiet = {k: v for k, v in env.items() if k not in (faults.ENV, faults.STATE_ENV)}
     proc = subprocess.run(
-        [sys.executable, "-c", code, address], env=quiet, capture_output=True, text=True
+        [sys.executable, "-c", code, address, str(n), str(seconds)],
+        env=quiet,
+        capture_output=True,
+        text=True,
     )
     last = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
     return int(last[0]) if last and last[0].isdigit() else 0
 
 
+def _answers(address: str) -> bool:
+    """Whether the head's port takes a connection (before a driver is started to ask it)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_for_nodes(address: str, env: dict[str, str], n: int, seconds: float = 600.0) -> None:
     """Until `n` nodes are alive (the deadline guards against a hang, it is not a speed)."""
     deadline = time.monotonic() + seconds
-    while _alive_nodes(address, env) < n:
+    while not (_answers(address) and _alive_nodes(address, env, n, 120.0) >= n):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the cluster at {address} never had {n} nodes alive")
         time.sleep(1.0)

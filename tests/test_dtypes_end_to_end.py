@@ -1,7 +1,7 @@
 """Several dtypes in one run end to end (issue 20) on real tiny models: the emulated neuron
 device through the Ray driver and through the CLI with --local, a SIGKILL mid-run resumed per
-(model, dtype, stage), then report, lookup and check of the run's dtypes side by side; check
-on the CPU."""
+(model, dtype, stage), then report and lookup of the run's dtypes side by side; check of one
+of its models at both dtypes on the emulated device, and on the CPU."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from reports.store import Store
 from reports.summary import run_report
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 from tests.kill_support import kill_while_waiting
+from tests.neuron_support import forked
 from tests.test_driver_faults import config
+from tests.warm_fork import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +37,11 @@ MODELS = [
         "pipeline_tag": "text-generation",
     },
     {"model_id": "org/bert", "library_name": "transformers", "model_type_hint": "bert"},
+]
+# the catalog of the killed run (its last model, roberta, waits in its load stage)
+KILLED = [
+    {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
+    for i, t in enumerate(["llama", "gpt2", "roberta"])
 ]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
@@ -71,16 +79,13 @@ def test_neuron_through_ray_at_two_dtypes(tmp_path, ray_session):
         assert report["by_dtype"][d]["denominators"]["models"] == 2
 
 
-def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
+def test_cli_run_killed_mid_way_resumes_then_report_lookup(tmp_path):
     """`hfsweep run --dtype fp32,bf16 --local` on the emulated device, SIGKILLed while its last
     model waits in its load stage (a `wait` fault never released) and once rows reached the
     store, whatever the machine's speed: the same command finishes it with every (model,
-    dtype, stage) once; report and lookup show both dtypes; check runs one model at both."""
-    many = [
-        {"model_id": f"org/m{i}", "library_name": "transformers", "model_type_hint": t}
-        for i, t in enumerate(["llama", "gpt2", "roberta"])
-    ]
-    catalog = write_catalog(tmp_path / "catalog.csv", many)
+    dtype, stage) once; report and lookup (reading commands, in this process) show both
+    dtypes. The check that lookup's reproduce line asks for runs below, at both dtypes."""
+    catalog = write_catalog(tmp_path / "catalog.csv", KILLED)
     store = tmp_path / "store"
     cmd = [
         *HFSWEEP,
@@ -111,16 +116,12 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
     done = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "6 models x dtypes (3 models at fp32, bf16) asked for" in done.stderr
-    want = {(m["model_id"], d, s) for m in many for d in DTYPES for s in STAGES.split(",")}
+    want = {(m["model_id"], d, s) for m in KILLED for d in DTYPES for s in STAGES.split(",")}
     have = triples(store, "k")
     assert set(have) == want and set(have.values()) == {1}
 
-    report = subprocess.run(
-        [*HFSWEEP, "report", "--store", str(store), "--run", "k", "--format", "json"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
+    report = hfsweep_in_process(
+        "report", "--store", str(store), "--run", "k", "--format", "json", env=ENV
     )
     doc = json.loads(report.stdout)
     assert doc["dtypes"] == ["fp32", "bf16"]
@@ -129,37 +130,22 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
         "bf16": 3,
     }
 
-    lookup = subprocess.run(
-        [*HFSWEEP, "lookup", "org/m0", "--store", str(store)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
+    lookup = hfsweep_in_process("lookup", "org/m0", "--store", str(store), env=ENV)
     assert "at fp32:" in lookup.stdout and "at bf16:" in lookup.stdout
     assert "--dtype fp32,bf16" in lookup.stdout  # reproduce: check at the run's dtypes
 
-    check = subprocess.run(
-        [
-            *HFSWEEP,
-            "check",
-            "org/m0",
-            "--catalog",
-            str(catalog),
-            "--device",
-            "neuron",
-            "--dtype",
-            "fp32,bf16",
-            "--stages",
-            STAGES,
-            "--format",
-            "json",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
+
+@forked
+def test_check_at_two_dtypes_on_neuron_and_on_cpu(tmp_path):
+    """`hfsweep check` at fp32,bf16, each a process of its own forked from this warm one
+    (tests/warm_fork.py): on the emulated device, one model of the killed run's catalog (what
+    lookup's reproduce line runs), the JSON gives each dtype its stages and `ok` as a whole;
+    on the CPU, the text prints each dtype and what differs."""
+    catalog = write_catalog(tmp_path / "killed.csv", KILLED)
+    check = run_cli(
+        ["check", "org/m0", "--catalog", str(catalog), "--device", "neuron"]
+        + ["--dtype", "fp32,bf16", "--stages", STAGES, "--format", "json"],
+        env={"HF_HUB_OFFLINE": "1"},
     )
     assert check.returncode in (0, 1), check.stderr[-2000:]
     doc = json.loads(check.stdout)
@@ -170,26 +156,11 @@ def test_cli_run_killed_mid_way_resumes_then_report_lookup_check(tmp_path):
     assert doc["ok"] == all(doc["by_dtype"][d]["ok"] for d in DTYPES)
     assert check.returncode == (0 if doc["ok"] else 1)
 
-
-def test_check_on_cpu_at_two_dtypes_prints_each_and_what_differs(tmp_path):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
-    done = subprocess.run(
-        [
-            *HFSWEEP,
-            "check",
-            "org/llama",
-            "--catalog",
-            str(catalog),
-            "--dtype",
-            "fp32,bf16",
-            "--stages",
-            STAGES,
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    done = run_cli(
+        ["check", "org/llama", "--catalog", str(catalog), "--dtype", "fp32,bf16"]
+        + ["--stages", STAGES],
+        env={"HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     out = done.stdout

@@ -43,16 +43,17 @@ def two_node_cluster():
         MARK: secrets.token_hex(8),  # every process of this cluster inherits it
     }
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-    head = subprocess.run(
-        [str(ray_bin), "start", "--head", f"--port={PORT}", "--include-dashboard=false", *common],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if head.returncode != 0:
-        pytest.fail(f"ray start --head failed: {head.stderr[-1500:]}")
-    try:
+    try:  # a `ray start` that fails or times out may have started processes: they end below
+        head = subprocess.run(
+            [str(ray_bin), "start", "--head", f"--port={PORT}", "--include-dashboard=false"]
+            + common,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if head.returncode != 0:
+            pytest.fail(f"ray start --head failed: {head.stderr[-1500:]}")
         worker = subprocess.run(
             [str(ray_bin), "start", f"--address=127.0.0.1:{PORT}", *common],
             env=env,
