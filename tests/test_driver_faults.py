@@ -28,6 +28,7 @@ from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from sweep.executors import fault_policy, liveness, ray_cluster
 from sweep.settings import JobSettings, ModelRun
+from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
 
 STAGES = "load,forward"
@@ -146,13 +147,11 @@ def test_a_second_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_pat
     with RunLock(Store(store), "r"):
         with pytest.raises(RunLocked, match="being written by another driver"):
             run_sweep(config(store, catalog), run_fn=passing)
-        proc = subprocess.run(
-            [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--store", str(store)]
-            + ["--run-id", "r", "--top", "2", "--stages", STAGES, "--no-report"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        # the CLI's answer (its exit code and message) through its function in this process;
+        # a lock held by another process is test_the_lock_of_a_killed_driver_is_released's
+        proc = hfsweep_in_process(
+            *["run", "--local", "--catalog", str(catalog), "--store", str(store)],
+            *["--run-id", "r", "--top", "2", "--stages", STAGES, "--no-report"],
         )
     assert proc.returncode == 2
     assert "being written by another driver" in proc.stderr and "Traceback" not in proc.stderr
