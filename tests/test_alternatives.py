@@ -7,7 +7,6 @@ rows of their own that lookup, the report and a reuse read back."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
@@ -19,8 +18,8 @@ from runners.outcome import AlternativeRun, ModelOutcome, StageResult
 from runners.settings import ModelSettings
 from runners.stages import default_stages
 from tests.cli_in_process import hfsweep_in_process
-from tests.conftest import HFSWEEP, ROOT
 from tests.neuron_support import forked
+from tests.warm_fork import run_cli
 
 THREE = (Stage.LOAD, Stage.FORWARD, Stage.BACKWARD)
 
@@ -104,6 +103,7 @@ def test_gpt_oss_passes_with_batched_mm_where_grouped_mm_fails_the_precondition(
 
 
 @pytest.mark.slow
+@forked  # the sweep in a fork of the warm process, which never set a device up
 def test_the_sweep_stores_alternatives_as_rows_of_their_own_and_reads_them_back(
     tmp_path,
 ) -> None:
@@ -112,15 +112,10 @@ def test_the_sweep_stores_alternatives_as_rows_of_their_own_and_reads_them_back(
     say "passes with", and a later run's reuse copies the alternatives with the results."""
     store = tmp_path / "store"
 
-    def hfsweep(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*HFSWEEP, *args], capture_output=True, text=True, cwd=ROOT, timeout=900
-        )
-
     model = "openai/gpt-oss-20b"
-    run = hfsweep(
-        "run", "--local", "--device", "neuron", "--models", model, "--stages",
-        "load,forward,backward", "--store", str(store), "--run-id", "first", "--no-report",
+    run = run_cli(
+        ["run", "--local", "--device", "neuron", "--models", model, "--stages",
+         "load,forward,backward", "--store", str(store), "--run-id", "first", "--no-report"],
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     results = Store(store).read("results", "first").to_pylist()

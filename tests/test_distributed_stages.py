@@ -55,46 +55,6 @@ def _llama():
 
 @pytest.mark.slow
 @forked
-def test_ddp_fsdp_and_tp_on_the_emulated_device() -> None:
-    from runners.distributed.group import run_group
-
-    mark = _mark()
-
-    def settings(stage: str) -> ModelSettings:
-        return ModelSettings(device="neuron", stages=(*STAGES, stage), timeout_s=300)
-
-    # XLNet's language model leaves parameters without a gradient (mask_emb, seg_embed): DDP
-    # gets them frozen, so that every bucket completes
-    ddp = run_group(tiny("xlnet", "XLNetLMHeadModel"), settings("ddp"), Stage.DDP, spawn=False)
-    assert ddp.status == "pass", ddp.error_message
-    assert ddp.world_size == 2 and len(ddp.rank_peak_memory_bytes or []) == 2
-    assert ddp.max_abs_error is not None and ddp.max_abs_error < 1e-4
-    collectives = {c["op"]: c for c in ddp.collectives or []}
-    assert collectives["c10d::allreduce"]["calls"] >= 1
-    assert collectives["c10d::allreduce"]["evidence"] == "registered"
-    assert ddp.sharding_evidence == "registered"
-    # torch 2.14's FSDP2 gathers with all_gather_single and reduces with
-    # reduce_scatter_single, which torch declares equivalent to the snapshot's (torch 2.10's)
-    # _allgather_base and _reduce_scatter_base: the snapshot's implementation runs them
-    fsdp = run_group(_llama(), settings("fsdp"), Stage.FSDP, spawn=False)
-    assert fsdp.status == "pass", fsdp.error_message
-    assert fsdp.max_abs_error is not None and fsdp.max_abs_error < 1e-4
-    collectives = {c["op"]: c for c in fsdp.collectives or []}
-    for name in ("c10d::all_gather_single", "c10d::reduce_scatter_single"):
-        assert collectives[name]["evidence"] == "renamed_since_profile", name
-    assert fsdp.sharding_evidence == "renamed_since_profile"
-    assert fsdp.unsharded_peak_memory_bytes and fsdp.unsharded_peak_memory_bytes > 0
-    tp = run_group(_llama(), settings("tp"), Stage.TP, spawn=False)
-    assert tp.status == "pass", tp.error_message
-    assert tp.max_abs_error is not None and tp.max_abs_error < 1e-4
-    evidence = {c["op"]: c["evidence"] for c in tp.collectives or []}
-    assert set(evidence.values()) <= {"registered", "renamed_since_profile"}, evidence
-    assert evidence["c10d::allreduce"] == "registered"
-    _nothing_left(mark)
-
-
-@pytest.mark.slow
-@forked
 def test_fsdp_passes_on_the_cpu_and_a_model_without_a_plan_skips_tp() -> None:
     from runners.distributed.group import close_warm_group
     from runners.isolation import run_isolated
@@ -126,31 +86,6 @@ def _ddp(device: str, **settings):
 
     task = ModelSettings(device=device, stages=(*STAGES, "ddp"), world_size=2, **settings)
     return run_group(_llama(), task, Stage.DDP, spawn=False)
-
-
-@pytest.mark.slow
-@forked
-def test_a_rank_raising_while_the_other_waits_in_a_collective_fails_the_stage() -> None:
-    from runners.distributed.group import WarmGroup
-
-    mark = _mark()
-    state = _inject({"at": "rank1:collective:allreduce", "fault": "raise", "times": 1})
-    task = ModelSettings(device="neuron", stages=(*STAGES, "ddp"), world_size=2, timeout_s=300)
-    with WarmGroup(task, spawn=False) as group:
-        result = group.run(_llama(), task, Stage.DDP)
-        assert not group.warm  # a failed stage ends its group: no rank is left
-        _nothing_left(mark)
-        assert result.status == "fail" and result.failed_rank == 1, result.error_message
-        assert result.error_message.startswith("rank 1 of 2: injected: the model fails here")
-        assert (
-            "rank 0 was stopped with the group, waiting in c10d::allreduce" in result.error_message
-        ), result.error_message
-        assert len(faults.fired(state)) == 1
-        # the same stage again (its fault spent) gets a fresh group, and passes
-        again = group.run(_llama(), task, Stage.DDP)
-        assert again.status == "pass", again.error_message
-        assert group.starts == 2 and group.warm
-    _nothing_left(mark)
 
 
 @pytest.mark.slow
@@ -210,25 +145,79 @@ def test_a_rank_that_hangs_is_a_timeout_naming_it_not_the_rank_waiting_for_it() 
 
 @pytest.mark.slow
 @forked
-def test_two_models_in_one_warm_group_give_the_rows_each_gives_alone() -> None:
-    """T5 (a CPU fallback on the emulated device, no tensor-parallel plan), then Llama, on one
-    warm group; then Llama alone on a group of its own, its stages in the reverse order, so
-    that each of its stages follows other stages in the two groups. Each row of Llama's is the
-    same in both; T5's ddp is the first group's first stage."""
+def test_ddp_fsdp_and_tp_on_the_emulated_device() -> None:
+    """The three stages on the emulated device, on two warm groups (a start of two ranks costs
+    seconds of CPU: one group serves several assertions).
+
+    The first group: T5 (a CPU fallback on the emulated device, no tensor-parallel plan), XLNet,
+    then Llama, one start for all. The second: a rank raising while the other waits in a
+    collective fails Llama's ddp and ends the group; the same stage again (its fault spent)
+    gets a fresh group and passes, and Llama's other stages follow on it in the reverse order,
+    so that each of its stages follows other stages in the two groups. Each row of Llama's is
+    the same in both; T5's ddp is the first group's first stage."""
     from runners.distributed.group import WarmGroup
 
     mark = _mark()
-    t5, llama = tiny("t5", "T5ForConditionalGeneration"), _llama()
+    t5, xlnet, llama = (
+        tiny("t5", "T5ForConditionalGeneration"),
+        tiny("xlnet", "XLNetLMHeadModel"),
+        _llama(),
+    )
     task = ModelSettings(device="neuron", stages=(*STAGES, "ddp", "fsdp", "tp"), timeout_s=300)
     order = (Stage.TP, Stage.FSDP, Stage.DDP)
     with WarmGroup(task, spawn=False) as group:
         first = [group.run(t5, task, stage) for stage in (Stage.DDP, Stage.TP)]
+        ddp = group.run(xlnet, task, Stage.DDP)
         shared = {stage: group.run(llama, task, stage) for stage in order}
-        assert group.starts == 1 and group.warm  # one start for every stage of both models
+        assert group.starts == 1 and group.warm  # one start for every stage of the models
     assert [r.status for r in first] == ["pass", "skip"], [r.error_message for r in first]
     assert first[0].fallback_op_count  # what a leaking fallback log would carry over
+
+    # XLNet's language model leaves parameters without a gradient (mask_emb, seg_embed): DDP
+    # gets them frozen, so that every bucket completes
+    assert ddp.status == "pass", ddp.error_message
+    assert ddp.world_size == 2 and len(ddp.rank_peak_memory_bytes or []) == 2
+    assert ddp.max_abs_error is not None and ddp.max_abs_error < 1e-4
+    collectives = {c["op"]: c for c in ddp.collectives or []}
+    assert collectives["c10d::allreduce"]["calls"] >= 1
+    assert collectives["c10d::allreduce"]["evidence"] == "registered"
+    assert ddp.sharding_evidence == "registered"
+    # torch 2.14's FSDP2 gathers with all_gather_single and reduces with
+    # reduce_scatter_single, which torch declares equivalent to the snapshot's (torch 2.10's)
+    # _allgather_base and _reduce_scatter_base: the snapshot's implementation runs them
+    fsdp = shared[Stage.FSDP]
+    assert fsdp.status == "pass", fsdp.error_message
+    assert fsdp.max_abs_error is not None and fsdp.max_abs_error < 1e-4
+    collectives = {c["op"]: c for c in fsdp.collectives or []}
+    for name in ("c10d::all_gather_single", "c10d::reduce_scatter_single"):
+        assert collectives[name]["evidence"] == "renamed_since_profile", name
+    assert fsdp.sharding_evidence == "renamed_since_profile"
+    assert fsdp.unsharded_peak_memory_bytes and fsdp.unsharded_peak_memory_bytes > 0
+    tp = shared[Stage.TP]
+    assert tp.status == "pass", tp.error_message
+    assert tp.max_abs_error is not None and tp.max_abs_error < 1e-4
+    evidence = {c["op"]: c["evidence"] for c in tp.collectives or []}
+    assert set(evidence.values()) <= {"registered", "renamed_since_profile"}, evidence
+    assert evidence["c10d::allreduce"] == "registered"
+    _nothing_left(mark)
+
+    # a rank raising while the other waits in a collective fails the stage
+    state = _inject({"at": "rank1:collective:allreduce", "fault": "raise", "times": 1})
     with WarmGroup(task, spawn=False) as group:
+        result = group.run(llama, task, Stage.DDP)
+        assert not group.warm  # a failed stage ends its group: no rank is left
+        _nothing_left(mark)
+        assert result.status == "fail" and result.failed_rank == 1, result.error_message
+        assert result.error_message.startswith("rank 1 of 2: injected: the model fails here")
+        assert (
+            "rank 0 was stopped with the group, waiting in c10d::allreduce" in result.error_message
+        ), result.error_message
+        assert len(faults.fired(state)) == 1
+        # the same stage again (its fault spent) gets a fresh group, and passes; Llama's other
+        # stages follow on that group
         alone = {stage: group.run(llama, task, stage) for stage in reversed(order)}
+        assert alone[Stage.DDP].status == "pass", alone[Stage.DDP].error_message
+        assert group.starts == 2 and group.warm
     for stage in order:
         assert shared[stage].status == "pass", shared[stage].error_message
         a, b = _comparable(shared[stage]), _comparable(alone[stage])

@@ -28,7 +28,8 @@ from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from sweep.executors import fault_policy, liveness, ray_cluster
 from sweep.settings import JobSettings, ModelRun
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.cli_in_process import hfsweep_in_process
+from tests.conftest import ROOT, write_catalog
 
 STAGES = "load,forward"
 MODELS = [
@@ -146,13 +147,11 @@ def test_a_second_driver_on_the_same_run_is_refused_with_a_clear_message(tmp_pat
     with RunLock(Store(store), "r"):
         with pytest.raises(RunLocked, match="being written by another driver"):
             run_sweep(config(store, catalog), run_fn=passing)
-        proc = subprocess.run(
-            [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--store", str(store)]
-            + ["--run-id", "r", "--top", "2", "--stages", STAGES, "--no-report"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        # the CLI's answer (its exit code and message) through its function in this process;
+        # a lock held by another process is test_the_lock_of_a_killed_driver_is_released's
+        proc = hfsweep_in_process(
+            *["run", "--local", "--catalog", str(catalog), "--store", str(store)],
+            *["--run-id", "r", "--top", "2", "--stages", STAGES, "--no-report"],
         )
     assert proc.returncode == 2
     assert "being written by another driver" in proc.stderr and "Traceback" not in proc.stderr
@@ -430,6 +429,39 @@ def test_a_sweep_whose_environment_keeps_failing_stops_with_one_error(
     assert Store(store).run("r")["status"] == "interrupted"
 
 
+# Both drivers of the test below, each a process of its own forked from one interpreter warmed
+# once as a `--local` driver warms itself (torch, transformers, what a task's child imports:
+# `runners.isolation.warm_for`) and started with the test's marker in its environment: every
+# process of both runs shows it in /proc (a forked child shows its parent's), so what outlives
+# them is found (tests/warm_fork.py). One line in: the driver's argv and environment changes
+# (JSON); one line out: its exit status, stdout and stderr.
+WARM_DRIVERS = f"""
+import json, sys
+import sweep.commands.run, sweep.driver
+from runners.isolation import warm_for
+from runners.settings import ModelSettings
+from sweep.commands.options import stage_list
+from tests.warm_fork import run_cli
+warm_for(ModelSettings(stages=stage_list({STAGES!r})))
+for line in sys.stdin:
+    argv, env = json.loads(line)
+    done = run_cli(argv, env=env)
+    print(json.dumps([done.returncode, done.stdout, done.stderr]), flush=True)
+"""
+
+
+def _drive(
+    parent: subprocess.Popen, argv: list[str], env: dict[str, str | None]
+) -> SimpleNamespace:
+    assert parent.stdin is not None and parent.stdout is not None
+    parent.stdin.write(json.dumps([argv, env]) + "\n")
+    parent.stdin.flush()
+    line = parent.stdout.readline()
+    assert line, "the drivers' parent died"
+    returncode, stdout, stderr = json.loads(line)
+    return SimpleNamespace(returncode=returncode, stdout=stdout, stderr=stderr)
+
+
 @pytest.mark.slow
 def test_the_cli_says_which_models_got_no_rows_and_exits_3(tmp_path, catalog):
     """The fault matrix's `env` trial (bench/fault_matrix.py --fast, made here in CI): the
@@ -443,20 +475,31 @@ def test_the_cli_says_which_models_got_no_rows_and_exits_3(tmp_path, catalog):
         faults.STATE_ENV: str(tmp_path / "faults"),
     }
     store = tmp_path / "store"
-    cmd = [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--store", str(store)]
+    cmd = ["run", "--local", "--catalog", str(catalog), "--store", str(store)]
     cmd += ["--run-id", "r", "--models", "org/bert,org/gpt2", "--stages", STAGES, "--no-report"]
-    proc = subprocess.run(
-        [*cmd, "--retries", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    parent = subprocess.Popen(
+        [sys.executable, "-c", WARM_DRIVERS],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    assert "1 model of run r got no rows" in proc.stderr and "org/bert" in proc.stderr
-    assert "rerun the same command" in proc.stderr and "Traceback" not in proc.stderr
-    assert exactly_once(store, ["org/gpt2"])
+    try:
+        proc = _drive(parent, [*cmd, "--retries", "1"], {})
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert "1 model of run r got no rows" in proc.stderr and "org/bert" in proc.stderr
+        assert "rerun the same command" in proc.stderr and "Traceback" not in proc.stderr
+        assert exactly_once(store, ["org/gpt2"])
 
-    env = {k: v for k, v in env.items() if k not in (faults.ENV, faults.STATE_ENV)}
-    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert exactly_once(store, ["org/bert", "org/gpt2"])
+        again = _drive(parent, cmd, {faults.ENV: None, faults.STATE_ENV: None})
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert exactly_once(store, ["org/bert", "org/gpt2"])
+        parent.stdin.close()  # type: ignore[union-attr]
+        assert parent.wait(60) == 0
+    finally:
+        parent.kill()
+        parent.wait()
     deadline = time.monotonic() + 30  # a guard for a child that is exiting, not a speed
     while left := processes_with_env(MARK, mark):
         assert time.monotonic() < deadline, f"left behind by the drivers: {left}"

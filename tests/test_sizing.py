@@ -6,7 +6,6 @@ make of them."""
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,10 @@ from runners.stages import default_stages
 from sizing import cores, hardware, measure
 from sizing.measure import ModelSize, size_model
 from sweep.plan import plan_entry
-from tests.conftest import HFSWEEP, ROOT
+from tests.cli_in_process import hfsweep_in_process
+from tests.conftest import ROOT
+from tests.neuron_support import forked
+from tests.warm_fork import run_cli
 
 # Published configs (their config.json values) and parameter counts, each with its source.
 LLAMA_31_8B = {
@@ -326,20 +328,22 @@ def test_a_size_travels_in_the_plan_record(tmp_path):
     assert back is not None and back.size == planned.size
 
 
+@forked
 def test_check_prints_the_published_count_and_the_formula_cores(tmp_path):
     """Done when: `hfsweep check config.json --device neuron` on a real Llama-3.1-8B config,
     here with a serving context and batch of its own (one check: each costs seconds of CPU;
-    the default context's cores are test_formula_on_trainium's)."""
+    the default context's cores are test_formula_on_trainium's). The command runs in a process
+    of its own forked from the warm one (tests/warm_fork.py), its exit status and stdout
+    its own."""
     from ground import fmt
     from runners.devices.neuron.emulated import NeuronEmulatedDevice
     from sweep.rows import RunContext, sizing_rows
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_31_8B))
-    done = subprocess.run(
-        [*HFSWEEP, "check", str(path), "--device", "neuron", "--stages", "load",
+    done = run_cli(
+        ["check", str(path), "--device", "neuron", "--stages", "load",
          "--serve-context", "131072", "--serve-batch", "4"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
@@ -370,13 +374,13 @@ def test_check_prints_the_published_count_and_the_formula_cores(tmp_path):
 def test_check_refuses_a_bad_serve_context(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_31_8B))
-    done = subprocess.run(
-        [*HFSWEEP, "check", str(path), "--serve-context", "zero"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = hfsweep_in_process(
+        "check", str(path), "--serve-context", "zero"
+    )  # refused by the parser
     assert done.returncode == 2 and "--serve-context" in done.stderr
 
 
+@forked
 def test_a_run_writes_one_sizing_row_per_config_and_hardware_and_the_reports_join_it(tmp_path):
     from reports.models import ModelFilter, model_detail, model_table
     from reports.query import StoreQuery
@@ -397,13 +401,12 @@ def test_a_run_writes_one_sizing_row_per_config_and_hardware_and_the_reports_joi
     store = tmp_path / "store"
 
     def sweep(run_id: str, *extra: str) -> None:
-        # a fresh process: the emulated device cannot run in a fork of this one (see
-        # tests/neuron_support.py)
-        done = subprocess.run(
-            [*HFSWEEP, "run", "--catalog", str(catalog), "--top", "3", "--device", "neuron",
+        # a process of its own, forked from the warm one that never set a device up (the
+        # emulated device cannot run in a fork of pytest's: see tests/neuron_support.py)
+        done = run_cli(
+            ["run", "--catalog", str(catalog), "--top", "3", "--device", "neuron",
              "--stages", "load", "--store", str(store), "--run-id", run_id, "--local",
              "--no-report", *extra],
-            cwd=ROOT, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
 

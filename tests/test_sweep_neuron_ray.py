@@ -6,7 +6,6 @@ before any row."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections import Counter
 
 import pytest
@@ -14,8 +13,10 @@ import pytest
 from reports.store import Store
 from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.conftest import ROOT, write_catalog
+from tests.neuron_support import forked
 from tests.test_driver_faults import config
+from tests.warm_fork import run_code
 
 pytestmark = pytest.mark.slow
 
@@ -115,24 +116,23 @@ def test_neuron_through_ray_writes_fallback_rows(tmp_path, ray_session):
     assert Store(store).read("results", "n1").num_rows == len(results)
 
 
+@forked
 def test_a_broken_device_stops_the_sweep_before_any_row(tmp_path):
     """The one device check: a torch the emulator was not checked on is one error, exit 3 (the
     environment), and the store has no run and no row (a resume would otherwise take thousands
-    of fails as done)."""
+    of fails as done). The driver is a process of its own forked from the warm one, its torch
+    made 2.13 before its first line (and by `sitecustomize` in any interpreter it starts)."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text('import torch\ntorch.__version__ = "2.13.0"\n')
+    broken = 'import torch\ntorch.__version__ = "2.13.0"\n'
+    (site / "sitecustomize.py").write_text(broken)
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS[:1])
     store = tmp_path / "store"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
-    done = subprocess.run(
-        [*HFSWEEP, "run", "--catalog", str(catalog), "--top", "1", "--device", "neuron"]
-        + ["--store", str(store), "--no-report", "--local"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    argv = ["run", "--catalog", str(catalog), "--top", "1", "--device", "neuron"]
+    argv += ["--store", str(store), "--no-report", "--local"]
+    done = run_code(
+        f"{broken}import sys\nfrom sweep.cli import main\nsys.exit(main({argv!r}))\n",
+        env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"},
     )
     assert done.returncode == 3, done.stderr[-2000:]
     assert "cannot run models" in done.stderr and "2.14" in done.stderr
