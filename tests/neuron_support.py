@@ -37,6 +37,8 @@ PRELOAD = [
     "transformers.models.llama.modeling_llama",
     "transformers.models.gpt2.modeling_gpt2",
     "transformers.models.bert.modeling_bert",
+    # and what a first compile imports (Dynamo's backends, the compile stack)
+    "tests.forked_compile_warm",
 ]
 _ORIGINALS: dict[tuple[str, str], Callable[..., Any]] = {}
 

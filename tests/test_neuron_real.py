@@ -117,13 +117,17 @@ def test_stages_strict_and_compile_modes_through_check(tmp_path: Path) -> None:
 @pytest.mark.slow
 @forked
 def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
+    """One process: the user's own setting first (before any set-up set the variable), then
+    each mode asked for, each changing what the one before left."""
     done = run_python(
         """
         import json, os
         from ground.errors import DeviceError
         from runners.devices.neuron.real import RealNeuronDevice
-        out = {}
-        for mode in ("eager", "raise"):
+        device = RealNeuronDevice()
+        device.setup()
+        out = {"user": device.compile_mode}
+        for mode in ("raise", "eager"):
             device = RealNeuronDevice(compile_mode=mode)
             device.setup()
             out[mode] = [os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"], device.compile_mode]
@@ -132,23 +136,14 @@ def test_compile_mode_sets_torchneuron_variable_only_when_asked() -> None:
         except DeviceError as exc:
             out["partition"] = exc.message
         print(json.dumps(out))
-        """
-    )
-    out = last_json(done)
-    assert out["eager"] == ["0", "eager"] and out["raise"] == ["1", "raise"]
-    assert "never partitions" in out["partition"]
-    # the user's own setting is respected when no mode is asked for
-    done = run_python(
-        """
-        import json
-        from runners.devices.neuron.real import RealNeuronDevice
-        device = RealNeuronDevice()
-        device.setup()
-        print(json.dumps(device.compile_mode))
         """,
         env={"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "0"},
     )
-    assert last_json(done) == "eager"
+    out = last_json(done)
+    # the user's own setting is respected when no mode is asked for
+    assert out["user"] == "eager"
+    assert out["eager"] == ["0", "eager"] and out["raise"] == ["1", "raise"]
+    assert "never partitions" in out["partition"]
 
 
 @pytest.mark.parametrize(

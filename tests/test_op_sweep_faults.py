@@ -5,8 +5,9 @@ and their groups run again, a driver killed at any moment resumed without loss o
 and a group the environment stops retried, then given up without rows, never written as
 `crash`.
 
-The exit code 3 and the kill need real `hfsweep ops` processes; the refused second driver and
-the resume after the kill call the CLI's own function in the test's process
+The exit code 3 and the kill need `hfsweep ops` processes of their own (exit 3: a fork of a
+`@forked` test's warm process, tests/warm_fork.py; the kill: a fresh interpreter); the refused
+second driver and the resume after the kill call the CLI's own function in the test's process
 (`tests/cli_in_process.py`), which saves the interpreter, torch and OpInfo database each process
 pays (about 10 CPU s); exit 2 of a real process is tests/test_op_sweep_run.py's."""
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -31,8 +31,10 @@ from sweep.executors import fault_policy
 from sweep.op_driver import OpOutcome, run_op_sweep
 from sweep.settings import JobSettings, OpRun
 from tests.cli_in_process import hfsweep_in_process
-from tests.conftest import HFSWEEP, ROOT
+from tests.conftest import HFSWEEP
 from tests.kill_support import kill_while_waiting
+from tests.neuron_support import forked
+from tests.warm_fork import run_cli
 
 OPS = ("abs", "neg", "exp", "sin")
 
@@ -248,22 +250,20 @@ def test_an_op_sweep_whose_environment_keeps_failing_stops_with_one_error(tmp_pa
 
 
 @pytest.mark.slow
+@forked
 def test_the_ops_cli_says_what_got_no_rows_and_exits_3(tmp_path):
-    """Real children: the device fails to set up for one group every time."""
+    """Real children: the device fails to set up for one group every time. `hfsweep ops` runs
+    in a process of its own (its exit status, stdout and stderr), forked from the `@forked`
+    test's warm process (tests/warm_fork.py) rather than a fresh interpreter."""
     env = {
-        **os.environ,
         faults.ENV: json.dumps([{"at": "setup", "match": "neg", "fault": "env"}]),
         faults.STATE_ENV: str(tmp_path / "faults"),
     }
     store = tmp_path / "store"
-    proc = subprocess.run(
-        [*HFSWEEP, "ops", "--local", "--ops", "abs,neg", "--dtypes", "fp32", "--group-size", "1"]
+    proc = run_cli(
+        ["ops", "--local", "--ops", "abs,neg", "--dtypes", "fp32", "--group-size", "1"]
         + ["--store", str(store), "--run-id", "r", "--retries", "1", "--no-report"],
-        cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "1 OpInfo x dtype of run r got no rows" in proc.stderr and "neg:fp32" in proc.stderr

@@ -5,9 +5,11 @@ declared skips, resume and the Ray driver.
 
 Each `hfsweep ops` process pays an interpreter, `import torch` and PyTorch's OpInfo database
 before its first sample (about 10 CPU s), so the CPU runs call the CLI's own function in the
-test's process (`tests/cli_in_process.py`); real processes hold what only a process shows: the
-emulated neuron sweep (exit 0; its children are forked from a process that ran no backward) and
-a bad argument (exit 2), here, and exit 3 and a killed driver in tests/test_op_sweep_faults.py."""
+test's process (`tests/cli_in_process.py`); processes of their own hold what only a process
+shows: the emulated neuron sweep (exit 0; its children are forked from a process that ran no
+backward: a fork of a `@forked` test's warm process, tests/warm_fork.py) and a bad argument
+(exit 2, a fresh interpreter), here, and exit 3 and a killed driver in
+tests/test_op_sweep_faults.py."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from ground.schema import OP_SKIP_PYTORCH, OpSkipReason
 from reports.store import Store
 from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP
+from tests.neuron_support import forked
+from tests.warm_fork import run_cli
 
 FAST_OPS = "add,nn.functional.layer_norm,sum,softmax,empty,nn.functional.conv2d,index_put,kthvalue"
 
@@ -138,11 +142,16 @@ def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path, ops_here) -> No
 
 
 @pytest.mark.slow
+@forked
 def test_emulated_neuron_end_to_end(tmp_path: Path) -> None:
+    """`hfsweep ops` in a process of its own (its exit status), forked from the `@forked` test's
+    warm process (tests/warm_fork.py): it never ran a backward, so its children set the
+    emulated device up, as a fresh interpreter's would."""
     store = tmp_path / "store"
-    out = _ops(
-        "--ops", FAST_OPS, "--dtypes", "fp32,bf16", "--device", "neuron", "--local",
-        "--store", str(store),
+    out = run_cli(
+        ["ops", "--ops", FAST_OPS, "--dtypes", "fp32,bf16", "--device", "neuron", "--local",
+         "--store", str(store)],
+        env={"HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "EMULATED DEVICE" in out.stdout

@@ -5,6 +5,8 @@ DynamicShapeAnalysis); input variants; data-dependent graph breaks named."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,6 +30,14 @@ def neuron() -> NeuronEmulatedDevice:
 
 def by_stage(outcome) -> dict:
     return {r.stage: r for r in outcome.stages}
+
+
+def one_layer_llama():
+    """The tiny Llama with one decoder layer: what a compile costs here is Dynamo tracing the
+    forward once per shape (symbolically for automatic dynamic shapes), in proportion to the
+    layers; one layer shows the same graphs, recompiles and reasons as two."""
+    spec = tiny("llama", "LlamaForCausalLM")
+    return dataclasses.replace(spec, config={**spec.config, "num_hidden_layers": 1})
 
 
 def test_the_shape_stages_are_asked_for_by_name_and_bring_their_needs():
@@ -88,7 +98,7 @@ def test_shapes_on_the_cpu_with_automatic_dynamic_shapes_reuse_a_graph():
     compile stage before it is left out (the engine runs a stage whose needs were not asked
     for; a training step through Dynamo costs seconds): the neuron test runs shapes after it."""
     outcome = run_model(
-        tiny("llama", "LlamaForCausalLM"),
+        one_layer_llama(),
         ModelSettings(
             device="cpu", stages=["load", "forward", "shapes"], compile_backend="aot_eager"
         ),
@@ -105,7 +115,7 @@ def test_the_shape_stages_on_neuron(neuron: NeuronEmulatedDevice) -> None:
     """`--stages shapes` as a user asks for it (compile, generate and generate_compiled with
     it), in one model process: `shapes` is static, one graph per shape; generate_compiled
     matches eager with no recompile."""
-    outcome = run_model(tiny("llama", "LlamaForCausalLM"), ModelSettings(device="neuron",
+    outcome = run_model(one_layer_llama(), ModelSettings(device="neuron",
                         stages=stage_list("shapes")), device=neuron)  # fmt: skip
     rows = by_stage(outcome)
     assert rows["compile"].status == "pass", rows["compile"].error_message
