@@ -20,6 +20,7 @@ from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from runners.settings import ModelSettings
 from tests.conftest import ROOT
+from tests.neuron_support import forked
 
 
 def train_once(library: str, resolved: ResolvedConfig, **shrink_kw) -> dict:
@@ -431,12 +432,18 @@ def test_pyannote_models_and_pipelines(repo):
         assert set(out) == {"segmentation", "embedding"}
 
 
+@forked
 def test_importing_speechbrain_changes_no_global_torch_setting():
     """In a process whose cuDNN flags torch's test utilities froze (as the op sweep's OpInfo
-    database does), speechbrain imports, and TF32 and the JIT's profiling are as they were."""
-    code = textwrap.dedent(
-        """
+    database does), speechbrain imports, and TF32 and the JIT's profiling are as they were: a
+    process forked from the warm one (`run_code`) that has not imported speechbrain, without the
+    `SB_DISABLE_QUIRKS` an earlier import may have set."""
+    from tests.warm_fork import run_code
+
+    code = """
+        import sys
         import torch
+        assert not any(m.split(".")[0] == "speechbrain" for m in sys.modules)
         import torch.testing._internal.common_utils  # freezes the backends' flags
         before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
                   torch._C._jit_set_profiling_executor(True))
@@ -447,11 +454,7 @@ def test_importing_speechbrain_changes_no_global_torch_setting():
         assert before == after, (before, after)
         print("ok")
         """
-    )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "SB_DISABLE_QUIRKS"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    proc = run_code(code, env={"SB_DISABLE_QUIRKS": None})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
