@@ -20,6 +20,7 @@ from model_configs.pass_rule import MAX_PARAMS, failure
 from model_configs.spec import CatalogEntry, ResolvedConfig
 from runners.settings import ModelSettings
 from tests.conftest import ROOT
+from tests.neuron_support import forked
 
 
 def train_once(library: str, resolved: ResolvedConfig, **shrink_kw) -> dict:
@@ -335,52 +336,43 @@ def test_ultralytics_tasks_train_with_their_own_loss(yaml, cls):
     assert run["spec"].architecture == cls
 
 
-def test_ultralytics_built_first_in_a_fresh_process_moves_between_devices():
-    """The build budget builds on `meta` first. A worker that never imported ultralytics (its
-    plan ran in another worker) imported it inside that meta context, so the heads' class-level
-    tensors (`Detect.anchors`, `.strides`) were made on `meta`, and every later `.to(device)` of
-    a YOLO model failed ("Cannot copy out of meta tensor"): Bingsu/adetailer in a sweep."""
-    adapter = get_adapter("ultralytics")
-    resolved = next(r for r in adapter.iter_architectures() if r.model_id == "ultralytics/yolov8")
-    spec = adapter.shrink(resolved)  # planning imports ultralytics: here, not in the child
-    script = textwrap.dedent(
-        """
-        import pickle, sys
-        import torch
-        from model_configs import build
-        spec = pickle.loads(sys.stdin.buffer.read())
-        assert not any(m.startswith("ultralytics") for m in sys.modules)
-        model = build.build_model(spec)  # the budget's build on meta, then the real one
-        from ultralytics.nn.modules.head import Detect
-        assert Detect.anchors.device.type == "cpu", Detect.anchors.device
-        model.to("cpu")
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], input=pickle.dumps(spec), capture_output=True,
-        timeout=300, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+FIRST_BUILDS = [  # (library, the model id's end): each library's first look-up in the process
+    ("transformers", "vit"),
+    ("diffusers", "UNet2DConditionModel"),
+    ("ultralytics", "ultralytics/yolov8"),
+]
 
 
-@pytest.mark.parametrize(
-    ("library", "model_id"),
-    [("diffusers", "UNet2DConditionModel"), ("transformers", "vit")],
-)
-def test_a_first_build_leaves_no_import_time_tensor_on_meta(library, model_id):
-    """A lazy package imports a class's module when the class is first looked up: the
-    budget's meta build must not be that first look-up (diffusers' `FLUX_MAG_RATIOS` and
-    `E2M1_LUT`, torchaudio's kaldi `EPSILON` through transformers were made on `meta`)."""
-    adapter = get_adapter(library)
-    resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(model_id))
-    spec = adapter.shrink(resolved)
+def test_first_builds_in_a_fresh_process_leave_no_import_time_tensor_on_meta():
+    """The build budget builds on `meta` first. A lazy package imports a class's module when the
+    class is first looked up: that budget's meta build must not be that first look-up
+    (diffusers' `FLUX_MAG_RATIOS` and `E2M1_LUT`, torchaudio's kaldi `EPSILON` through
+    transformers were made on `meta`). A worker that never imported ultralytics (its plan ran in
+    another worker) imported it inside that meta context, so the heads' class-level tensors
+    (`Detect.anchors`, `.strides`) were made on `meta`, and every later `.to(device)` of a YOLO
+    model failed ("Cannot copy out of meta tensor"): Bingsu/adetailer in a sweep.
+
+    One fresh interpreter builds each library's model in turn, each library not yet imported
+    when its build starts (checked), then looks for a tensor on `meta` in every module."""
+    specs = []
+    for library, model_id in FIRST_BUILDS:
+        adapter = get_adapter(library)
+        resolved = next(r for r in adapter.iter_architectures() if r.model_id.endswith(model_id))
+        specs.append(adapter.shrink(resolved))  # planning imports the library: here, not there
     script = textwrap.dedent(
         """
         import inspect, pickle, sys
         import torch
         from model_configs import build
-        spec = pickle.loads(sys.stdin.buffer.read())
-        build.build_model(spec)
+        specs = pickle.loads(sys.stdin.buffer.read())
+        for spec in specs:
+            imported = [m for m in sys.modules if m.split(".")[0] == spec.library]
+            assert not imported, (spec.library, imported[:5])
+            model = build.build_model(spec)  # the budget's build on meta, then the real one
+            if spec.library == "ultralytics":
+                from ultralytics.nn.modules.head import Detect
+                assert Detect.anchors.device.type == "cpu", Detect.anchors.device
+                model.to("cpu")
         on_meta = []
         for name, module in list(sys.modules.items()):
             for key, value in list(vars(module).items()):
@@ -392,8 +384,8 @@ def test_a_first_build_leaves_no_import_time_tensor_on_meta(library, model_id):
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], input=pickle.dumps(spec), capture_output=True,
-        timeout=300, cwd=ROOT,
+        [sys.executable, "-c", script], input=pickle.dumps(specs), capture_output=True,
+        timeout=600, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
@@ -440,12 +432,18 @@ def test_pyannote_models_and_pipelines(repo):
         assert set(out) == {"segmentation", "embedding"}
 
 
+@forked
 def test_importing_speechbrain_changes_no_global_torch_setting():
     """In a process whose cuDNN flags torch's test utilities froze (as the op sweep's OpInfo
-    database does), speechbrain imports, and TF32 and the JIT's profiling are as they were."""
-    code = textwrap.dedent(
-        """
+    database does), speechbrain imports, and TF32 and the JIT's profiling are as they were: a
+    process forked from the warm one (`run_code`) that has not imported speechbrain, without the
+    `SB_DISABLE_QUIRKS` an earlier import may have set."""
+    from tests.warm_fork import run_code
+
+    code = """
+        import sys
         import torch
+        assert not any(m.split(".")[0] == "speechbrain" for m in sys.modules)
         import torch.testing._internal.common_utils  # freezes the backends' flags
         before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
                   torch._C._jit_set_profiling_executor(True))
@@ -456,11 +454,7 @@ def test_importing_speechbrain_changes_no_global_torch_setting():
         assert before == after, (before, after)
         print("ok")
         """
-    )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "SB_DISABLE_QUIRKS"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    proc = run_code(code, env={"SB_DISABLE_QUIRKS": None})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 

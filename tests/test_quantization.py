@@ -417,28 +417,24 @@ SWEPT = ["Qwen/Qwen3-0.6B-FP8", "Qwen/Qwen3-14B-AWQ", "google-bert/bert-base-unc
 
 
 @pytest.mark.slow
+@forked
 def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path: Path) -> None:
-    import subprocess
-
+    """The sweep is `hfsweep run` in a process forked from the warm one (`run_cli`): its own
+    exit status and a driver that plans and forks its model children, without the fresh
+    interpreter that imported torch again; the readers are the CLI's function here."""
     from fastapi.testclient import TestClient
 
     from dashboard.app import create_app
     from reports.query import StoreQuery
     from reports.store import Store
     from tests.cli_in_process import hfsweep_in_process
-    from tests.conftest import HFSWEEP, ROOT
+    from tests.warm_fork import run_cli
 
     store = str(tmp_path / "store")
-
-    def hfsweep(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*HFSWEEP, *args], capture_output=True, text=True, timeout=600, cwd=ROOT
-        )
-
-    ran = hfsweep(
+    ran = run_cli([
         "run", "--models", ",".join(SWEPT), "--device", "cpu", "--local", "--stages",
         "load,forward", "--store", store, "--run-id", "q1", "--no-report",
-    )  # fmt: skip
+    ])  # fmt: skip
     assert ran.returncode in (0, 1), ran.stderr
     rows = Store(store).read("results", run_id="q1").to_pylist()
     method = {r["model_id"]: r["quantization"] for r in rows}
@@ -476,17 +472,14 @@ def test_a_sweep_names_the_method_in_rows_report_lookup_and_model_page(tmp_path:
     assert 'id="quantization">fp8<' in html
 
 
+@forked
 def test_check_a_local_quantized_config_names_the_method(tmp_path: Path) -> None:
-    import subprocess
-
-    from tests.conftest import HFSWEEP, ROOT
+    """`hfsweep check` in a process forked from the warm one (its exit status, its stdout)."""
+    from tests.warm_fork import run_cli
 
     _, model_type, block = REAL_BLOCKS["gptq"]
     path = config_file(tmp_path, model_type, {"quantization_config": block})
-    proc = subprocess.run(
-        [*HFSWEEP, "check", str(path), "--device", "cpu"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli(["check", str(path), "--device", "cpu"])
     assert proc.returncode == 1, proc.stderr
     assert "quant:   gptq (the method this checkpoint needs)" in proc.stdout
     assert "unsupported_quantization" in proc.stdout and "gptqmodel" in proc.stdout

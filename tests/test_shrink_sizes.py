@@ -61,17 +61,22 @@ def _spec(model_type: str):
     return shrink(resolved)
 
 
-@pytest.mark.parametrize("model_type", sorted(ONCE_OVERSIZED))
-def test_once_oversized_family_builds_under_the_cap(model_type):
-    model = build_model(_spec(model_type))
+def assert_under_the_cap(model_type: str, model) -> None:
     total = sum(p.numel() for p in model.parameters())
     assert total < CAP, f"{model_type}: {total:,} parameters (was {ONCE_OVERSIZED[model_type]:,})"
+
+
+@pytest.mark.parametrize("model_type", sorted(set(ONCE_OVERSIZED) - set(TRAINS)))
+def test_once_oversized_family_builds_under_the_cap(model_type):
+    """The families that train are held to the cap by the next test, on the model it trains."""
+    assert_under_the_cap(model_type, build_model(_spec(model_type)))
 
 
 @pytest.mark.parametrize("model_type", TRAINS)
 def test_once_oversized_family_trains(model_type):
     spec = _spec(model_type)
     model = build_model(spec)
+    assert_under_the_cap(model_type, model)
     inputs = make_inputs(spec, model, purpose="train")
     loss = compute_loss(spec, model, model(**inputs), inputs)
     loss.backward()
