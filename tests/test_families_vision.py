@@ -4,23 +4,9 @@ build, feed the inputs their users feed, train (rules and builders: the `images`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.family_support import assert_trains, run_default
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny convs gain nothing from intra-op threads; on a shared 2-core box they only spin."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 # lilt, tvp, sam2, uvdoc and prompt_depth_anything train in their own tests below.
 REPRESENTATIVES = [

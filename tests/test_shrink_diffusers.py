@@ -98,15 +98,6 @@ CASES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models gain nothing from threads, and a busy machine makes OpenMP waits cost 0.1 s/op.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _train_step(spec):
     model = dm.build_model(spec)
     inputs = dm.make_inputs(spec, model)
