@@ -181,9 +181,11 @@ def kill_marked(value: str) -> None:
 
 
 @pytest.fixture
-def head_with_dashboard(s3):
+def head_with_dashboard(s3, cron_night):
     """A Ray head on loopback with its dashboard (job server), token auth, free ports, and
-    hfsweep on its PATH, inside the module's S3-compatible server's variables."""
+    hfsweep on its PATH, inside the module's S3-compatible server's variables; started only
+    once the cron line's night, the job's previous night, has run."""
+    assert cron_night["returncode"] == 0, cron_night["log"].read_text()[-3000:]
     ray_bin = Path(HFSWEEP[0]).with_name("ray")
     env = {
         **os.environ,
@@ -265,10 +267,9 @@ def submit(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
         time.sleep(5)
 
 
-def test_the_docs_ray_job_fails_on_a_regression(tmp_path, cron_night, head_with_dashboard):
+def test_the_docs_ray_job_fails_on_a_regression(tmp_path, head_with_dashboard):
     """The job after the cron line's night on the same store (the series' previous night) finds
     the model that regressed: the job fails with exit 4, and `ray job status` says so."""
-    assert cron_night["returncode"] == 0, cron_night["log"].read_text()[-3000:]
     env, dashboard = head_with_dashboard
     lines = [line for line in PAGE.splitlines() if line.startswith("ray job submit ")]
     assert len(lines) == 1
