@@ -8,15 +8,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from reports import alerts
 from reports.store import Store
 from tests.cli_in_process import hfsweep_in_process
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.conftest import write_catalog
+from tests.neuron_support import forked
+from tests.warm_fork import Finished, run_cli
 
 MODELS = [
     {"model_id": "org/a", "library_name": "transformers", "model_type_hint": "llama"},
@@ -87,22 +87,16 @@ def test_the_previous_night_is_the_newest_earlier_finished_run_of_the_series():
     assert alerts.previous_night(runs, "mps", "tonight") is None
 
 
-def nightly(tmp_path: Path, *args: str, faults: str | None = None, **env: str):
-    run_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
-    run_env.pop("HFSWEEP_TEST_FAULTS", None)
-    if faults:
-        run_env["HFSWEEP_TEST_FAULTS"] = faults
-    return subprocess.run(
-        [*HFSWEEP, "nightly", "--device", "neuron", "--stages", "load", "--no-report", *args],
-        cwd=ROOT,
-        env=run_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def nightly(*args: str, faults: str | None = None) -> Finished:
+    """One night on the emulated device, a process of its own forked from the `@forked` test's
+    warm one (tests/warm_fork.py: its own exit status, stdout, stderr and environment), not a
+    fresh interpreter importing torch again."""
+    argv = ["nightly", "--device", "neuron", "--stages", "load", "--no-report", *args]
+    return run_cli(argv, env={"HF_HUB_OFFLINE": "1", "HFSWEEP_TEST_FAULTS": faults})
 
 
 @pytest.mark.slow
+@forked
 def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
     catalog = write_catalog(tmp_path / "catalog.csv", MODELS)
     common = [
@@ -114,7 +108,7 @@ def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
         "--site",
         str(tmp_path / "site"),
     ]
-    first = nightly(tmp_path, *common)
+    first = nightly(*common)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "first night, nothing to compare with" in first.stderr
     night = json.loads((tmp_path / "site" / "nightly.json").read_text())
@@ -123,7 +117,7 @@ def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
     assert len(list((tmp_path / "site" / "models").glob("*.html"))) == 2
 
     # org/b fails tonight: the diff names it, the alert names it, exit 4
-    second = nightly(tmp_path, *common, faults=FAIL_B)
+    second = nightly(*common, faults=FAIL_B)
     assert second.returncode == 4, second.stderr[-3000:]
     assert "newly_failing:" in second.stdout
     assert "org/b  passed -> failed" in second.stdout
@@ -147,7 +141,7 @@ def test_nightly_alerts_on_a_regression_and_not_on_flakes(tmp_path):
 
     # org/b passes again and org/a times out: two flakes, no alert (the row says timeout)
     hang_a = json.dumps([{"at": "stage:load", "match": "llama", "fault": "hang"}])
-    third = nightly(tmp_path, *common, "--timeout", "5", faults=hang_a)
+    third = nightly(*common, "--timeout", "5", faults=hang_a)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "no model that passed last night fails tonight; 2 flake(s), no alert" in third.stderr
     night3 = json.loads((tmp_path / "site" / "nightly.json").read_text())

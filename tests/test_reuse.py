@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,9 +22,11 @@ from sweep.commands.options import stage_list
 from sweep.driver import run_sweep
 from sweep.reuse import KeyContext
 from tests.cli_in_process import hfsweep_in_process
-from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.conftest import write_catalog
+from tests.neuron_support import forked
 from tests.s3_support import BUCKET, local_s3
 from tests.test_driver_faults import config as driver_config
+from tests.warm_fork import Finished, run_cli
 
 STAGES = "load,forward"
 LLAMA = {
@@ -346,18 +347,14 @@ def test_task_faults_are_in_the_key(monkeypatch):
 # ---- end to end ----------------------------------------------------------------------------
 
 
-def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*HFSWEEP, *args],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+def cli(*args: str) -> Finished:
+    """`hfsweep ARGS` in a process of its own forked from the `@forked` test's warm one
+    (tests/warm_fork.py): its exit status and output, without a fresh interpreter."""
+    return run_cli(list(args), env={"HF_HUB_OFFLINE": "1", "HFSWEEP_TEST_FAULTS": None})
 
 
 @pytest.mark.slow
+@forked  # a neuron sweep: in forks of a process that never set a device up (neuron_support)
 def test_the_cli_reuses_real_rows_and_reports_them(tmp_path):
     path = catalog(tmp_path, {m: c for m, c in CONFIGS.items() if m != "org/c"})
     common = ["run", "--local", "--catalog", str(path), "--top", "3", "--device", "neuron"]

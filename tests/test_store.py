@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pyarrow.parquet as pq
 import pytest
 
 from ground.errors import StoreError
 from ground.schema import RESULTS_SCHEMA, TABLES, to_table
 from reports.store import Store, utcnow
+from tests.neuron_support import forked
 from tests.store_writes import completed_models, write_model_rows
 
 
@@ -112,32 +110,35 @@ def test_a_run_gives_every_table_a_part_the_store_reads_past(store_dir):
 
 
 @pytest.mark.slow
+@forked  # the commands in forks of a warm process (tests/warm_fork.py), not fresh interpreters
 def test_every_table_exists_after_a_run_where_nothing_fell_back(tmp_path):
     """A real sweep on the CPU (nothing falls back) and a real op sweep into one folder:
     pyarrow.dataset, DuckDB and pandas read every table of the store, fallbacks and the op
-    tables included, without being told which exist."""
-    from tests.conftest import HFSWEEP, ROOT, write_catalog
+    tables included, without being told which exist. Each command is a process of its own,
+    forked from this test's warm one (its exit status, its output), not an interpreter that
+    imports torch again."""
+    from tests.conftest import write_catalog
     from tests.store_readers import rows_per_table
+    from tests.warm_fork import run_cli
 
     catalog = write_catalog(
         tmp_path / "c.csv",
         [{"model_id": "org/gpt2", "library_name": "transformers", "model_type_hint": "gpt2"}],
     )
     root = tmp_path / "store"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("HFSWEEP_TEST_FAULTS", None)
-    run = [*HFSWEEP, "run", "--local", "--catalog", str(catalog), "--top", "1", "--device", "cpu"]
+    env: dict[str, str | None] = {"HF_HUB_OFFLINE": "1", "HFSWEEP_TEST_FAULTS": None}
+    run = ["run", "--local", "--catalog", str(catalog), "--top", "1", "--device", "cpu"]
     run += ["--stages", "load,forward", "--store", str(root), "--run-id", "m", "--no-report"]
-    p = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    p = run_cli(run, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     counts = rows_per_table(str(root))
     assert counts["results"] == 2 and counts["runs"] >= 1 and counts["configs"] == 1
     assert counts["fallbacks"] == 0  # nothing fell back, and the table is there
     assert counts["ops"] == counts["op_summary"] == counts["op_runs"] == 0
 
-    ops = [*HFSWEEP, "ops", "--local", "--ops", "abs", "--dtypes", "fp32", "--device", "cpu"]
+    ops = ["ops", "--local", "--ops", "abs", "--dtypes", "fp32", "--device", "cpu"]
     ops += ["--store", str(root), "--run-id", "o", "--no-report"]
-    p = subprocess.run(ops, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    p = run_cli(ops, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     after = rows_per_table(str(root))
     assert after["ops"] > 0 and after["op_summary"] > 0 and after["op_runs"] >= 1

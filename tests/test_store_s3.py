@@ -3,7 +3,8 @@ start themselves, reached through the standard AWS variables, as a cluster would
 
 Every reader and writer is exercised on an `s3://` URI: the store's own reads and writes, the
 reports (compared with the same store on disk), the dashboard, and `hfsweep run` / resume and
-`hfsweep ops` (with its resume) as subprocesses that know the server only from the environment;
+`hfsweep ops` (with its resume) as processes of their own that know the server only from the
+environment (forked from a warm one, tests/warm_fork.py, not interpreters importing torch again);
 `report` / `lookup` / `diff` read it from the environment too, through the CLI's function in
 this process (tests/cli_in_process.py: a fresh process adds nothing the runs do not show)."""
 
@@ -26,10 +27,12 @@ from reports.query import StoreQuery
 from reports.store import Store
 from tests.cli_in_process import hfsweep_in_process
 from tests.conftest import HFSWEEP, ROOT, write_catalog
+from tests.neuron_support import forked
 from tests.report_store_builder import build_hand_store
 from tests.s3_support import BUCKET, local_s3, s3_objects
 from tests.store_readers import rows_per_table
 from tests.store_writes import completed_models, write_model_rows
+from tests.warm_fork import Finished, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +50,13 @@ def hfsweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         cwd=ROOT,
         env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
     )
+
+
+def sweep(*args: str, env: dict[str, str]) -> Finished:
+    """A sweep (`hfsweep run` / `ops`) in a process of its own forked from the `@forked` test's
+    warm one (tests/warm_fork.py): its exit status and output, the server known only from the
+    environment, without a fresh interpreter importing torch again."""
+    return run_cli(list(args), env={**env, "HF_HUB_OFFLINE": "1", "HFSWEEP_TEST_FAULTS": None})
 
 
 def read(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -116,7 +126,9 @@ def test_reports_and_dashboard_read_s3_as_they_read_a_folder(s3_env, tmp_path) -
 
 
 @pytest.mark.slow
+@forked
 def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None:
+    os.environ.update(s3_env)  # this (forked, throwaway) test process reads the store too
     models = [
         {
             "model_id": f"org/llama-{c}",
@@ -132,7 +144,7 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     catalog = write_catalog(tmp_path / "catalog.csv", models)
     uri = f"s3://{BUCKET}/sweep"
     common = ["--catalog", str(catalog), "--stages", "load,forward", "--store", uri, "--local"]
-    p = hfsweep("run", *common, "--top", "4", "--run-id", "s3a", env=s3_env)
+    p = sweep("run", *common, "--top", "4", "--run-id", "s3a", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "models asked for" in p.stderr and "4 models" in p.stdout  # the report at the end
     rows = Store(uri).read("results", "s3a").to_pylist()
@@ -150,12 +162,12 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
     assert counts["ops"] == counts["op_summary"] == counts["op_runs"] == 0
 
     # the same command again resumes: nothing to do, nothing doubled
-    p = hfsweep("run", *common, "--top", "4", "--run-id", "s3a", "--no-report", env=s3_env)
+    p = sweep("run", *common, "--top", "4", "--run-id", "s3a", "--no-report", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "4 already done" in p.stderr
     assert Store(uri).read("results", "s3a").num_rows == len(rows)
 
-    p = hfsweep("run", *common, "--top", "2", "--run-id", "s3b", "--no-report", env=s3_env)
+    p = sweep("run", *common, "--top", "2", "--run-id", "s3b", "--no-report", env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
 
     p = read("report", "--store", uri, "--run", "s3a", "--format", "json", env=s3_env)
@@ -173,11 +185,16 @@ def test_run_resume_report_lookup_and_diff_on_s3(s3_env, tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@forked
 def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
+    os.environ.update(s3_env)  # this (forked, throwaway) test process reads the store too
+    # PyTorch's OpInfo database, imported once here for both sweeps forked from this process
+    import torch.testing._internal.common_methods_invocations  # noqa: F401
+
     uri = f"s3://{BUCKET}/ops"
     args = ["ops", "--ops", "add,sum", "--dtypes", "fp32", "--device", "cpu", "--local"]
     args += ["--store", uri, "--run-id", "ops-s3"]
-    p = hfsweep(*args, env=s3_env)
+    p = sweep(*args, env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     store = Store(uri)
     rows = store.read("ops", "ops-s3").to_pylist()
@@ -191,7 +208,7 @@ def test_op_sweep_writes_resumes_and_reports_on_s3(s3_env) -> None:
     assert counts["results"] == counts["fallbacks"] == counts["runs"] == 0
     assert any(k.startswith("ops/ops/run_id=ops-s3/part-") for k in s3_objects("ops/ops/"))
     # resume: nothing again, nothing doubled; the summary is replaced, not added to
-    p = hfsweep(*args, env=s3_env)
+    p = sweep(*args, env=s3_env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "2 OpInfo x dtype already done, 0 rows written" in p.stderr
     assert store.read("ops", "ops-s3").num_rows == len(rows)
