@@ -686,6 +686,21 @@ def section_env(trials: int, work: Path) -> list[Line]:
 # ---- the driver killed at random moments ---------------------------------------------------
 
 
+def start_driver(
+    cmd: list[str], mark: str, rules: list[dict[str, Any]], state: Path
+) -> subprocess.Popen:
+    """`cmd` (a driver) with the fault `rules` and the bench's `mark` in its environment, its
+    stderr kept for the trial's report."""
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=bench_env(mark, rules, state),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def kill_and_resume(
     line: Line,
     cmd: list[str],
@@ -703,14 +718,7 @@ def kill_and_resume(
     seen: Counter = Counter()
     for _ in range(kills):
         mark = uuid.uuid4().hex
-        driver = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=bench_env(mark, [waiting], work / "kill-state"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        driver = start_driver(cmd, mark, [waiting], work / "kill-state")
         try:
             driver.wait(rng.uniform(1.0, 20.0))
         except subprocess.TimeoutExpired:
@@ -817,14 +825,7 @@ def kill_in_flight_and_resume(
     `running` (no clean shutdown happened); then the same command finishes it."""
     mark, state = uuid.uuid4().hex, work / "kill-state"
     line.trials += 1
-    driver = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=bench_env(mark, [waiting], state),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    driver = start_driver(cmd, mark, [waiting], state)
     deadline = time.monotonic() + 600  # a guard against a hang, not a speed
     at_point = False
     while driver.poll() is None and time.monotonic() < deadline:
@@ -873,14 +874,7 @@ def term_and_resume(
     line = Line("driver stopped with SIGTERM mid-run")
     line.trials = 1
     mark, state = uuid.uuid4().hex, work / "term-state"
-    driver = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=bench_env(mark, [waiting], state),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    driver = start_driver(cmd, mark, [waiting], state)
     deadline = time.monotonic() + 600
     while not faults.fired(str(state)) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -1217,10 +1211,7 @@ def _driver_killed_while_warm(line: Line, work: Path, extra: list[str]) -> None:
     cmd = run_command(catalog, store, "gk", *extra)
     cmd[cmd.index("--stages") + 1] = ",".join(GROUP_STAGES)
     line.trials += 1
-    driver = subprocess.Popen(
-        cmd, cwd=ROOT, env=bench_env(mark, rules, state), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    driver = start_driver(cmd, mark, rules, state)
     deadline = time.monotonic() + 1800  # guards against a hang; not a speed
     while not faults.fired(str(state), 1) and driver.poll() is None:
         if time.monotonic() > deadline:
