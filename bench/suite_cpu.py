@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         f"({(busy1 - busy0) / max(total1 - total0, 1):.1%} of its cores); "
         f"{charged:,.0f} CPU s charged to tests; `import torch` {torch_cpu:.2f} CPU s"
     )
+    by_kind: collections.Counter = collections.Counter()
+    for line in lines:
+        by_kind.update(line.get("kinds", {}))
+    print(f"\n{'CPU s':>8}  kind of process")
+    for name, cpu in by_kind.most_common(20):
+        print(f"{cpu:8.1f}  {name}")
     print(f"\n{'CPU s':>8}  file")
     for name, cpu in by_file.most_common(15):
         print(f"{cpu:8.1f}  {name}")

@@ -10,8 +10,8 @@ forward that never finished), and a fresh child carries on with the next sample.
 the op's doing (the device failing to set up, a SIGKILL from outside, a device error inside a
 sample) raises `EnvironmentFault` (from the supervisor): the task is retried and none of its
 rows count. Before its first fork the parent imports, once, what every child would otherwise
-import again (`runners.warm.warm_parent`: the op sweep's modules, PyTorch's OpInfo database and the
-compile stack the emulated device's set-up imports).
+import again (`runners.warm.warm_parent`: the op sweep's modules, PyTorch's OpInfo database and
+the device's own modules; no op child compiles, so not the compile stack).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run_units_isolated(units: list[Unit], settings: OpSettings) -> Iterator[dict
     `EnvironmentFault` when the environment stopped it (retry the task; record nothing)."""
     from runners.op_sweep.opdb import op_db
 
-    warm_parent(*CHILD_MODULES, device=settings.device.name)
+    warm_parent(*CHILD_MODULES, compiles=False, device=settings.device.name)
     op_db()  # built once per process, before forking children (about 4 s)
     position = (0, 0, 0)
     while True:
