@@ -1,6 +1,7 @@
 """Where the test suite's CPU goes, test by test: pytest run as `.ci/run` runs it (or on the
 tests given), with `bench/suite_cpu_plugin.py` charging every process's CPU to the test that
-started it, then the totals by file and the most expensive tests. The suite is CPU-bound on a
+started it, then the totals by kind of process (Ray's services, Ray workers, drivers, forks of
+each, the browser, ...), by file, and the most expensive tests. The suite is CPU-bound on a
 2-core machine (both cores busy for the whole run), so its wall time follows its CPU: this says
 what to cut. Also prints the machine's busy time over the run (`/proc/stat`) and what
 `import torch` costs in a fresh interpreter, the yardstick for comparing machines and days.

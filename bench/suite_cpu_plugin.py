@@ -52,12 +52,14 @@ def _kind_of(cmd: list[str]) -> str:
         return "browser"
     if "moto" in line:
         return "s3 server"
-    if "hfsweep" in line or "-m sweep" in line:
+    if "multiprocessing.forkserver" in line:
+        return "forkserver (@forked tests)"
+    if any(arg.endswith("/hfsweep") for arg in cmd[:2]) or "-m sweep" in line:
         return "driver (hfsweep)"
     if "fault_matrix" in line:
         return "bench driver"
-    if "pytest" in line or "xdist" in line or "execnet" in line:
-        return "pytest worker"
+    if "pytest" in line or "sys.stdin.readline()" in line:  # xdist's workers: execnet's `-c`
+        return "pytest worker (in-process tests)"
     if " -c " in f" {line} ":
         return "python -c"
     return " ".join([os.path.basename(cmd[0]), *cmd[1:3]])[:60] if cmd else "?"
