@@ -97,7 +97,10 @@ def test_the_fast_fault_matrix_holds_its_target(tmp_path, section):
 
     table, diagnostics = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(table), contextlib.redirect_stderr(diagnostics):
-        code = fault_matrix.main(["--fast", "--sections", section, "--json", str(out)])
+        try:
+            code = fault_matrix.main(["--fast", "--sections", section, "--json", str(out)])
+        except BaseException as exc:  # what the bench said before it stopped goes with its error
+            raise AssertionError(f"{diagnostics.getvalue()[-3000:]}\n{exc!r}") from exc
     table, tail = table.getvalue(), diagnostics.getvalue()[-3000:]
     assert out.exists(), tail
     lines = json.loads(out.read_text())
