@@ -107,6 +107,21 @@ def test_declarations(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_an_op_sweeps_parent_warms_no_compile_stack(tmp_path: Path, ops_here, monkeypatch) -> None:
+    """No op child compiles: before it forks them, the op sweep's parent imports its own modules
+    (`runners.warm.warm_parent`) but neither Dynamo's backends nor the compile stack, seconds of
+    CPU in every Ray worker and `--local` driver of an op sweep."""
+    from runners import warm
+
+    monkeypatch.setattr(warm, "_WARMED", set())  # as in a parent that warmed nothing yet
+    store = str(tmp_path / "store")
+    out = ops_here("--ops", "abs", "--dtypes", "fp32", "--local", "--store", store, "--no-report")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "runners.op_sweep.run" in warm._WARMED  # it warmed
+    assert not {"backends", "compile"} & warm._WARMED
+
+
+@pytest.mark.slow
 def test_cpu_self_check_all_native_nothing_wrong(tmp_path: Path, ops_here) -> None:
     store = tmp_path / "store"
     out = ops_here("--ops", FAST_OPS, "--device", "cpu", "--local", "--store", str(store))
