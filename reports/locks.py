@@ -2,6 +2,9 @@
 
 - A local store takes an exclusive `flock` on `STORE/.locks/run_id=<id>.lock`. The kernel
   releases it when the holder dies, however it dies, so a killed driver's rerun goes straight on.
+  A forked child (a model's or an op's process) shares its parent's open file, and with it the
+  lock, until the child closes it: every child closes the held locks' files as it is forked,
+  or a child still dying after its killed driver would refuse that driver's rerun.
 - An object store has no locks: the driver keeps a lease object `STORE/.locks/run_id=<id>.json`
   (holder, heartbeat) fresh every few seconds. Another driver is refused while the lease is
   fresh, unless the holder is a dead process on this very host; a stale lease is taken over.
@@ -29,6 +32,20 @@ HEARTBEAT_S = 5.0
 # taking a failed read for "no lease" would let a second driver into a held run.
 READ_ATTEMPTS = 4
 READ_BACKOFF_S = 0.25
+
+# The files of the flocks this process holds: a forked child closes them (`_close_in_child`).
+_HELD_FDS: set[int] = set()
+
+
+def _close_in_child() -> None:
+    for fd in _HELD_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class RunLocked(UsageError):
@@ -95,6 +112,7 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(self.holder).encode(), 0)
         self._fd = fd
+        _HELD_FDS.add(fd)
 
     # ---- object store: a lease -------------------------------------------------------------
 
@@ -166,6 +184,7 @@ class RunLock:
 
     def __exit__(self, *exc: Any) -> None:
         if self._fd is not None:
+            _HELD_FDS.discard(self._fd)
             os.close(self._fd)  # releases the flock
             self._fd = None
         if self._beat is not None:

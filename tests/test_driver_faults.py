@@ -186,6 +186,27 @@ def test_the_lock_of_a_killed_driver_is_released(tmp_path):
         holder.kill()
 
 
+def test_a_forked_child_does_not_hold_its_drivers_lock(tmp_path):
+    """A model's or an op's process is forked from the driver; once the driver lets the run go
+    (or is killed), a child still alive (dying of its parent's death, or not yet) must not keep
+    the lock, or the driver's rerun is refused. The child here is alive throughout."""
+    store = Store(tmp_path / "store")
+    release_r, release_w = os.pipe()
+    with RunLock(store, "r"):
+        pid = os.fork()
+        if pid == 0:  # the child: wait until the test lets it go, touching nothing else
+            os.close(release_w)
+            os.read(release_r, 1)
+            os._exit(0)
+    os.close(release_r)
+    try:
+        with RunLock(store, "r"):  # the child is alive: the run is free all the same
+            pass
+    finally:
+        os.close(release_w)
+        os.waitpid(pid, 0)
+
+
 def test_an_object_store_run_is_leased(tmp_path, monkeypatch):
     from reports import locks
     from tests.s3_support import BUCKET, local_s3
