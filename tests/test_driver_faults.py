@@ -189,21 +189,28 @@ def test_the_lock_of_a_killed_driver_is_released(tmp_path):
 def test_a_forked_child_does_not_hold_its_drivers_lock(tmp_path):
     """A model's or an op's process is forked from the driver; once the driver lets the run go
     (or is killed), a child still alive (dying of its parent's death, or not yet) must not keep
-    the lock, or the driver's rerun is refused. The child here is alive throughout."""
+    the lock, or the driver's rerun is refused. The child here is alive throughout, and the run
+    is taken again once the child runs its own code (as a model's body does: what happens at a
+    fork is done by then), however late the machine schedules it."""
     store = Store(tmp_path / "store")
+    ready_r, ready_w = os.pipe()
     release_r, release_w = os.pipe()
     with RunLock(store, "r"):
         pid = os.fork()
-        if pid == 0:  # the child: wait until the test lets it go, touching nothing else
+        if pid == 0:  # the child: say it runs, wait until the test lets it go, nothing else
             os.close(release_w)
+            os.write(ready_w, b"r")
             os.read(release_r, 1)
             os._exit(0)
     os.close(release_r)
+    os.close(ready_w)
     try:
+        assert os.read(ready_r, 1) == b"r"
         with RunLock(store, "r"):  # the child is alive: the run is free all the same
             pass
     finally:
         os.close(release_w)
+        os.close(ready_r)
         os.waitpid(pid, 0)
 
 
