@@ -6,9 +6,10 @@ time of each process, keyed by pid and start time), and at each test's start and
 charged what each process gained between its start and its end. A process that ends between two
 samples loses at most half a second of its CPU; a process outside this process's tree (a
 `ray start` node, which daemonizes) is not counted. Each process is also put in a kind (a Ray
-service, a Ray worker, a driver, a fork of one of them, the browser, ...) by its command line and
-its parent's, so that the totals say what kind of process the suite pays for. The controller of an xdist run records
-nothing (its tree holds every worker). Lines go to `$SUITE_CPU_OUT/<worker>.jsonl`.
+service, a Ray worker, a driver, a fork of one of them, the browser, ...) by its command line
+and its parent's, so that the totals say what kind of process the suite pays for. The
+controller of an xdist run records nothing (its tree holds every worker). Lines go to
+`$SUITE_CPU_OUT/<worker>.jsonl`; `SUITE_CPU_DEBUG=1` also prints each process's share.
 """
 
 from __future__ import annotations

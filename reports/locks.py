@@ -184,8 +184,9 @@ class RunLock:
 
     def __exit__(self, *exc: Any) -> None:
         if self._fd is not None:
-            _HELD_FDS.discard(self._fd)
-            os.close(self._fd)  # releases the flock
+            if self._fd in _HELD_FDS:  # not in a forked child: it closed the file when forked
+                _HELD_FDS.discard(self._fd)
+                os.close(self._fd)  # releases the flock
             self._fd = None
         if self._beat is not None:
             self._stop.set()
